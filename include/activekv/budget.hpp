@@ -1,0 +1,242 @@
+// budget.hpp — per-context budgets, admission, growth and reclamation of pool pages.
+//
+// Each running context holds pool pages across all its dense layers:
+//   held = assigned (pages holding its rows) + reserved (a claim on free pages)
+// and its Budget bounds them: floor ≤ target ≤ burst.
+//   - Admission needs a free host history AND room for the floor: the floor is
+//     reserved at once, so a running context can always place its tail pages;
+//     floors are never taken back, so admission never preempts.
+//     Otherwise the request waits in a FIFO queue with the reason recorded.
+//   - Growth to the target is by right: free pages first, then borrowed pages
+//     reclaimed from others. Growth beyond the target (borrowing, up to the
+//     burst) takes free pages only.
+//   - Reclamation takes borrowed pages (held above target) first, from the
+//     least-recently-active context first (ties: lower request id), in a fixed
+//     order; then, for an admission's floor only, pages below target down
+//     toward floors. Never below a floor. Within a context: reserved pages (no
+//     data) first, then promoted pages, then the oldest pages of the newest run;
+//     the sink and the tail pages give way last (they are the floor).
+//   Every reclaimed page and every reclamation step (one context visited) is counted.
+//
+// Invariant 2 (DESIGN.md): every running context holds at least its floor and at
+// most its burst. Invariant 1 is the page pool's. validate() walks both, plus the
+// page tables, and is asserted in expensive-assert builds after every mutation.
+//
+// The per-layer page table is kept as runs, maintained incrementally (so a step's
+// cost depends on what changed, not on history length):
+//   sink      logical page 0, one pool page
+//   run       the newest contiguous logical pages [run_first, run_first + run_count),
+//             their pool pages in a ring (oldest at ring_head)
+//   promoted  pages below the run promoted by a policy, sorted by logical page
+// A layer holds at most layer_cap pages (sink + run + promoted): ceil(burst / dense_layers),
+// clipped to the segment's page count, so one layer cannot starve the others.
+//
+// Everything is allocated in the constructor; no method allocates afterwards.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "activekv/arena.hpp"
+#include "activekv/decision_log.hpp"
+#include "activekv/memory_plan.hpp"
+#include "activekv/result.hpp"
+
+namespace activekv {
+
+struct Budget {
+  std::uint64_t floor_pages = 0;
+  std::uint64_t target_pages = 0;
+  std::uint64_t burst_pages = 0;
+};
+
+// Refuses floor below the plan's minimum floor, floor > target, target > burst, burst above
+// the plan's burst (the page tables were sized for it), and a floor larger than the pool;
+// names --floor-pages / --target-pages / --burst-pages.
+Status validate_budget(const Budget& budget, const MemoryPlan& plan);
+
+struct ContextHandle {
+  std::uint32_t slot = UINT32_MAX;  // = the context's host history
+  std::uint32_t generation = 0;
+  bool valid() const noexcept { return slot != UINT32_MAX; }
+  friend bool operator==(ContextHandle, ContextHandle) = default;
+};
+
+enum class AdmitOutcome : std::uint8_t { admitted, queued, refused };
+
+struct AdmitResult {
+  AdmitOutcome outcome = AdmitOutcome::refused;
+  ContextHandle handle;        // valid when admitted
+  std::uint64_t request_id = 0;
+  Reason reason = Reason::floor_fits;
+};
+
+struct LayerResidency {
+  std::uint32_t sink_page = page_none;  // pool page of logical page 0
+  std::uint32_t run_first = 1;          // first logical page of the newest run (≥ 1)
+  std::uint32_t run_count = 0;
+  std::uint32_t ring_head = 0;          // ring index of run_first's pool page
+  std::uint32_t promoted_count = 0;
+  std::uint32_t pages_held() const noexcept { return (sink_page != page_none ? 1u : 0u) + run_count + promoted_count; }
+};
+
+struct ContextState {
+  std::uint64_t request_id = 0;
+  std::uint32_t generation = 0;
+  bool running = false;
+  Budget budget;
+  std::uint32_t tokens_max = 0;        // the length this context may reach (≤ max context)
+  std::uint32_t length_tokens = 0;     // rows written so far (per layer)
+  std::uint64_t last_active_step = 0;  // recency for reclamation order
+  std::uint64_t admitted_order = 0;    // admission sequence number
+  std::uint64_t pages_assigned = 0;    // pool pages holding this context's rows (all layers)
+  std::uint64_t pages_reserved = 0;    // claimed free pages
+  std::uint64_t pages_held() const noexcept { return pages_assigned + pages_reserved; }
+  std::uint32_t layer_cap = 0;         // most pages one layer may hold
+};
+
+struct BudgetCounters {
+  std::uint64_t admitted = 0, queued = 0, refused = 0, finished = 0, cancelled = 0;
+  std::uint64_t pages_grown = 0;        // to target, by right
+  std::uint64_t pages_borrowed = 0;     // beyond target, from free pages
+  std::uint64_t pages_reclaimed = 0;    // taken back from another context
+  std::uint64_t reclaim_steps = 0;      // contexts visited by reclamation
+  std::uint64_t pages_evicted = 0;      // a context's own pages giving way to its new tail/promotion
+  std::uint64_t pages_promoted = 0;
+};
+
+class BudgetManager {
+ public:
+  BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& log);
+
+  const MemoryPlan& plan() const noexcept { return plan_; }
+  Arena& arena() noexcept { return arena_; }
+  DecisionLog& log() noexcept { return log_; }
+
+  // User-facing check of a request before submit: an Error naming --max-context.
+  Status check_request(std::uint32_t tokens_max) const;
+
+  // Admits (reserving the floor) or queues (FIFO) or refuses (too long, queue full, bad budget).
+  // budget == nullptr: the plan's default budget.
+  AdmitResult submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget = nullptr) noexcept;
+  // Returns every page and the history, then admits from the queue head while floors fit.
+  void finish(ContextHandle context) noexcept;
+  void cancel(ContextHandle context) noexcept;
+  // Removes a waiting request; false if it is not queued.
+  bool cancel_queued(std::uint64_t request_id) noexcept;
+  // Contexts admitted from the queue since the last call (copied into out; returns count copied).
+  std::uint32_t take_admitted(std::span<AdmitResult> out) noexcept;
+
+  // Grows the reservation by up to `pages`: to the target by right (reclaiming borrowed pages
+  // from others), beyond it up to the burst from free pages only. Returns pages granted.
+  std::uint64_t grow(ContextHandle context, std::uint64_t pages) noexcept;
+  // Gives back up to `pages` of the reservation, never below the floor. Returns pages returned.
+  std::uint64_t shrink(ContextHandle context, std::uint64_t pages) noexcept;
+  // Takes up to `pages` from other contexts (not `for_slot`) in reclamation order and frees them.
+  // down_to_floor: also below targets (admission). Returns pages freed.
+  std::uint64_t reclaim(std::uint64_t pages, std::uint32_t for_slot, bool down_to_floor) noexcept;
+
+  // --- residency primitives, used by the planner (no allocation) ---
+  bool current(ContextHandle context) const noexcept {
+    return context.slot < contexts_.size() && contexts_[context.slot].running &&
+           contexts_[context.slot].generation == context.generation;
+  }
+  ContextState& context(std::uint32_t slot) noexcept { return contexts_[slot]; }
+  const ContextState& context(std::uint32_t slot) const noexcept { return contexts_[slot]; }
+  LayerResidency& layer(std::uint32_t slot, std::uint32_t layer) noexcept { return layers_[slot * dense_layers_ + layer]; }
+  const LayerResidency& layer(std::uint32_t slot, std::uint32_t layer) const noexcept {
+    return layers_[slot * dense_layers_ + layer];
+  }
+  // Pool page of the run's i-th page (i = 0 is run_first).
+  std::uint32_t run_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t i) const noexcept;
+  std::span<const std::uint32_t> promoted_logical(std::uint32_t slot, std::uint32_t layer) const noexcept;
+  std::span<const std::uint32_t> promoted_pages(std::uint32_t slot, std::uint32_t layer) const noexcept;
+  // Where the page tables live (a plan refers to them by offset).
+  std::span<const std::uint32_t> ring_storage() const noexcept { return ring_; }
+  std::uint32_t ring_offset(std::uint32_t slot, std::uint32_t layer) const noexcept {
+    return (slot * dense_layers_ + layer) * ring_capacity_;
+  }
+  std::uint32_t ring_capacity() const noexcept { return ring_capacity_; }
+  std::span<const std::uint32_t> promoted_logical_storage() const noexcept { return promoted_logical_; }
+  std::span<const std::uint32_t> promoted_page_storage() const noexcept { return promoted_page_; }
+  std::uint32_t promoted_offset(std::uint32_t slot, std::uint32_t layer) const noexcept {
+    return (slot * dense_layers_ + layer) * plan_.promoted_pages_per_layer;
+  }
+
+  // Obtains a pool page for (slot, layer, logical): from the reservation, else growing to the
+  // target (free, then reclaiming borrowed pages), else borrowing a free page up to the burst.
+  // Returns page_none when none of those can: the caller evicts one of the context's own pages.
+  std::uint32_t acquire_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, PageState state,
+                             Reason reason) noexcept;
+  // Appends logical page run_first + run_count to the layer's run (the new tail page).
+  void push_run_back(std::uint32_t slot, std::uint32_t layer, std::uint32_t pool_page) noexcept;
+  // Prepends run_first − 1 to the run (a promotion that extends the run downward).
+  void push_run_front(std::uint32_t slot, std::uint32_t layer, std::uint32_t pool_page) noexcept;
+  void set_sink(std::uint32_t slot, std::uint32_t layer, std::uint32_t pool_page) noexcept;
+  // Inserts a promoted page below the run; false when the layer's promoted set is full.
+  bool add_promoted(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, std::uint32_t pool_page) noexcept;
+  // Frees the context's least valuable page in `layer` (a promoted page, else the run's oldest
+  // page, never the sink or a page at or above `keep_from_logical`). The freed page stays with
+  // the context as reserved. Returns false when the layer has nothing it may give.
+  bool evict_one(std::uint32_t slot, std::uint32_t layer, std::uint32_t keep_from_logical, Reason reason) noexcept;
+  // Marks a context active in `step` (reclamation order).
+  void touch(std::uint32_t slot, std::uint64_t step) noexcept { contexts_[slot].last_active_step = step; }
+  void set_step(std::uint64_t step) noexcept { step_ = step; }
+
+  std::uint64_t pages_reserved_total() const noexcept { return reserved_total_; }
+  // Free pages nobody has reserved: what borrowing may take.
+  std::uint64_t pages_unreserved() const noexcept { return arena_.pages().pages_free() - reserved_total_; }
+  std::uint64_t floors_committed() const noexcept { return floors_committed_; }
+  std::uint32_t running() const noexcept { return running_; }
+  std::uint32_t queued() const noexcept { return queue_size_; }
+  std::uint32_t slots() const noexcept { return static_cast<std::uint32_t>(contexts_.size()); }
+  const BudgetCounters& counters() const noexcept { return counters_; }
+
+  // Invariants 1 and 2 and the page tables' consistency; nullptr when sound, else what broke.
+  const char* check() const noexcept;
+  void validate() const noexcept;
+
+ private:
+  struct Waiting {
+    std::uint64_t request_id = 0;
+    std::uint32_t tokens_max = 0;
+    Budget budget;
+  };
+  bool floor_fits(std::uint64_t floor_pages) const noexcept;
+  AdmitResult admit(const Waiting& request, Reason reason) noexcept;
+  void release_all(std::uint32_t slot) noexcept;
+  void admit_from_queue() noexcept;
+  std::uint64_t take_from(std::uint32_t victim, std::uint64_t pages, std::uint64_t keep_pages,
+                          std::uint32_t for_slot, Reason reason) noexcept;
+  bool free_one_assigned(std::uint32_t slot, Reason reason, std::uint32_t for_slot) noexcept;
+  void record(DecisionKind kind, Reason reason, std::uint32_t slot, std::uint32_t layer, std::uint32_t logical,
+              std::uint32_t pool_page, std::uint32_t pages, std::uint32_t other_slot = UINT32_MAX) noexcept;
+
+  MemoryPlan plan_;
+  Arena& arena_;
+  DecisionLog& log_;
+  std::uint32_t dense_layers_ = 0;
+  std::uint32_t ring_capacity_ = 0;
+  std::vector<ContextState> contexts_;        // one per slot (= host history), concurrency of them
+  std::vector<LayerResidency> layers_;        // slot × dense_layers
+  std::vector<std::uint32_t> ring_;           // slot × dense_layers × ring_capacity pool pages
+  std::vector<std::uint32_t> promoted_logical_;  // slot × dense_layers × promoted_pages_per_layer
+  std::vector<std::uint32_t> promoted_page_;
+  std::vector<std::uint32_t> free_slots_;     // stack of free slots
+  std::uint32_t free_slot_count_ = 0;
+  std::vector<Waiting> queue_;                // FIFO ring, queue_max
+  std::uint32_t queue_head_ = 0;
+  std::uint32_t queue_size_ = 0;
+  std::vector<AdmitResult> admitted_;         // admitted from the queue, not yet taken
+  std::uint32_t admitted_count_ = 0;
+  std::vector<std::uint32_t> order_;          // scratch: reclamation order of slots
+  std::uint64_t reserved_total_ = 0;
+  std::uint64_t floors_committed_ = 0;
+  std::uint64_t admissions_ = 0;
+  std::uint32_t running_ = 0;
+  std::uint64_t step_ = 0;
+  BudgetCounters counters_;
+};
+
+}  // namespace activekv

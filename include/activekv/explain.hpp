@@ -1,0 +1,44 @@
+// explain.hpp — why each of a context's pages is where it is, and what the last step decided.
+//
+// explain() reads the budget manager's page tables and the decision log; it builds
+// strings and so runs off the step path (a CLI command, a debug endpoint, a test).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "activekv/budget.hpp"
+#include "activekv/decision_log.hpp"
+
+namespace activekv {
+
+// A run of a context's resident pages in one layer, all resident for one reason.
+struct ResidentRun {
+  std::uint32_t layer = 0;
+  std::uint32_t logical_first = 0;
+  std::uint32_t pages = 0;
+  const char* reason = "";  // static text: "sink page", "newest run", "tail page", "promoted (hot)", ...
+  std::uint32_t pool_page_first = page_none;  // pool page of logical_first
+};
+
+struct Explanation {
+  std::uint64_t request_id = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t length_tokens = 0;
+  Budget budget;
+  std::uint64_t pages_assigned = 0;
+  std::uint64_t pages_reserved = 0;
+  std::uint64_t last_active_step = 0;
+  std::vector<ResidentRun> runs;
+  std::uint32_t pages_staged_per_step = 0;  // logical pages not resident (staged by the next step)
+  std::uint64_t step = 0;                   // the step whose decisions follow
+  std::vector<Decision> decisions;          // that step's decisions for this context
+};
+
+// The planner's current step number is `step`; decisions recorded in it are included.
+Explanation explain(const BudgetManager& budgets, ContextHandle context, std::uint64_t step);
+std::string explanation_text(const Explanation& explanation);
+std::string explanation_json(const Explanation& explanation, int indent = 2);
+
+}  // namespace activekv

@@ -1,0 +1,162 @@
+// memory_plan.hpp — the explicit memory plan: every byte the operator gives, accounted for.
+//
+// A MemoryPlan is computed once, at startup, from MemorySettings, and never
+// changes. It is plain data: the host-pool formula with its terms, the device
+// arena's layout with byte offsets, and the per-context budgets in pages.
+//
+// Host pool (DESIGN.md "The memory plan"):
+//   segment_bytes     = max_context_tokens × row_bytes
+//   segments          = floor(host_pool_bytes / segment_bytes)
+//   histories         = floor(segments / dense_layers)
+//   leftover_segments = segments − histories × dense_layers
+//   concurrency       = min(max_seqs, histories)
+//
+// Device arena, one allocation, parts in this order, each aligned to arena_alignment_bytes:
+//   staging tiles   tiles × tile_tokens × row_bytes
+//   page pool       pages × page_tokens × row_bytes
+//   recurrent slots concurrency × recurrent_state_bytes
+//   headroom        headroom_bytes (explicit, revocable; may be 0)
+// The page pool gets what the device pool leaves after the other three parts.
+//
+// Budgets, per context, in pages across all dense layers: floor ≤ target ≤ burst.
+//   floor_pages_per_layer = 1 (sink) + pages_spanned_max(chunk_tokens)   (the tail pages one step writes)
+//   floor_pages           = floor_pages_per_layer × dense_layers (the minimum; the operator may ask more)
+//
+// Every refusal names the setting at fault and says what to change, with numbers.
+// An automatic device pool size ("auto", 0, "50%") is refused: it would hide the
+// decision the operator is making about how much device memory KV may own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "activekv/geometry.hpp"
+#include "activekv/result.hpp"
+
+namespace activekv {
+
+inline constexpr std::uint64_t arena_alignment_bytes = 4096;  // each arena part starts on this boundary
+inline constexpr std::uint32_t page_tokens_default = 16;
+inline constexpr std::uint32_t tile_tokens_default = 32768;  // DESIGN.md seed default; clipped to max context
+inline constexpr std::uint32_t tiles_default = 2;             // double buffering: copy into one while attending the other
+inline constexpr std::uint32_t chunk_tokens_default = 256;    // most tokens one context appends in one step
+inline constexpr std::uint32_t promoted_pages_per_layer_default = 32;
+inline constexpr std::uint32_t queue_max_default = 1024;
+
+// What the operator states. Zero in a budget field means "derive" (documented in docs/CORE.md);
+// zero in a size field is refused.
+struct MemorySettings {
+  Geometry geometry;
+  std::uint64_t host_pool_bytes = 0;        // --host-pool
+  std::uint64_t device_pool_bytes = 0;      // --device-pool (the whole arena)
+  std::uint64_t headroom_bytes = 0;         // --headroom (part of the device pool, lent to retained history)
+  std::uint32_t page_tokens = page_tokens_default;   // --page-tokens (P)
+  std::uint32_t tile_tokens = 0;            // --tile-tokens (T); 0 = min(32768, max context)
+  std::uint32_t tiles = tiles_default;      // --tiles
+  std::uint32_t max_context_tokens = 0;     // --max-context
+  std::uint32_t max_seqs = 1;               // --max-seqs
+  std::uint32_t chunk_tokens = chunk_tokens_default;  // --chunk-tokens: most tokens a context appends per step
+  std::uint32_t promoted_pages_per_layer = promoted_pages_per_layer_default;  // --promoted-pages
+  std::uint32_t queue_max = queue_max_default;        // --queue-max: waiting requests held at once
+  std::uint64_t floor_pages = 0;            // --floor-pages  (0 = the minimum floor)
+  std::uint64_t target_pages = 0;           // --target-pages (0 = an even share of the pool)
+  std::uint64_t burst_pages = 0;            // --burst-pages  (0 = all pages a max-length context can use)
+};
+
+struct HostPoolPlan {
+  std::uint64_t row_bytes = 0;
+  std::uint32_t max_context_tokens = 0;
+  std::uint64_t segment_bytes = 0;      // max_context_tokens × row_bytes
+  std::uint64_t host_pool_bytes = 0;
+  std::uint64_t segments = 0;           // floor(host_pool_bytes / segment_bytes)
+  std::uint32_t dense_layers = 0;
+  std::uint64_t history_bytes = 0;      // dense_layers × segment_bytes
+  std::uint64_t histories = 0;          // floor(segments / dense_layers)
+  std::uint64_t leftover_segments = 0;  // segments − histories × dense_layers
+  std::uint32_t max_seqs = 0;
+  std::uint32_t concurrency = 0;        // min(max_seqs, histories)
+  std::uint64_t used_bytes = 0;         // histories × history_bytes (what is mapped and pinned)
+
+  // Byte offset of history h, dense layer l, token t (DESIGN "Shared data layout").
+  std::uint64_t segment_offset(std::uint32_t history, std::uint32_t layer) const noexcept {
+    return (static_cast<std::uint64_t>(history) * dense_layers + layer) * segment_bytes;
+  }
+  std::uint64_t row_offset(std::uint32_t history, std::uint32_t layer, std::uint32_t token) const noexcept {
+    return segment_offset(history, layer) + static_cast<std::uint64_t>(token) * row_bytes;
+  }
+};
+
+struct ArenaPart {
+  std::uint64_t offset_bytes = 0;
+  std::uint64_t size_bytes = 0;
+};
+
+struct ArenaPlan {
+  std::uint64_t device_pool_bytes = 0;  // what the operator gave
+  std::uint32_t page_tokens = 0;        // P
+  std::uint64_t page_bytes = 0;         // P × row_bytes
+  std::uint32_t tile_tokens = 0;        // T (a multiple of P)
+  std::uint64_t tile_bytes = 0;         // T × row_bytes
+  std::uint32_t tile_pages = 0;         // T / P: whole pages per tile
+  std::uint32_t tiles = 0;              // staging tile slots
+  std::uint32_t pages = 0;              // pool pages
+  std::uint32_t recurrent_slots = 0;    // = concurrency when the model has recurrent state, else 0
+  std::uint64_t recurrent_slot_bytes = 0;
+  ArenaPart staging_tiles;              // tiles × tile_bytes
+  ArenaPart page_pool;                  // pages × page_bytes
+  ArenaPart recurrent;                  // recurrent_slots × recurrent_slot_bytes
+  ArenaPart headroom;                   // headroom_bytes
+  std::uint64_t used_bytes = 0;         // end of the last part
+  std::uint64_t unused_bytes = 0;       // device_pool_bytes − used_bytes (alignment and the page remainder)
+
+  std::uint64_t tile_offset(std::uint32_t slot) const noexcept { return staging_tiles.offset_bytes + slot * tile_bytes; }
+  std::uint64_t page_offset(std::uint32_t page) const noexcept { return page_pool.offset_bytes + page * page_bytes; }
+  std::uint64_t recurrent_offset(std::uint32_t slot) const noexcept {
+    return recurrent.offset_bytes + slot * recurrent_slot_bytes;
+  }
+};
+
+struct BudgetPlan {
+  std::uint32_t floor_pages_per_layer = 0;  // 1 sink + pages_spanned_max(chunk_tokens)
+  std::uint64_t floor_pages_min = 0;        // floor_pages_per_layer × dense_layers
+  std::uint64_t floor_pages = 0;            // default floor (≥ floor_pages_min)
+  std::uint64_t target_pages = 0;           // default target
+  std::uint64_t burst_pages = 0;            // default burst
+  std::uint32_t pages_per_layer_max = 0;    // max_context_tokens / P: logical pages of one segment
+  std::uint32_t layer_pages_max = 0;        // most pages one layer of one context may hold: min(pages_per_layer_max, ceil(burst/L))
+  std::uint64_t floors_that_fit = 0;        // floor(pages / floor_pages)
+  std::uint32_t concurrency = 0;            // min(host concurrency, floors_that_fit): contexts that run at once
+};
+
+struct MemoryPlan {
+  Geometry geometry;
+  HostPoolPlan host;
+  ArenaPlan arena;
+  BudgetPlan budget;
+  std::uint32_t chunk_tokens = 0;
+  std::uint32_t promoted_pages_per_layer = 0;
+  std::uint32_t queue_max = 0;
+};
+
+// Logical pages that `tokens` consecutive tokens can touch, over every alignment:
+// floor((tokens − 1 + P − 1) / P) + 1 (1 for one decode token).
+std::uint32_t pages_spanned_max(std::uint32_t tokens, std::uint32_t page_tokens) noexcept;
+
+// The smallest device pool these settings can run one context in, and the one that runs
+// max_seqs contexts at their floors; used to say how to choose a size.
+std::uint64_t device_pool_minimum_bytes(const MemorySettings& settings, std::uint32_t contexts);
+
+// Parses --device-pool. Refuses an automatic size ("auto", "0", "50%", "max") with the why
+// and a suggested explicit size computed from the other settings.
+Result<std::uint64_t> parse_device_pool(std::string_view text, const MemorySettings& settings);
+
+// Validates the settings and computes the plan, or refuses naming the setting and its minimum.
+Result<MemoryPlan> make_memory_plan(const MemorySettings& settings);
+
+// The plan printed for people (formulas with the numbers filled in, the arena layout with
+// offsets, concurrency, floors/targets/bursts) and as JSON (keys named after the formula's terms).
+std::string format_memory_plan(const MemoryPlan& plan);
+std::string memory_plan_json(const MemoryPlan& plan, int indent = 2);
+
+}  // namespace activekv

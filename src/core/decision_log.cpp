@@ -1,0 +1,104 @@
+// decision_log.cpp — the fixed ring of decisions and the static text of each reason.
+#include "activekv/decision_log.hpp"
+
+#include "activekv/assert.hpp"
+
+namespace activekv {
+
+const char* decision_kind_name(DecisionKind kind) noexcept {
+  switch (kind) {
+    case DecisionKind::admit: return "admit";
+    case DecisionKind::queue: return "queue";
+    case DecisionKind::grow: return "grow";
+    case DecisionKind::borrow: return "borrow";
+    case DecisionKind::reclaim: return "reclaim";
+    case DecisionKind::promote: return "promote";
+    case DecisionKind::evict: return "evict";
+    case DecisionKind::refuse: return "refuse";
+    case DecisionKind::finish: return "finish";
+    case DecisionKind::cancel: return "cancel";
+  }
+  return "?";
+}
+
+const char* reason_name(Reason reason) noexcept {
+  switch (reason) {
+    case Reason::floor_fits: return "floor_fits";
+    case Reason::floor_fits_after_reclaim: return "floor_fits_after_reclaim";
+    case Reason::no_free_history: return "no_free_history";
+    case Reason::floor_does_not_fit: return "floor_does_not_fit";
+    case Reason::queue_not_empty: return "queue_not_empty";
+    case Reason::queue_full: return "queue_full";
+    case Reason::context_too_long: return "context_too_long";
+    case Reason::budget_invalid: return "budget_invalid";
+    case Reason::to_target: return "to_target";
+    case Reason::to_burst: return "to_burst";
+    case Reason::borrowed_first: return "borrowed_first";
+    case Reason::toward_floor: return "toward_floor";
+    case Reason::new_tail: return "new_tail";
+    case Reason::extend_run: return "extend_run";
+    case Reason::hot_page: return "hot_page";
+    case Reason::run_slides: return "run_slides";
+    case Reason::finished: return "finished";
+    case Reason::cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+const char* reason_text(Reason reason) noexcept {
+  switch (reason) {
+    case Reason::floor_fits: return "a host history is free and the floor fits in the page pool";
+    case Reason::floor_fits_after_reclaim: return "the floor fits once borrowed pages are taken back";
+    case Reason::no_free_history: return "every host history is in use (raise --host-pool or wait)";
+    case Reason::floor_does_not_fit: return "the page pool cannot hold another floor (raise --device-pool or wait)";
+    case Reason::queue_not_empty: return "earlier requests are waiting (first in, first out)";
+    case Reason::queue_full: return "the queue is full (--queue-max)";
+    case Reason::context_too_long: return "longer than --max-context";
+    case Reason::budget_invalid: return "floor ≤ target ≤ burst does not hold, or the floor is below the minimum";
+    case Reason::to_target: return "below its target: held by right";
+    case Reason::to_burst: return "above its target: borrowed from free pages";
+    case Reason::borrowed_first: return "a borrowed page (above target), least-recently-active context first";
+    case Reason::toward_floor: return "below target toward the floor, for another context's floor";
+    case Reason::new_tail: return "the step's new tokens need a tail page";
+    case Reason::extend_run: return "staged just below the newest run: the run grows down (exact policy)";
+    case Reason::hot_page: return "its score crossed the hotness threshold";
+    case Reason::run_slides: return "the layer is at its page cap: the run's oldest page gives way";
+    case Reason::finished: return "finished: every page and the history returned";
+    case Reason::cancelled: return "cancelled: every page and the history returned";
+  }
+  return "?";
+}
+
+DecisionLog::DecisionLog(std::uint32_t capacity) : ring_(capacity) {
+  AK_ASSERT(capacity > 0, "a decision log holds at least one record");
+}
+
+void DecisionLog::record(const Decision& decision) noexcept {
+  ring_[recorded_ % ring_.size()] = decision;
+  ++recorded_;
+}
+
+std::uint32_t DecisionLog::size() const noexcept {
+  return static_cast<std::uint32_t>(recorded_ < ring_.size() ? recorded_ : ring_.size());
+}
+
+const Decision& DecisionLog::at(std::uint32_t i) const noexcept {
+  AK_ASSERT(i < size(), "decision index outside the held records");
+  const std::uint64_t first = recorded_ - size();
+  return ring_[(first + i) % ring_.size()];
+}
+
+std::uint32_t DecisionLog::select(std::uint64_t step, std::uint32_t slot, std::span<Decision> out) const noexcept {
+  std::uint32_t matched = 0;
+  const std::uint32_t held = size();
+  for (std::uint32_t i = 0; i < held; ++i) {
+    const Decision& d = at(i);
+    if (d.step != step) continue;
+    if (slot != UINT32_MAX && d.slot != slot && d.other_slot != slot) continue;
+    if (matched < out.size()) out[matched] = d;
+    ++matched;
+  }
+  return matched;
+}
+
+}  // namespace activekv

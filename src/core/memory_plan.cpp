@@ -1,0 +1,307 @@
+// memory_plan.cpp — validating the settings and computing the plan, or refusing with the fix.
+//
+// Every figure of the plan is computed here, once, in 128-bit arithmetic where an
+// operator's numbers are multiplied, so a huge value is refused instead of wrapping.
+// The order of the checks is the order an operator fixes them: geometry, context and
+// page shape, host pool, device pool, budgets.
+#include "activekv/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "activekv/page_pool.hpp"
+#include "activekv/size.hpp"
+
+namespace activekv {
+
+namespace {
+
+__extension__ typedef unsigned __int128 u128;
+constexpr u128 u64_max = static_cast<u128>(~0ull);
+
+std::uint64_t align_up(std::uint64_t bytes) noexcept {
+  return (bytes + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes;
+}
+
+Error invalid(const char* setting, std::string message) {
+  return make_error(ErrorCode::invalid_argument, setting, std::move(message));
+}
+Error refused(const char* setting, std::string message) {
+  return make_error(ErrorCode::refused, setting, std::move(message));
+}
+
+std::uint32_t effective_tile_tokens(const MemorySettings& s) noexcept {
+  if (s.tile_tokens != 0) return s.tile_tokens;
+  return std::min(tile_tokens_default, s.max_context_tokens);
+}
+
+std::uint32_t floor_pages_per_layer(const MemorySettings& s) noexcept {
+  const std::uint32_t pages_per_layer = s.max_context_tokens / s.page_tokens;
+  return std::min(1 + pages_spanned_max(s.chunk_tokens, s.page_tokens), std::max(pages_per_layer, 1u));
+}
+
+// The device parts other than pages, and the bytes of `contexts` floors.
+struct DeviceNeeds {
+  std::uint64_t tiles_bytes = 0;
+  std::uint64_t recurrent_bytes = 0;
+  std::uint64_t floor_bytes = 0;  // one floor
+  std::uint32_t floor_pages = 0;
+};
+
+DeviceNeeds device_needs(const MemorySettings& s, std::uint32_t contexts) noexcept {
+  DeviceNeeds n;
+  const std::uint64_t row = s.geometry.row_bytes();
+  n.tiles_bytes = align_up(static_cast<std::uint64_t>(s.tiles) * effective_tile_tokens(s) * row);
+  n.recurrent_bytes = align_up(static_cast<std::uint64_t>(contexts) * s.geometry.recurrent_state_bytes);
+  n.floor_pages = floor_pages_per_layer(s) * s.geometry.dense_layers;
+  n.floor_bytes = static_cast<std::uint64_t>(n.floor_pages) * s.page_tokens * row;
+  return n;
+}
+
+std::uint32_t host_concurrency(const MemorySettings& s) noexcept {
+  const u128 segment = static_cast<u128>(s.max_context_tokens) * s.geometry.row_bytes();
+  if (segment == 0 || s.geometry.dense_layers == 0) return 0;
+  const u128 histories = static_cast<u128>(s.host_pool_bytes) / segment / s.geometry.dense_layers;
+  return static_cast<std::uint32_t>(std::min<u128>(histories, s.max_seqs));
+}
+
+bool automatic_text(std::string_view text) {
+  std::string lower;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return lower == "auto" || lower == "max" || lower == "all" || lower == "free" || (!lower.empty() && lower.back() == '%');
+}
+
+Error automatic_device_pool(const MemorySettings& s) {
+  std::string how;
+  if (s.geometry.validate().ok() && s.page_tokens != 0 && s.max_context_tokens >= s.page_tokens && s.chunk_tokens != 0) {
+    const std::uint32_t contexts = std::max(1u, host_concurrency(s) == 0 ? s.max_seqs : host_concurrency(s));
+    const DeviceNeeds n = device_needs(s, contexts);
+    const std::uint64_t minimum = n.tiles_bytes + n.recurrent_bytes + static_cast<std::uint64_t>(contexts) * n.floor_bytes +
+                                  align_up(s.headroom_bytes);
+    how = fmt::format(
+        " Choose one: staging tiles ({} × {} tokens × {} B = {}) + floors for {} contexts ({} × {} pages of {} = {}) + "
+        "recurrent slots ({}) + headroom ({}) = at least {}; every byte above that keeps more history resident "
+        "(less staging per step).",
+        s.tiles, effective_tile_tokens(s), s.geometry.row_bytes(), format_bytes(n.tiles_bytes), contexts, contexts,
+        n.floor_pages, format_bytes(static_cast<std::uint64_t>(s.page_tokens) * s.geometry.row_bytes()),
+        format_bytes(static_cast<std::uint64_t>(contexts) * n.floor_bytes), format_bytes(n.recurrent_bytes),
+        format_bytes(s.headroom_bytes), format_bytes(minimum));
+  } else {
+    how = " Choose an explicit size such as 8GiB.";
+  }
+  return refused("--device-pool",
+                 "an automatic device pool size is refused: it would hide the decision you are making — how much "
+                 "device memory KV may own, and so how many contexts run at once and how much history stays "
+                 "resident instead of being copied in every step." +
+                     how);
+}
+
+Status check_shape(const MemorySettings& s) {
+  if (Status g = s.geometry.validate(); !g) return g;
+  if (s.max_context_tokens == 0) return invalid("--max-context", "must be at least 1 token");
+  if (s.page_tokens == 0) return invalid("--page-tokens", "must be at least 1 token (16 is a good start)");
+  if (s.max_context_tokens % s.page_tokens != 0) {
+    const std::uint32_t below = s.max_context_tokens / s.page_tokens * s.page_tokens;
+    return invalid("--max-context",
+                   fmt::format("{} is not a whole number of {}-token pages: use {} or {}", s.max_context_tokens,
+                               s.page_tokens, below == 0 ? s.page_tokens : below, below + s.page_tokens));
+  }
+  const std::uint32_t tile = effective_tile_tokens(s);
+  if (tile % s.page_tokens != 0) {
+    const std::uint32_t below = tile / s.page_tokens * s.page_tokens;
+    return invalid("--tile-tokens", fmt::format("the page size ({} tokens) must divide the tile size ({} tokens): "
+                                                "use --tile-tokens {} or {}, or another --page-tokens",
+                                                s.page_tokens, tile, below == 0 ? s.page_tokens : below,
+                                                below + s.page_tokens));
+  }
+  if (s.tiles == 0) {
+    return invalid("--tiles", "must be at least 1: history that is not resident streams through the staging tiles "
+                              "(2 lets one tile fill while the other is read)");
+  }
+  if (s.max_seqs == 0) return invalid("--max-seqs", "must be at least 1");
+  if (s.chunk_tokens == 0) return invalid("--chunk-tokens", "must be at least 1 (1 for decode-only)");
+  if (s.chunk_tokens > s.max_context_tokens) {
+    return invalid("--chunk-tokens", fmt::format("{} is longer than --max-context {}", s.chunk_tokens, s.max_context_tokens));
+  }
+  return Status::success();
+}
+
+Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
+  HostPoolPlan h;
+  h.row_bytes = s.geometry.row_bytes();
+  h.max_context_tokens = s.max_context_tokens;
+  h.dense_layers = s.geometry.dense_layers;
+  h.host_pool_bytes = s.host_pool_bytes;
+  h.max_seqs = s.max_seqs;
+  const u128 segment = static_cast<u128>(s.max_context_tokens) * h.row_bytes;
+  const u128 history = segment * h.dense_layers;
+  if (history > u64_max) {
+    return invalid("--max-context", "max context × row bytes × dense layers overflows 64 bits: lower --max-context");
+  }
+  h.segment_bytes = static_cast<std::uint64_t>(segment);
+  h.history_bytes = static_cast<std::uint64_t>(history);
+  if (s.host_pool_bytes == 0) {
+    return invalid("--host-pool", fmt::format("must be given explicitly: one history needs {} ({} segments of {})",
+                                              format_bytes(h.history_bytes), h.dense_layers, format_bytes(h.segment_bytes)));
+  }
+  h.segments = h.host_pool_bytes / h.segment_bytes;
+  h.histories = h.segments / h.dense_layers;
+  h.leftover_segments = h.segments - h.histories * h.dense_layers;
+  if (h.histories == 0) {
+    const std::uint64_t fit_tokens = h.host_pool_bytes / (static_cast<std::uint64_t>(h.dense_layers) * h.row_bytes);
+    const std::uint64_t fit_pages = fit_tokens / s.page_tokens * s.page_tokens;
+    std::string lower = fit_pages == 0
+                            ? fmt::format(" (even one {}-token page per layer needs {})", s.page_tokens,
+                                          format_bytes(static_cast<std::uint64_t>(s.page_tokens) * h.row_bytes * h.dense_layers))
+                            : fmt::format(", or lower --max-context to {}", fit_pages);
+    return refused("--host-pool",
+                   fmt::format("host pool must be at least {} ({} segments of {}) for max context {}{}; {} holds no history",
+                               format_bytes(h.history_bytes), h.dense_layers, format_bytes(h.segment_bytes),
+                               s.max_context_tokens, lower, format_bytes(h.host_pool_bytes)));
+  }
+  h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories, s.max_seqs));
+  h.used_bytes = static_cast<std::uint64_t>(h.concurrency) * h.history_bytes;
+  return h;
+}
+
+Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
+  ArenaPlan a;
+  a.device_pool_bytes = s.device_pool_bytes;
+  if (s.device_pool_bytes == 0) return automatic_device_pool(s);
+  const std::uint64_t row = h.row_bytes;
+  a.page_tokens = s.page_tokens;
+  a.page_bytes = static_cast<std::uint64_t>(s.page_tokens) * row;
+  a.tile_tokens = effective_tile_tokens(s);
+  a.tile_bytes = static_cast<std::uint64_t>(a.tile_tokens) * row;
+  a.tile_pages = a.tile_tokens / a.page_tokens;
+  a.tiles = s.tiles;
+  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.concurrency : 0;
+  a.recurrent_slot_bytes = s.geometry.recurrent_state_bytes;
+
+  const u128 tiles_bytes = static_cast<u128>(a.tiles) * a.tile_bytes;
+  const u128 recurrent_bytes = static_cast<u128>(a.recurrent_slots) * a.recurrent_slot_bytes;
+  if (tiles_bytes > u64_max / 4) return invalid("--tiles", "tiles × tile bytes overflows: lower --tiles or --tile-tokens");
+  if (recurrent_bytes > u64_max / 4) return invalid("--recurrent-state-bytes", "recurrent slots overflow: lower it");
+  const DeviceNeeds needs = device_needs(s, 1);
+  const std::uint64_t fixed = align_up(static_cast<std::uint64_t>(tiles_bytes)) +
+                              align_up(static_cast<std::uint64_t>(recurrent_bytes)) + align_up(s.headroom_bytes);
+  const std::uint64_t minimum = fixed + needs.floor_bytes;
+  if (s.device_pool_bytes < minimum || s.headroom_bytes > s.device_pool_bytes) {
+    return refused("--device-pool",
+                   fmt::format("device pool must be at least {} to run one context: staging tiles {} ({} × {} tokens) "
+                               "+ recurrent slots {} ({} × {}) + headroom {} + one floor {} ({} pages of {}); "
+                               "raise --device-pool, or lower --tiles, --tile-tokens, --chunk-tokens or --headroom",
+                               format_bytes(minimum), format_bytes(static_cast<std::uint64_t>(tiles_bytes)), a.tiles,
+                               a.tile_tokens, format_bytes(static_cast<std::uint64_t>(recurrent_bytes)),
+                               a.recurrent_slots, format_bytes(a.recurrent_slot_bytes), format_bytes(s.headroom_bytes),
+                               format_bytes(needs.floor_bytes), needs.floor_pages, format_bytes(a.page_bytes)));
+  }
+  a.staging_tiles = {0, static_cast<std::uint64_t>(tiles_bytes)};
+  const std::uint64_t pool_offset = align_up(a.staging_tiles.size_bytes);
+  const std::uint64_t page_room = s.device_pool_bytes - fixed;
+  const std::uint64_t pages = page_room / a.page_bytes;
+  if (pages >= page_none) {
+    return invalid("--page-tokens", fmt::format("the device pool would hold {} pages, more than a page table can name: "
+                                                "raise --page-tokens", pages));
+  }
+  a.pages = static_cast<std::uint32_t>(pages);
+  a.page_pool = {pool_offset, static_cast<std::uint64_t>(a.pages) * a.page_bytes};
+  a.recurrent = {align_up(a.page_pool.offset_bytes + a.page_pool.size_bytes), static_cast<std::uint64_t>(recurrent_bytes)};
+  a.headroom = {align_up(a.recurrent.offset_bytes + a.recurrent.size_bytes), s.headroom_bytes};
+  a.used_bytes = a.headroom.offset_bytes + a.headroom.size_bytes;
+  AK_ASSERT(a.used_bytes <= s.device_pool_bytes, "arena layout must fit in the device pool");
+  a.unused_bytes = s.device_pool_bytes - a.used_bytes;
+  return a;
+}
+
+Result<BudgetPlan> plan_budget(const MemorySettings& s, const HostPoolPlan& h, const ArenaPlan& a) {
+  BudgetPlan b;
+  const std::uint32_t layers = s.geometry.dense_layers;
+  b.pages_per_layer_max = s.max_context_tokens / s.page_tokens;
+  b.floor_pages_per_layer = floor_pages_per_layer(s);
+  b.floor_pages_min = static_cast<std::uint64_t>(b.floor_pages_per_layer) * layers;
+  const std::uint64_t usable_max = static_cast<std::uint64_t>(b.pages_per_layer_max) * layers;
+
+  b.floor_pages = s.floor_pages != 0 ? s.floor_pages : b.floor_pages_min;
+  if (b.floor_pages < b.floor_pages_min) {
+    return invalid("--floor-pages", fmt::format("{} is below the minimum floor of {} pages: {} dense layers × (1 sink "
+                                                "page + {} tail pages for a {}-token step)",
+                                                b.floor_pages, b.floor_pages_min, layers, b.floor_pages_per_layer - 1,
+                                                s.chunk_tokens));
+  }
+  if (b.floor_pages > a.pages) {
+    return refused("--floor-pages", fmt::format("a floor of {} pages does not fit the pool's {} pages: lower "
+                                                "--floor-pages or raise --device-pool", b.floor_pages, a.pages));
+  }
+  b.burst_pages = s.burst_pages != 0 ? s.burst_pages : std::max(b.floor_pages, std::min<std::uint64_t>(a.pages, usable_max));
+  const std::uint64_t share = a.pages / std::max(1u, h.concurrency) / layers * layers;
+  b.target_pages = s.target_pages != 0 ? s.target_pages : std::clamp(share, b.floor_pages, std::max(b.floor_pages, b.burst_pages));
+  if (b.floor_pages > b.target_pages) {
+    return invalid("--target-pages", fmt::format("the target ({} pages) is below the floor ({} pages): floor ≤ target ≤ "
+                                                 "burst; raise --target-pages or lower --floor-pages",
+                                                 b.target_pages, b.floor_pages));
+  }
+  if (b.target_pages > b.burst_pages) {
+    return invalid("--burst-pages", fmt::format("the burst ({} pages) is below the target ({} pages): floor ≤ target ≤ "
+                                                "burst; raise --burst-pages or lower --target-pages",
+                                                b.burst_pages, b.target_pages));
+  }
+  if (b.burst_pages > a.pages) {
+    return invalid("--burst-pages", fmt::format("the burst ({} pages) is larger than the whole pool ({} pages)",
+                                                b.burst_pages, a.pages));
+  }
+  const std::uint64_t per_layer = (b.burst_pages + layers - 1) / layers;
+  b.layer_pages_max = static_cast<std::uint32_t>(std::min<std::uint64_t>(b.pages_per_layer_max, per_layer));
+  b.layer_pages_max = std::max(b.layer_pages_max, b.floor_pages_per_layer);
+  b.floors_that_fit = a.pages / b.floor_pages;
+  b.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.concurrency, b.floors_that_fit));
+  return b;
+}
+
+}  // namespace
+
+std::uint32_t pages_spanned_max(std::uint32_t tokens, std::uint32_t page_tokens) noexcept {
+  if (tokens == 0 || page_tokens == 0) return 0;
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(tokens) - 1 + page_tokens - 1) / page_tokens + 1);
+}
+
+std::uint64_t device_pool_minimum_bytes(const MemorySettings& s, std::uint32_t contexts) {
+  if (!check_shape(s)) return 0;
+  const DeviceNeeds n = device_needs(s, contexts);
+  return n.tiles_bytes + n.recurrent_bytes + static_cast<std::uint64_t>(std::max(contexts, 1u)) * n.floor_bytes +
+         align_up(s.headroom_bytes);
+}
+
+Result<std::uint64_t> parse_device_pool(std::string_view text, const MemorySettings& settings) {
+  if (automatic_text(text)) return automatic_device_pool(settings);
+  Result<std::uint64_t> bytes = parse_size(text, "--device-pool", /*zero_allowed=*/true);
+  if (!bytes) return bytes;
+  if (*bytes == 0) return automatic_device_pool(settings);
+  return bytes;
+}
+
+Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
+  if (Status shape = check_shape(s); !shape) return shape.error();
+  MemoryPlan plan;
+  plan.geometry = s.geometry;
+  plan.chunk_tokens = s.chunk_tokens;
+  plan.promoted_pages_per_layer = s.promoted_pages_per_layer;
+  plan.queue_max = s.queue_max;
+  Result<HostPoolPlan> host = plan_host_pool(s);
+  if (!host) return host.error();
+  plan.host = *host;
+  Result<ArenaPlan> arena = plan_arena(s, plan.host);
+  if (!arena) return arena.error();
+  plan.arena = *arena;
+  Result<BudgetPlan> budget = plan_budget(s, plan.host, plan.arena);
+  if (!budget) return budget.error();
+  plan.budget = *budget;
+  return plan;
+}
+
+}  // namespace activekv

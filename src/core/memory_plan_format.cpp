@@ -1,0 +1,134 @@
+// memory_plan_format.cpp — the memory plan for people (formulas with numbers) and as JSON.
+//
+// The text repeats each formula of DESIGN.md with the operator's numbers filled in, so a
+// refusal or a lowered concurrency explains itself. The JSON keys are the formula's terms.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "activekv/memory_plan.hpp"
+#include "activekv/size.hpp"
+
+namespace activekv {
+
+namespace {
+
+std::string part_line(const char* name, const ArenaPart& part, const std::string& formula) {
+  return fmt::format("  {:<16} {:>14} {:>12}   {}\n", name, part.offset_bytes, format_bytes(part.size_bytes), formula);
+}
+
+nlohmann::json part_json(const ArenaPart& part) {
+  return {{"offset_bytes", part.offset_bytes}, {"size_bytes", part.size_bytes}};
+}
+
+}  // namespace
+
+std::string format_memory_plan(const MemoryPlan& plan) {
+  const Geometry& g = plan.geometry;
+  const HostPoolPlan& h = plan.host;
+  const ArenaPlan& a = plan.arena;
+  const BudgetPlan& b = plan.budget;
+  std::string out;
+  out += fmt::format("geometry: {} dense layers, {} KV heads × head dim {}, {}", g.dense_layers, g.kv_heads, g.head_dim,
+                     dtype_name(g.dtype));
+  if (g.recurrent_state_bytes != 0) {
+    out += fmt::format(", {} recurrent layers with {} of state per context", g.recurrent_layers,
+                       format_bytes(g.recurrent_state_bytes));
+  }
+  out += "\n\nhost pool (pinned; the authoritative copy of every context's KV history):\n";
+  out += fmt::format("  row_bytes         = 2 × kv_heads {} × head_dim {} × {} B = {} B\n", g.kv_heads, g.head_dim,
+                     dtype_bytes(g.dtype), h.row_bytes);
+  out += fmt::format("  segment_bytes     = max_context {} × row_bytes {} = {}\n", h.max_context_tokens, h.row_bytes,
+                     format_bytes(h.segment_bytes));
+  out += fmt::format("  segments          = floor(host_pool {} / segment_bytes {}) = {}\n", format_bytes(h.host_pool_bytes),
+                     format_bytes(h.segment_bytes), h.segments);
+  out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
+                     h.dense_layers, h.histories, format_bytes(h.history_bytes));
+  out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
+                     h.dense_layers, h.leftover_segments);
+  out += fmt::format("  concurrency       = min(max_seqs {}, histories {}) = {}{}\n", h.max_seqs, h.histories,
+                     h.concurrency, h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");
+  out += fmt::format("  pinned            = concurrency {} × {} = {}\n", h.concurrency, format_bytes(h.history_bytes),
+                     format_bytes(h.used_bytes));
+
+  out += fmt::format("\ndevice arena (one allocation of {} at warm-up):\n", format_bytes(a.device_pool_bytes));
+  out += fmt::format("  {:<16} {:>14} {:>12}   {}\n", "part", "offset (B)", "size", "formula");
+  out += part_line("staging tiles", a.staging_tiles,
+                   fmt::format("tiles {} × tile_tokens {} × row_bytes {}", a.tiles, a.tile_tokens, h.row_bytes));
+  out += part_line("page pool", a.page_pool,
+                   fmt::format("pages {} × page_tokens {} × row_bytes {} ({} pages)", a.pages, a.page_tokens,
+                               h.row_bytes, format_bytes(a.page_bytes)));
+  out += part_line("recurrent slots", a.recurrent,
+                   fmt::format("slots {} × {}", a.recurrent_slots, format_bytes(a.recurrent_slot_bytes)));
+  out += part_line("headroom", a.headroom, "stated by --headroom; revocable");
+  out += fmt::format("  {:<16} {:>14} {:>12}   alignment ({} B) and the remainder below one page\n", "unused",
+                     a.used_bytes, format_bytes(a.unused_bytes), arena_alignment_bytes);
+
+  out += fmt::format("\nbudgets per context (pages across {} dense layers; one page = {} tokens = {}):\n", g.dense_layers,
+                     a.page_tokens, format_bytes(a.page_bytes));
+  out += fmt::format("  floor  {:>8} pages ({})   minimum {} = {} layers × (1 sink + {} tail pages for a {}-token step)\n",
+                     b.floor_pages, format_bytes(b.floor_pages * a.page_bytes), b.floor_pages_min, g.dense_layers,
+                     b.floor_pages_per_layer - 1, plan.chunk_tokens);
+  out += fmt::format("  target {:>8} pages ({})   held by right\n", b.target_pages, format_bytes(b.target_pages * a.page_bytes));
+  out += fmt::format("  burst  {:>8} pages ({})   borrowed while pages are free; at most {} pages per layer\n",
+                     b.burst_pages, format_bytes(b.burst_pages * a.page_bytes), b.layer_pages_max);
+  out += fmt::format("  floors that fit = floor(pages {} / floor {}) = {}\n", a.pages, b.floor_pages, b.floors_that_fit);
+  out += fmt::format("  running at once = min(host concurrency {}, floors that fit {}) = {}{}\n", h.concurrency,
+                     b.floors_that_fit, b.concurrency,
+                     b.concurrency < h.concurrency ? "   (the device pool lowers it: further requests queue)" : "");
+  return out;
+}
+
+std::string memory_plan_json(const MemoryPlan& plan, int indent) {
+  const Geometry& g = plan.geometry;
+  const HostPoolPlan& h = plan.host;
+  const ArenaPlan& a = plan.arena;
+  const BudgetPlan& b = plan.budget;
+  nlohmann::json j;
+  j["geometry"] = {{"dense_layers", g.dense_layers},   {"recurrent_layers", g.recurrent_layers},
+                   {"kv_heads", g.kv_heads},           {"head_dim", g.head_dim},
+                   {"dtype", dtype_name(g.dtype)},     {"recurrent_state_bytes", g.recurrent_state_bytes},
+                   {"row_bytes", g.row_bytes()}};
+  j["host_pool"] = {{"row_bytes", h.row_bytes},
+                    {"max_context_tokens", h.max_context_tokens},
+                    {"segment_bytes", h.segment_bytes},
+                    {"host_pool_bytes", h.host_pool_bytes},
+                    {"segments", h.segments},
+                    {"dense_layers", h.dense_layers},
+                    {"history_bytes", h.history_bytes},
+                    {"histories", h.histories},
+                    {"leftover_segments", h.leftover_segments},
+                    {"max_seqs", h.max_seqs},
+                    {"concurrency", h.concurrency},
+                    {"pinned_bytes", h.used_bytes}};
+  j["arena"] = {{"device_pool_bytes", a.device_pool_bytes},
+                {"alignment_bytes", arena_alignment_bytes},
+                {"page_tokens", a.page_tokens},
+                {"page_bytes", a.page_bytes},
+                {"tile_tokens", a.tile_tokens},
+                {"tile_bytes", a.tile_bytes},
+                {"tiles", a.tiles},
+                {"pages", a.pages},
+                {"recurrent_slots", a.recurrent_slots},
+                {"recurrent_slot_bytes", a.recurrent_slot_bytes},
+                {"staging_tiles", part_json(a.staging_tiles)},
+                {"page_pool", part_json(a.page_pool)},
+                {"recurrent", part_json(a.recurrent)},
+                {"headroom", part_json(a.headroom)},
+                {"used_bytes", a.used_bytes},
+                {"unused_bytes", a.unused_bytes}};
+  j["budget"] = {{"floor_pages", b.floor_pages},
+                 {"floor_pages_min", b.floor_pages_min},
+                 {"floor_pages_per_layer", b.floor_pages_per_layer},
+                 {"target_pages", b.target_pages},
+                 {"burst_pages", b.burst_pages},
+                 {"layer_pages_max", b.layer_pages_max},
+                 {"pages_per_layer_max", b.pages_per_layer_max},
+                 {"floors_that_fit", b.floors_that_fit},
+                 {"concurrency", b.concurrency}};
+  j["chunk_tokens"] = plan.chunk_tokens;
+  j["concurrency"] = b.concurrency;
+  return j.dump(indent);
+}
+
+}  // namespace activekv
