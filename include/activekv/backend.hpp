@@ -225,6 +225,8 @@ class Backend {
   // with release_fence when the handle is no longer needed.
   Status retain_fence(Fence fence);
   void release_fence(Fence fence);
+  // The queue a current fence was recorded on; false for stale / never recorded.
+  bool fence_queue(Fence fence, QueueKind* queue) const;
   // Blocks the host until `fence` resolves or `timeout` passes (then pending).
   // Deterministic backends advance their virtual clock instead of sleeping and
   // return an error when no progress is possible (e.g. a held queue).

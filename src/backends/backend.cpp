@@ -327,6 +327,10 @@ Status Backend::retain_fence(Fence fence) {
 
 void Backend::release_fence(Fence fence) { fences_->release(fence); }
 
+bool Backend::fence_queue(Fence fence, QueueKind* queue) const {
+  return fences_->queue_if_current(fence, queue);
+}
+
 Result<FenceOutcome> Backend::wait_host(Fence fence, std::chrono::nanoseconds timeout) {
   if (!fences_->current(fence)) {
     ++stats_.stale_fence_uses;

@@ -52,6 +52,13 @@ QueueKind FenceTable::queue(Fence fence) const {
   return slots_[fence.slot].queue;
 }
 
+bool FenceTable::queue_if_current(Fence fence, QueueKind* queue) const {
+  std::lock_guard lock(mutex_);
+  if (!current_locked(fence)) return false;
+  *queue = slots_[fence.slot].queue;
+  return true;
+}
+
 bool FenceTable::resolve(Fence fence, FenceOutcome outcome) {
   AK_ASSERT(is_resolved(outcome), "resolve() to pending");
   bool changed = false;

@@ -44,6 +44,7 @@ class FenceTable {
   FenceOutcome outcome(Fence fence) const;
   // The queue the fence was recorded on (fence must be current).
   QueueKind queue(Fence fence) const;
+  bool queue_if_current(Fence fence, QueueKind* queue) const;
 
   // The work's report: sets the outcome if still pending and drops the
   // in-flight hold. A stale handle is ignored. Returns true if it changed the outcome.
