@@ -70,24 +70,24 @@ StepTiming schedule_step(Timeline& timeline, const StepShape& shape, std::span<c
         const std::uint32_t d2d_copies = copies_for(d2d_bytes, w.d2d_copies, tiles, k);
         // A part with no copies issues nothing: an empty command on an in-order queue would still
         // hold that queue until the tile is free.
-        const Fence h2d = h2d_copies == 0 ? Fence{lease.ready_seconds}
+        const SimFence h2d = h2d_copies == 0 ? SimFence{lease.ready_seconds}
                                           : timeline.submit(QueueKind::h2d, lease.ready_seconds,
                                                             cost.h2d_seconds(h2d_bytes, h2d_copies));
-        const Fence d2d = d2d_copies == 0 ? Fence{lease.ready_seconds}
+        const SimFence d2d = d2d_copies == 0 ? SimFence{lease.ready_seconds}
                                           : timeline.submit(QueueKind::d2d, lease.ready_seconds,
                                                             cost.d2d_seconds(d2d_bytes, d2d_copies));
         const double copies_done = std::max(h2d.signal_seconds, d2d.signal_seconds);
         const double compute_free = timeline.free_seconds(QueueKind::compute);
         if (copies_done > compute_free) timing.stall_seconds += copies_done - compute_free;
-        const Fence attention =
+        const SimFence attention =
             timeline.submit(QueueKind::compute, copies_done,
                             static_cast<double>(h2d_bytes + d2d_bytes) * cost.attention_seconds_per_byte);
         compute_end = attention.signal_seconds;
-        Fence last_use = attention;
+        SimFence last_use = attention;
         const std::uint64_t capture_bytes = share(w.capture_bytes, tiles, k);
         const std::uint32_t capture_copies = copies_for(capture_bytes, w.capture_copies, tiles, k);
         if (capture_copies > 0) {
-          const Fence capture =
+          const SimFence capture =
               timeline.submit(QueueKind::d2d, h2d.signal_seconds, cost.d2d_seconds(capture_bytes, capture_copies));
           last_use.signal_seconds = std::max(last_use.signal_seconds, capture.signal_seconds);
         }

@@ -145,8 +145,8 @@ TEST(StepSchedule, StepsAllocateNothing) {
 TEST(TimelineDeath, StaleLeaseIsRefused) {
   Timeline timeline(paper_model(), 1);
   const TileLease lease = timeline.acquire_tile();
-  timeline.release_tile(lease, Fence{1.0});
-  EXPECT_DEATH(timeline.release_tile(lease, Fence{2.0}), "released twice");
+  timeline.release_tile(lease, SimFence{1.0});
+  EXPECT_DEATH(timeline.release_tile(lease, SimFence{2.0}), "released twice");
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ std::uint32_t Timeline::queue_count(QueueKind kind) const noexcept {
   return 1;
 }
 
-Fence Timeline::submit(QueueKind kind, double ready_seconds, double duration_seconds) {
+SimFence Timeline::submit(QueueKind kind, double ready_seconds, double duration_seconds) {
   AK_ASSERT(duration_seconds >= 0.0, "a command cannot take negative time");
   AK_ASSERT(ready_seconds >= 0.0, "a command cannot be ready before time zero");
   const std::uint32_t base = queue_base(kind);
@@ -57,7 +57,7 @@ Fence Timeline::submit(QueueKind kind, double ready_seconds, double duration_sec
   QueueStats& stats = stats_[static_cast<std::uint32_t>(kind)];
   stats.busy_seconds += duration_seconds;
   ++stats.commands;
-  return Fence{end};
+  return SimFence{end};
 }
 
 TileLease Timeline::acquire_tile() {
@@ -70,7 +70,7 @@ TileLease Timeline::acquire_tile() {
   return lease;
 }
 
-void Timeline::release_tile(const TileLease& lease, Fence last_use) {
+void Timeline::release_tile(const TileLease& lease, SimFence last_use) {
   AK_ASSERT(lease.slot < tiles_.size(), "tile lease names a slot that does not exist");
   Slot& slot = tiles_[lease.slot];
   AK_ASSERT(slot.held, "tile lease released twice");

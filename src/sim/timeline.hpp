@@ -32,7 +32,7 @@ inline constexpr std::uint32_t queue_kinds = 4;
 const char* queue_kind_name(QueueKind kind) noexcept;
 
 // When a command's effects are visible: the simulated time its fence signals.
-struct Fence {
+struct SimFence {
   double signal_seconds = 0.0;
 };
 
@@ -55,10 +55,10 @@ class Timeline {
   // A command of `duration_seconds` on a queue of `kind`, not before `ready_seconds`.
   // With several queues of one kind the command takes the one free first.
   // A d2d command goes to the compute queue when the model has no d2d queue.
-  Fence submit(QueueKind kind, double ready_seconds, double duration_seconds);
+  SimFence submit(QueueKind kind, double ready_seconds, double duration_seconds);
 
   TileLease acquire_tile();
-  void release_tile(const TileLease& lease, Fence last_use);
+  void release_tile(const TileLease& lease, SimFence last_use);
   std::uint32_t tiles_held() const noexcept { return tiles_held_; }
   std::uint32_t tile_slots() const noexcept { return static_cast<std::uint32_t>(tiles_.size()); }
 
