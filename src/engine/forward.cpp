@@ -1,0 +1,258 @@
+// forward.cpp — the Llama forward pass (see forward.hpp).
+#include "engine/forward.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "activekv/assert.hpp"
+
+namespace activekv::engine {
+namespace {
+
+std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Adds the time since `start` to `into` and restarts the clock.
+struct Lap {
+  std::uint64_t start = now_ns();
+  void to(std::uint64_t& into) noexcept {
+    const std::uint64_t t = now_ns();
+    into += t - start;
+    start = t;
+  }
+};
+
+}  // namespace
+
+Forward::Forward(const Model& model, KvRuntime& kv, ThreadPool& pool, Isa isa, ForwardLimits limits)
+    : model_(model), cfg_(model.config()), kv_(kv), pool_(pool), isa_(isa), limits_(limits) {
+  AK_ASSERT(limits.step_tokens_max >= 1, "Forward: step_tokens_max must be at least 1");
+  AK_ASSERT(limits.step_entries_max >= 1, "Forward: step_entries_max must be at least 1");
+  AK_ASSERT(isa_available(isa), "Forward: instruction set not available on this CPU");
+  const std::size_t n = limits.step_tokens_max;
+  const std::size_t qd = std::size_t{cfg_.q_heads} * cfg_.head_dim;
+  const std::size_t kvd = std::size_t{cfg_.kv_heads} * cfg_.head_dim;
+  x_.assign(n * cfg_.embedding, 0.0f);
+  h_.assign(n * std::max<std::size_t>(cfg_.embedding, qd), 0.0f);
+  q_.assign(n * qd, 0.0f);
+  k_.assign(n * kvd, 0.0f);
+  v_.assign(n * kvd, 0.0f);
+  attn_.assign(n * qd, 0.0f);
+  gate_.assign(n * cfg_.ffn, 0.0f);
+  up_.assign(n * cfg_.ffn, 0.0f);
+  positions_.assign(n, 0);
+  entries_.reserve(limits.step_entries_max);
+  logit_rows_.assign(limits.step_entries_max, UINT32_MAX);
+  logits_.assign(std::size_t{limits.step_entries_max} * cfg_.vocab, 0.0f);
+  scratch_stride_ = std::max({cfg_.embedding, cfg_.ffn, static_cast<std::uint32_t>(qd)});
+  scratch_.assign(scratch_stride_ * pool.threads(), 0.0f);
+
+  // RoPE angles, computed in double once: theta_i(pos) = pos × base^(−2i/rope_dims).
+  const std::size_t pairs = cfg_.rope_dims / 2;
+  rope_cos_.assign(std::size_t{cfg_.context_tokens} * pairs, 0.0f);
+  rope_sin_.assign(std::size_t{cfg_.context_tokens} * pairs, 0.0f);
+  for (std::size_t pos = 0; pos < cfg_.context_tokens; ++pos) {
+    for (std::size_t i = 0; i < pairs; ++i) {
+      const double freq = std::pow(static_cast<double>(cfg_.rope_theta), -2.0 * static_cast<double>(i) / cfg_.rope_dims);
+      const double angle = static_cast<double>(pos) * freq;
+      rope_cos_[pos * pairs + i] = static_cast<float>(std::cos(angle));
+      rope_sin_[pos * pairs + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+Status Forward::validate(std::span<const StepInput> inputs) const {
+  if (inputs.empty()) return make_error(ErrorCode::invalid_argument, "step", "a step needs at least one entry");
+  if (inputs.size() > limits_.step_entries_max) {
+    return make_error(ErrorCode::invalid_argument, "step_entries_max",
+                      fmt::format("{} entries in one step; the engine was sized for {}", inputs.size(),
+                                  limits_.step_entries_max));
+  }
+  std::size_t total = 0;
+  for (const StepInput& in : inputs) {
+    if (in.tokens.empty()) return make_error(ErrorCode::invalid_argument, "step", "an entry with no tokens");
+    total += in.tokens.size();
+    for (const TokenId t : in.tokens) {
+      if (t >= cfg_.vocab)
+        return make_error(ErrorCode::invalid_argument, "tokens",
+                          fmt::format("token id {} is outside the vocabulary ({} tokens)", t, cfg_.vocab));
+    }
+    const std::uint64_t end = std::uint64_t{kv_.length(in.context)} + in.tokens.size();
+    if (end > cfg_.context_tokens) {
+      return make_error(ErrorCode::refused, "--max-context",
+                        fmt::format("the context would hold {} tokens; the model's context length is {}", end,
+                                    cfg_.context_tokens));
+    }
+  }
+  if (total > limits_.step_tokens_max) {
+    return make_error(ErrorCode::invalid_argument, "step_tokens_max",
+                      fmt::format("{} tokens in one step; the engine was sized for {} (feed prefill in chunks)", total,
+                                  limits_.step_tokens_max));
+  }
+  return Status::success();
+}
+
+Status Forward::step(std::span<const StepInput> inputs) {
+  if (Status s = validate(inputs); !s) return s;
+  Lap lap;
+  entries_.clear();
+  std::uint32_t row = 0;
+  logit_count_ = 0;
+  for (std::size_t e = 0; e < inputs.size(); ++e) {
+    const StepInput& in = inputs[e];
+    const std::uint32_t base = kv_.length(in.context);
+    for (std::uint32_t i = 0; i < in.tokens.size(); ++i) positions_[row + i] = base + i;
+    row += static_cast<std::uint32_t>(in.tokens.size());
+    entries_.push_back(StepEntry{in.context, static_cast<std::uint32_t>(in.tokens.size())});
+    logit_rows_[e] = in.want_logits ? logit_count_++ : UINT32_MAX;
+  }
+  const std::uint32_t n = row;
+  embed(inputs);
+  lap.to(times_.other_ns);
+
+  if (Status s = kv_.begin_step(entries_); !s) return s;
+  lap.to(times_.planning_ns);
+  for (std::uint32_t l = 0; l < cfg_.layers; ++l) layer(l, n);
+  lap = Lap{};
+  Status ended = kv_.end_step();
+  lap.to(times_.copies_ns);
+  if (!ended) return ended;
+  final_logits(inputs);
+  times_.steps += 1;
+  times_.tokens += n;
+  return Status::success();
+}
+
+std::span<const float> Forward::logits(std::uint32_t entry) const noexcept {
+  if (entry >= limits_.step_entries_max || logit_rows_[entry] == UINT32_MAX) return {};
+  return {logits_.data() + std::size_t{logit_rows_[entry]} * cfg_.vocab, cfg_.vocab};
+}
+
+void Forward::embed(std::span<const StepInput> inputs) {
+  const MatrixView& te = model_.token_embd();
+  std::uint32_t row = 0;
+  for (const StepInput& in : inputs) {
+    for (const TokenId t : in.tokens) {
+      dequantize_row(te.type, te.data + std::size_t{t} * te.row_bytes, x_.data() + std::size_t{row} * cfg_.embedding,
+                     cfg_.embedding);
+      ++row;
+    }
+  }
+}
+
+void Forward::matmul(std::uint32_t n, std::span<const Product> products) {
+  struct Ctx {
+    Forward* self;
+    std::span<const Product> products;
+    std::uint32_t n;
+    std::uint32_t rows_total;
+  } ctx{this, products, n, 0};
+  for (const Product& p : products) ctx.rows_total += p.w->rows;
+  pool_.run(
+      [](void* c, std::uint32_t index, std::uint32_t count) {
+        const Ctx& x = *static_cast<const Ctx*>(c);
+        const std::uint32_t begin = static_cast<std::uint32_t>(std::uint64_t{x.rows_total} * index / count);
+        const std::uint32_t end = static_cast<std::uint32_t>(std::uint64_t{x.rows_total} * (index + 1) / count);
+        float* scratch = x.self->scratch_.data() + index * x.self->scratch_stride_;
+        std::uint32_t offset = 0;  // first row of the current product in the concatenated row space
+        for (const Product& p : x.products) {
+          const std::uint32_t lo = std::max(begin, offset);
+          const std::uint32_t hi = std::min(end, offset + p.w->rows);
+          if (lo < hi) {
+            matmul_rows(x.self->isa_, *p.w, p.x, p.w->cols, x.n, p.y, p.w->rows, lo - offset, hi - offset, scratch);
+          }
+          offset += p.w->rows;
+        }
+      },
+      &ctx);
+}
+
+void Forward::rmsnorm(const float* x, const float* weight, float* out, std::uint32_t n) const noexcept {
+  const std::uint32_t e = cfg_.embedding;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const float* xr = x + std::size_t{r} * e;
+    float* o = out + std::size_t{r} * e;
+    float sum = 0.0f;
+    for (std::uint32_t i = 0; i < e; ++i) sum += xr[i] * xr[i];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(e) + cfg_.rms_epsilon);
+    for (std::uint32_t i = 0; i < e; ++i) o[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void Forward::rope(float* vectors, std::uint32_t heads, std::uint32_t n) const noexcept {
+  const std::uint32_t pairs = cfg_.rope_dims / 2;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const float* c = rope_cos_.data() + std::size_t{positions_[r]} * pairs;
+    const float* s = rope_sin_.data() + std::size_t{positions_[r]} * pairs;
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      float* v = vectors + (std::size_t{r} * heads + h) * cfg_.head_dim;
+      for (std::uint32_t i = 0; i < pairs; ++i) {
+        const float x0 = v[2 * i];
+        const float x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c[i] - x1 * s[i];
+        v[2 * i + 1] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+void Forward::layer(std::uint32_t l, std::uint32_t n) {
+  const LayerWeights& w = model_.layer(l);
+  const std::uint32_t e = cfg_.embedding;
+  Lap lap;
+  rmsnorm(x_.data(), w.attn_norm, h_.data(), n);
+  lap.to(times_.other_ns);
+  const Product qkv[] = {{&w.q, h_.data(), q_.data()}, {&w.k, h_.data(), k_.data()}, {&w.v, h_.data(), v_.data()}};
+  matmul(n, qkv);
+  lap.to(times_.matmul_ns);
+  rope(q_.data(), cfg_.q_heads, n);
+  rope(k_.data(), cfg_.kv_heads, n);
+  lap.to(times_.other_ns);
+  kv_.write_kv(l, k_.data(), v_.data());
+  lap.to(times_.copies_ns);
+  kv_.attend(l, q_.data(), attn_.data());
+  lap.to(times_.attention_ns);
+  const Product o[] = {{&w.o, attn_.data(), h_.data()}};
+  matmul(n, o);
+  lap.to(times_.matmul_ns);
+  for (std::size_t i = 0; i < std::size_t{n} * e; ++i) x_[i] += h_[i];
+  rmsnorm(x_.data(), w.ffn_norm, h_.data(), n);
+  lap.to(times_.other_ns);
+  const Product gate_up[] = {{&w.gate, h_.data(), gate_.data()}, {&w.up, h_.data(), up_.data()}};
+  matmul(n, gate_up);
+  lap.to(times_.matmul_ns);
+  for (std::size_t i = 0; i < std::size_t{n} * cfg_.ffn; ++i) {
+    const float g = gate_[i];
+    gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+  }
+  lap.to(times_.other_ns);
+  const Product down[] = {{&w.down, gate_.data(), h_.data()}};
+  matmul(n, down);
+  lap.to(times_.matmul_ns);
+  for (std::size_t i = 0; i < std::size_t{n} * e; ++i) x_[i] += h_[i];
+  lap.to(times_.other_ns);
+}
+
+void Forward::final_logits(std::span<const StepInput> inputs) {
+  if (logit_count_ == 0) return;
+  Lap lap;
+  // Gather each wanting entry's last row, normalised, into h_ (logit_count_ rows).
+  const std::uint32_t e = cfg_.embedding;
+  std::uint32_t row = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    row += static_cast<std::uint32_t>(inputs[i].tokens.size());
+    if (logit_rows_[i] == UINT32_MAX) continue;
+    rmsnorm(x_.data() + std::size_t{row - 1} * e, model_.output_norm(), h_.data() + std::size_t{logit_rows_[i]} * e, 1);
+  }
+  lap.to(times_.other_ns);
+  const Product out[] = {{&model_.output(), h_.data(), logits_.data()}};
+  matmul(logit_count_, out);
+  lap.to(times_.matmul_ns);
+}
+
+}  // namespace activekv::engine

@@ -1,0 +1,120 @@
+// forward.hpp — the Llama forward pass on the CPU, with every byte of KV in
+// the KV runtime.
+//
+// One step runs a batch of entries — each one context and its new tokens (a
+// prefill chunk, or one decode token) — through every layer together:
+//
+//   x = token_embd[tokens]                                  N × embedding, N = Σ tokens
+//   kv.begin_step(entries)                                  the runtime plans and stages
+//   for each layer l:
+//     h = rmsnorm(x) ⊙ attn_norm
+//     q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ;  rope(q, k) at each token's position
+//     kv.write_kv(l, k, v);  a = kv.attend(l, q)            rows to the tail page; paged attention
+//     x += a·Woᵀ
+//     h = rmsnorm(x) ⊙ ffn_norm
+//     x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ)·Wdownᵀ
+//   kv.end_step()                                           tail rows written back to the host
+//   logits[e] = (rmsnorm(x[last token of e]) ⊙ output_norm)·Woutᵀ   for entries that want them
+//
+// RoPE uses GGUF's adjacent-pair convention: elements (2i, 2i+1) of each head
+// rotate by pos × theta^(−2i/rope_dims) (the converter permuted Wq and Wk so
+// this equals the Hugging Face rotate-half form).
+//
+// What it owns: every activation buffer, sized at construction for
+// step_tokens_max tokens and step_entries_max entries, so a step allocates
+// nothing (invariant 7). It holds no KV: positions come from the runtime
+// (kv.length()), and attention is the runtime's.
+//
+// Matrix products are split by output rows over the thread pool; q/k/v share
+// one parallel region, as do gate/up.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "activekv/kv_runtime.hpp"
+#include "engine/matmul.hpp"
+#include "engine/model.hpp"
+#include "engine/thread_pool.hpp"
+
+namespace activekv::engine {
+
+using TokenId = std::uint32_t;
+
+struct StepInput {
+  ContextId context;
+  std::span<const TokenId> tokens;  // ≥ 1: a prefill chunk or one decode token
+  bool want_logits = false;         // logits of the entry's last token
+};
+
+// Time spent per phase, accumulated over steps (nanoseconds).
+struct PhaseTimes {
+  std::uint64_t matmul_ns = 0;     // weight products, logits included
+  std::uint64_t attention_ns = 0;  // kv.attend
+  std::uint64_t copies_ns = 0;     // kv.write_kv and kv.end_step (rows in, tail write-back)
+  std::uint64_t planning_ns = 0;   // kv.begin_step (plan, reclamation, staging issue)
+  std::uint64_t other_ns = 0;      // embedding, norms, rope, activations
+  std::uint64_t steps = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t total_ns() const noexcept { return matmul_ns + attention_ns + copies_ns + planning_ns + other_ns; }
+};
+
+struct ForwardLimits {
+  std::uint32_t step_tokens_max = 256;  // Σ tokens of one step
+  std::uint32_t step_entries_max = 16;  // entries of one step
+};
+
+class Forward {
+ public:
+  Forward(const Model& model, KvRuntime& kv, ThreadPool& pool, Isa isa, ForwardLimits limits);
+
+  // One step. Errors (nothing is changed): too many tokens or entries for the
+  // limits, an empty entry, a token id outside the vocabulary, a context that
+  // would pass the model's context length; and whatever begin_step/end_step report.
+  Status step(std::span<const StepInput> inputs);
+
+  // The logits of entry e of the last step (vocab floats), empty when it did not want them.
+  std::span<const float> logits(std::uint32_t entry) const noexcept;
+
+  const PhaseTimes& times() const noexcept { return times_; }
+  void reset_times() noexcept { times_ = {}; }
+  const ForwardLimits& limits() const noexcept { return limits_; }
+  Isa isa() const noexcept { return isa_; }
+
+ private:
+  Status validate(std::span<const StepInput> inputs) const;
+  void embed(std::span<const StepInput> inputs);
+  void layer(std::uint32_t l, std::uint32_t n);
+  void final_logits(std::span<const StepInput> inputs);
+  struct Product {
+    const MatrixView* w;
+    const float* x;  // n × w->cols
+    float* y;        // n × w->rows
+  };
+  // Every product's y = x · wᵀ, in one parallel region split by output rows.
+  void matmul(std::uint32_t n, std::span<const Product> products);
+  void rmsnorm(const float* x, const float* weight, float* out, std::uint32_t n) const noexcept;
+  void rope(float* vectors, std::uint32_t heads, std::uint32_t n) const noexcept;
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  KvRuntime& kv_;
+  ThreadPool& pool_;
+  Isa isa_;
+  ForwardLimits limits_;
+  PhaseTimes times_;
+
+  // Activations, row-major, step_tokens_max rows each.
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_;
+  std::vector<std::uint32_t> positions_;   // per token row
+  std::vector<StepEntry> entries_;         // the runtime's view of the step
+  std::vector<std::uint32_t> logit_rows_;  // per entry: row index into logits_, or UINT32_MAX
+  std::vector<float> logits_;              // step_entries_max × vocab
+  std::vector<float> scratch_;             // per thread: the widest matrix row in fp32
+  std::size_t scratch_stride_ = 0;
+  std::vector<float> rope_cos_, rope_sin_; // context_tokens × rope_dims / 2
+  std::uint32_t logit_count_ = 0;
+};
+
+}  // namespace activekv::engine

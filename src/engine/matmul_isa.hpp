@@ -1,0 +1,29 @@
+// matmul_isa.hpp — the per-instruction-set entry points behind matmul_rows.
+// Each is defined in its own file, compiled with that instruction set's flags
+// (matmul_avx2.cpp, matmul_avx512.cpp) and called only when isa_available().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/matmul.hpp"
+
+namespace activekv::engine::detail {
+
+struct MatmulArgs {
+  const MatrixView* w;
+  const float* x;
+  std::size_t x_stride;
+  std::size_t batch;
+  float* y;
+  std::size_t y_stride;
+  std::uint32_t row_begin;
+  std::uint32_t row_end;
+  float* scratch;
+};
+
+void matmul_portable(const MatmulArgs& args) noexcept;
+void matmul_avx2(const MatmulArgs& args) noexcept;
+void matmul_avx512(const MatmulArgs& args) noexcept;
+
+}  // namespace activekv::engine::detail

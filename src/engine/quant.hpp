@@ -1,0 +1,35 @@
+// quant.hpp — dequantisation of the ggml types the engine computes with, and
+// the portable dot product every SIMD kernel is checked against.
+//
+// The engine computes in fp32: a weight row is dequantised (in registers on the
+// SIMD paths, here element by element) and multiplied with fp32 activations.
+// The activations are never quantised, so the only rounding beyond fp32
+// arithmetic is the file's own; the logits can therefore be compared with a
+// numpy reference to a tight tolerance (tests/reference).
+//
+// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K. Any other
+// type is refused when the model loads (quant_supported), never reaches here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_type.hpp"
+
+namespace activekv::engine {
+
+using gguf::GgmlType;
+
+// True for the types listed above.
+bool quant_supported(GgmlType type) noexcept;
+
+// Bytes of `elements` values of `type`; elements must be a multiple of the block size.
+std::size_t quant_row_bytes(GgmlType type, std::size_t elements) noexcept;
+
+// dst[0..elements) = the values of the row starting at src (block aligned).
+void dequantize_row(GgmlType type, const void* src, float* dst, std::size_t elements) noexcept;
+
+// Σ dequantised(row)[i] × x[i], accumulated in fp32 in element order.
+float dot_row_scalar(GgmlType type, const void* row, const float* x, std::size_t elements) noexcept;
+
+}  // namespace activekv::engine
