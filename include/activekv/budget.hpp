@@ -94,6 +94,7 @@ struct ContextState {
   std::uint64_t pages_reserved = 0;    // claimed free pages
   std::uint64_t pages_held() const noexcept { return pages_assigned + pages_reserved; }
   std::uint32_t layer_cap = 0;         // most pages one layer may hold
+  std::uint32_t tail_first_logical = 0;  // first logical page the current (or last) step writes: never evicted
 };
 
 struct BudgetCounters {
@@ -113,6 +114,7 @@ class BudgetManager {
   const MemoryPlan& plan() const noexcept { return plan_; }
   Arena& arena() noexcept { return arena_; }
   DecisionLog& log() noexcept { return log_; }
+  const DecisionLog& log() const noexcept { return log_; }
 
   // User-facing check of a request before submit: an Error naming --max-context.
   Status check_request(std::uint32_t tokens_max) const;
@@ -167,8 +169,9 @@ class BudgetManager {
   // Obtains a pool page for (slot, layer, logical): from the reservation, else growing to the
   // target (free, then reclaiming borrowed pages), else borrowing a free page up to the burst.
   // Returns page_none when none of those can: the caller evicts one of the context's own pages.
+  // allow_reclaim = false: never take pages from other contexts (promotions use this).
   std::uint32_t acquire_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, PageState state,
-                             Reason reason) noexcept;
+                             Reason reason, bool allow_reclaim = true) noexcept;
   // Appends logical page run_first + run_count to the layer's run (the new tail page).
   void push_run_back(std::uint32_t slot, std::uint32_t layer, std::uint32_t pool_page) noexcept;
   // Prepends run_first − 1 to the run (a promotion that extends the run downward).
@@ -176,10 +179,13 @@ class BudgetManager {
   void set_sink(std::uint32_t slot, std::uint32_t layer, std::uint32_t pool_page) noexcept;
   // Inserts a promoted page below the run; false when the layer's promoted set is full.
   bool add_promoted(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, std::uint32_t pool_page) noexcept;
-  // Frees the context's least valuable page in `layer` (a promoted page, else the run's oldest
-  // page, never the sink or a page at or above `keep_from_logical`). The freed page stays with
-  // the context as reserved. Returns false when the layer has nothing it may give.
-  bool evict_one(std::uint32_t slot, std::uint32_t layer, std::uint32_t keep_from_logical, Reason reason) noexcept;
+  // Frees one of the context's pages in `layer` so the layer can take a new one: the run's oldest
+  // page (the run slides), else its lowest promoted page; never the sink or a tail page (at or
+  // above the context's tail_first_logical). The freed page stays with the context as reserved.
+  // Returns false when the layer has nothing it may give.
+  bool evict_one(std::uint32_t slot, std::uint32_t layer, Reason reason) noexcept;
+  // Pages of `layer` that reclamation or eviction may take (promoted + run pages below the tail).
+  std::uint32_t evictable(std::uint32_t slot, std::uint32_t layer) const noexcept;
   // Marks a context active in `step` (reclamation order).
   void touch(std::uint32_t slot, std::uint64_t step) noexcept { contexts_[slot].last_active_step = step; }
   void set_step(std::uint64_t step) noexcept { step_ = step; }
@@ -209,7 +215,13 @@ class BudgetManager {
   void admit_from_queue() noexcept;
   std::uint64_t take_from(std::uint32_t victim, std::uint64_t pages, std::uint64_t keep_pages,
                           std::uint32_t for_slot, Reason reason) noexcept;
-  bool free_one_assigned(std::uint32_t slot, Reason reason, std::uint32_t for_slot) noexcept;
+  void free_one_assigned(std::uint32_t slot, Reason reason, std::uint32_t for_slot) noexcept;
+  void release_page(std::uint32_t slot, std::uint32_t pool_page) noexcept;
+  void drop_run_oldest(std::uint32_t slot, std::uint32_t layer, DecisionKind kind, Reason reason,
+                       std::uint32_t other_slot) noexcept;
+  void drop_promoted_lowest(std::uint32_t slot, std::uint32_t layer, DecisionKind kind, Reason reason,
+                            std::uint32_t other_slot) noexcept;
+  bool budget_ok(const Budget& budget) const noexcept;
   void record(DecisionKind kind, Reason reason, std::uint32_t slot, std::uint32_t layer, std::uint32_t logical,
               std::uint32_t pool_page, std::uint32_t pages, std::uint32_t other_slot = UINT32_MAX) noexcept;
 

@@ -20,6 +20,7 @@ struct ResidentRun {
   std::uint32_t pages = 0;
   const char* reason = "";  // static text: "sink page", "newest run", "tail page", "promoted (hot)", ...
   std::uint32_t pool_page_first = page_none;  // pool page of logical_first
+  std::vector<std::uint32_t> pool_pages;      // the pool page of each logical page of the run
 };
 
 struct Explanation {

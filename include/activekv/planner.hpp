@@ -94,7 +94,7 @@ struct LayerPlan {
   std::uint32_t run_count = 0;
   std::uint32_t ring_offset = 0;    // into StepPlan::ring_storage
   std::uint32_t ring_head = 0;
-  std::uint32_t promoted_offset = 0;  // into StepPlan::promoted_*_storage
+  std::uint32_t promoted_offset = 0;  // into StepPlan::promoted_*_storage (a snapshot taken for this step)
   std::uint32_t promoted_count = 0;
   std::uint32_t copy_first = 0, copy_count = 0;
   std::uint32_t writeback_first = 0, writeback_count = 0;
@@ -159,7 +159,8 @@ const char* plan_outcome_text(PlanOutcome outcome) noexcept;
 
 class ResidencyPlanner {
  public:
-  ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& policy);
+  // promotions_per_layer_step: most pages one context's layer promotes in one step.
+  ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& policy, std::uint32_t promotions_per_layer_step = 8);
 
   // Plans the step. A stale context handle is a programming error (asserted); the other
   // refusals are returned and leave every table as it was.
@@ -172,7 +173,7 @@ class ResidencyPlanner {
 
  private:
   void plan_layer(std::uint32_t entry, std::uint32_t layer) noexcept;
-  void place_tail_pages(LayerPlan& lp) noexcept;
+  void place_tail_pages(std::uint32_t entry, std::uint32_t layer) noexcept;
   void stage_history(LayerPlan& lp) noexcept;
   void promote(LayerPlan& lp) noexcept;
   void emit_write_backs(LayerPlan& lp) noexcept;
@@ -194,6 +195,10 @@ class ResidencyPlanner {
   std::vector<PageRange> ranges_;        // scratch: one layer's staged ranges
   std::vector<std::uint32_t> chosen_;    // scratch: the policy's choices
   std::vector<std::uint8_t> seen_;       // scratch: slot scheduled this step
+  std::vector<std::uint32_t> length_before_;  // per entry
+  std::vector<std::uint32_t> promoted_logical_snapshot_;  // the promoted sets as attention sees them this step
+  std::vector<std::uint32_t> promoted_page_snapshot_;
+  std::uint32_t promoted_snapshot_count_ = 0;
   std::uint32_t layer_count_ = 0, copy_count_ = 0, pass_count_ = 0, promotion_count_ = 0, write_back_count_ = 0;
   std::uint32_t tile_cursor_slot_ = 0, tile_cursor_page_ = 0;  // next free tile page in the open pass
   std::uint32_t promotions_per_layer_max_ = 0;

@@ -190,8 +190,8 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
   const DeviceNeeds needs = device_needs(s, 1);
   const std::uint64_t fixed = align_up(static_cast<std::uint64_t>(tiles_bytes)) +
                               align_up(static_cast<std::uint64_t>(recurrent_bytes)) + align_up(s.headroom_bytes);
-  const std::uint64_t minimum = fixed + needs.floor_bytes;
-  if (s.device_pool_bytes < minimum || s.headroom_bytes > s.device_pool_bytes) {
+  const std::uint64_t minimum = fixed + align_up(needs.floor_bytes);
+  auto too_small = [&] {
     return refused("--device-pool",
                    fmt::format("device pool must be at least {} to run one context: staging tiles {} ({} × {} tokens) "
                                "+ recurrent slots {} ({} × {}) + headroom {} + one floor {} ({} pages of {}); "
@@ -200,21 +200,25 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
                                a.tile_tokens, format_bytes(static_cast<std::uint64_t>(recurrent_bytes)),
                                a.recurrent_slots, format_bytes(a.recurrent_slot_bytes), format_bytes(s.headroom_bytes),
                                format_bytes(needs.floor_bytes), needs.floor_pages, format_bytes(a.page_bytes)));
+  };
+  if (s.device_pool_bytes < fixed) return too_small();
+  std::uint64_t pages = (s.device_pool_bytes - fixed) / a.page_bytes;
+  // Lay out; alignment of the page pool's end may cost a page or a few small ones.
+  for (;;) {
+    a.staging_tiles = {0, static_cast<std::uint64_t>(tiles_bytes)};
+    a.page_pool = {align_up(a.staging_tiles.size_bytes), pages * a.page_bytes};
+    a.recurrent = {align_up(a.page_pool.offset_bytes + a.page_pool.size_bytes), static_cast<std::uint64_t>(recurrent_bytes)};
+    a.headroom = {align_up(a.recurrent.offset_bytes + a.recurrent.size_bytes), s.headroom_bytes};
+    a.used_bytes = a.headroom.offset_bytes + a.headroom.size_bytes;
+    if (a.used_bytes <= s.device_pool_bytes || pages == 0) break;
+    --pages;
   }
-  a.staging_tiles = {0, static_cast<std::uint64_t>(tiles_bytes)};
-  const std::uint64_t pool_offset = align_up(a.staging_tiles.size_bytes);
-  const std::uint64_t page_room = s.device_pool_bytes - fixed;
-  const std::uint64_t pages = page_room / a.page_bytes;
+  if (a.used_bytes > s.device_pool_bytes || pages < needs.floor_pages) return too_small();
   if (pages >= page_none) {
     return invalid("--page-tokens", fmt::format("the device pool would hold {} pages, more than a page table can name: "
                                                 "raise --page-tokens", pages));
   }
   a.pages = static_cast<std::uint32_t>(pages);
-  a.page_pool = {pool_offset, static_cast<std::uint64_t>(a.pages) * a.page_bytes};
-  a.recurrent = {align_up(a.page_pool.offset_bytes + a.page_pool.size_bytes), static_cast<std::uint64_t>(recurrent_bytes)};
-  a.headroom = {align_up(a.recurrent.offset_bytes + a.recurrent.size_bytes), s.headroom_bytes};
-  a.used_bytes = a.headroom.offset_bytes + a.headroom.size_bytes;
-  AK_ASSERT(a.used_bytes <= s.device_pool_bytes, "arena layout must fit in the device pool");
   a.unused_bytes = s.device_pool_bytes - a.used_bytes;
   return a;
 }

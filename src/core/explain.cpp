@@ -1,0 +1,132 @@
+// explain.cpp — a context's pages with the reason each is resident, and its last decisions.
+//
+// Off the step path: this builds vectors and strings. It reads only the budget manager's
+// page tables and the decision log, so what it prints is what the planner will use.
+#include "activekv/explain.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace activekv {
+
+namespace {
+
+constexpr const char* sink_reason = "sink page: attention sink, part of the floor";
+constexpr const char* run_reason = "newest run: contiguous recent history within the budget (staged otherwise)";
+constexpr const char* tail_reason = "tail page: holds the newest tokens, part of the floor";
+constexpr const char* promoted_reason = "promoted: staged, chosen by the policy, kept until reclaimed";
+
+}  // namespace
+
+Explanation explain(const BudgetManager& budgets, ContextHandle context, std::uint64_t step) {
+  AK_ASSERT(budgets.current(context), "explain of a stale or unknown context handle");
+  const ContextState& c = budgets.context(context.slot);
+  const std::uint32_t P = budgets.plan().arena.page_tokens;
+  Explanation e;
+  e.request_id = c.request_id;
+  e.slot = context.slot;
+  e.length_tokens = c.length_tokens;
+  e.budget = c.budget;
+  e.pages_assigned = c.pages_assigned;
+  e.pages_reserved = c.pages_reserved;
+  e.last_active_step = c.last_active_step;
+  const std::uint32_t pages_total = (c.length_tokens + P - 1) / P;
+  for (std::uint32_t l = 0; l < budgets.plan().geometry.dense_layers; ++l) {
+    const LayerResidency& r = budgets.layer(context.slot, l);
+    if (r.sink_page != page_none) e.runs.push_back(ResidentRun{l, 0, 1, sink_reason, r.sink_page, {r.sink_page}});
+    const auto logicals = budgets.promoted_logical(context.slot, l);
+    const auto pages = budgets.promoted_pages(context.slot, l);
+    for (std::uint32_t i = 0; i < r.promoted_count; ++i) {
+      e.runs.push_back(ResidentRun{l, logicals[i], 1, promoted_reason, pages[i], {pages[i]}});
+    }
+    // The run splits into history below the tail and the tail pages themselves.
+    ResidentRun below{l, r.run_first, 0, run_reason, page_none, {}};
+    ResidentRun tail{l, 0, 0, tail_reason, page_none, {}};
+    for (std::uint32_t i = 0; i < r.run_count; ++i) {
+      const std::uint32_t logical = r.run_first + i;
+      const std::uint32_t page = budgets.run_page(context.slot, l, i);
+      const bool is_tail = logical >= c.tail_first_logical || i + 1 == r.run_count;
+      ResidentRun& into = is_tail ? tail : below;
+      if (into.pages == 0) {
+        into.logical_first = logical;
+        into.pool_page_first = page;
+      }
+      ++into.pages;
+      into.pool_pages.push_back(page);
+    }
+    if (below.pages > 0) e.runs.push_back(below);
+    if (tail.pages > 0) e.runs.push_back(tail);
+    const std::uint32_t resident = r.pages_held();
+    e.pages_staged_per_step += pages_total > resident ? pages_total - resident : 0;
+  }
+  e.step = step;
+  std::vector<Decision> decisions(budgets.plan().queue_max + 4096);
+  const DecisionLog& log = budgets.log();
+  const std::uint32_t matched = log.select(step, context.slot, decisions);
+  decisions.resize(std::min<std::size_t>(matched, decisions.size()));
+  e.decisions = std::move(decisions);
+  return e;
+}
+
+std::string explanation_text(const Explanation& e) {
+  std::string out = fmt::format(
+      "context {} (slot {}): {} tokens; budget floor {} / target {} / burst {} pages; holds {} assigned + {} reserved; "
+      "last active in step {}\n",
+      e.request_id, e.slot, e.length_tokens, e.budget.floor_pages, e.budget.target_pages, e.budget.burst_pages,
+      e.pages_assigned, e.pages_reserved, e.last_active_step);
+  for (const ResidentRun& r : e.runs) {
+    if (r.pages == 1) {
+      out += fmt::format("  layer {:>3} page  {:>6}        → pool {:>8}   {}\n", r.layer, r.logical_first, r.pool_page_first, r.reason);
+    } else {
+      out += fmt::format("  layer {:>3} pages {:>6}..{:<6} → pool {:>8}…  {}\n", r.layer, r.logical_first,
+                         r.logical_first + r.pages - 1, r.pool_page_first, r.reason);
+    }
+  }
+  out += fmt::format("  staged each step: {} pages (not resident; copied through the tiles)\n", e.pages_staged_per_step);
+  out += fmt::format("decisions in step {}:\n", e.step);
+  if (e.decisions.empty()) out += "  (none)\n";
+  for (const Decision& d : e.decisions) {
+    out += fmt::format("  {:<8} {:>4} page(s)", decision_kind_name(d.kind), d.pages);
+    if (d.layer != UINT32_MAX) out += fmt::format(" layer {}", d.layer);
+    if (d.logical_page != UINT32_MAX) out += fmt::format(" page {}", d.logical_page);
+    if (d.pool_page != UINT32_MAX) out += fmt::format(" pool {}", d.pool_page);
+    if (d.other_slot != UINT32_MAX) out += fmt::format(" for slot {}", d.other_slot);
+    out += fmt::format(": {}\n", reason_text(d.reason));
+  }
+  return out;
+}
+
+std::string explanation_json(const Explanation& e, int indent) {
+  nlohmann::json j;
+  j["request_id"] = e.request_id;
+  j["slot"] = e.slot;
+  j["length_tokens"] = e.length_tokens;
+  j["budget"] = {{"floor_pages", e.budget.floor_pages}, {"target_pages", e.budget.target_pages},
+                 {"burst_pages", e.budget.burst_pages}};
+  j["pages_assigned"] = e.pages_assigned;
+  j["pages_reserved"] = e.pages_reserved;
+  j["last_active_step"] = e.last_active_step;
+  j["pages_staged_per_step"] = e.pages_staged_per_step;
+  nlohmann::json runs = nlohmann::json::array();
+  for (const ResidentRun& r : e.runs) {
+    runs.push_back({{"layer", r.layer}, {"logical_first", r.logical_first}, {"pages", r.pages}, {"reason", r.reason},
+                    {"pool_pages", r.pool_pages}});
+  }
+  j["resident"] = std::move(runs);
+  j["step"] = e.step;
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const Decision& d : e.decisions) {
+    nlohmann::json x = {{"kind", decision_kind_name(d.kind)}, {"reason", reason_name(d.reason)},
+                        {"why", reason_text(d.reason)}, {"pages", d.pages}};
+    if (d.layer != UINT32_MAX) x["layer"] = d.layer;
+    if (d.logical_page != UINT32_MAX) x["logical_page"] = d.logical_page;
+    if (d.pool_page != UINT32_MAX) x["pool_page"] = d.pool_page;
+    if (d.other_slot != UINT32_MAX) x["for_slot"] = d.other_slot;
+    decisions.push_back(std::move(x));
+  }
+  j["decisions"] = std::move(decisions);
+  return j.dump(indent);
+}
+
+}  // namespace activekv

@@ -1,0 +1,277 @@
+// memory_plan_test.cpp — the formulas against an independent computation, the seed's figures,
+// the arena's layout, and every refusal naming its setting.
+#include "activekv/memory_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "activekv/size.hpp"
+
+namespace activekv {
+namespace {
+
+MemorySettings hybrid_settings() {
+  MemorySettings s;
+  s.geometry = find_preset("hybrid-27b")->geometry;
+  s.max_context_tokens = 32768;
+  s.host_pool_bytes = 64 * GiB;
+  s.device_pool_bytes = 40 * GiB;
+  s.max_seqs = 64;
+  return s;
+}
+
+// Independent: the largest n with n × unit ≤ total, found by bisection (no division).
+std::uint64_t largest_fitting(std::uint64_t unit, std::uint64_t total) {
+  std::uint64_t lo = 0, hi = total / 1 + 1;  // n ≤ total since unit ≥ 1
+  while (hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    const unsigned __int128 used = static_cast<unsigned __int128>(mid) * unit;
+    (used <= total ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+TEST(MemoryPlan, SeedFiguresForHybrid27b) {
+  const MemoryPlan plan = make_memory_plan(hybrid_settings()).value();
+  EXPECT_EQ(plan.host.row_bytes, 4096u);
+  EXPECT_EQ(plan.host.segment_bytes, 128 * MiB);
+  EXPECT_EQ(plan.host.history_bytes, 2 * GiB);
+  EXPECT_EQ(plan.host.segments, 512u);
+  EXPECT_EQ(plan.host.histories, 32u);
+  EXPECT_EQ(plan.host.leftover_segments, 0u);
+  EXPECT_EQ(plan.host.concurrency, 32u);  // min(max_seqs 64, histories 32)
+  EXPECT_EQ(plan.arena.recurrent_slots, 32u);
+  EXPECT_EQ(plan.arena.recurrent.size_bytes, 32 * 147 * MiB);
+}
+
+TEST(MemoryPlan, PresetsMatchAnIndependentComputation) {
+  for (const Preset& preset : presets()) {
+    MemorySettings s;
+    s.geometry = preset.geometry;
+    s.max_context_tokens = 8192;
+    s.host_pool_bytes = 100 * GiB + 12345;
+    s.device_pool_bytes = 80 * GiB;
+    s.max_seqs = 1000;
+    const MemoryPlan plan = make_memory_plan(s).value();
+    const std::uint64_t row = 2ull * preset.geometry.kv_heads * preset.geometry.head_dim * dtype_bytes(preset.geometry.dtype);
+    const std::uint64_t segment = 8192 * row;
+    EXPECT_EQ(plan.host.segment_bytes, segment) << preset.name;
+    EXPECT_EQ(plan.host.segments, largest_fitting(segment, s.host_pool_bytes)) << preset.name;
+    EXPECT_EQ(plan.host.histories, largest_fitting(segment * preset.geometry.dense_layers, s.host_pool_bytes)) << preset.name;
+    EXPECT_EQ(plan.host.leftover_segments, plan.host.segments - plan.host.histories * preset.geometry.dense_layers);
+    EXPECT_EQ(plan.host.concurrency, std::min<std::uint64_t>(1000, plan.host.histories));
+  }
+}
+
+TEST(MemoryPlan, RandomGeometriesMatchAnIndependentComputationAndLayoutHolds) {
+  std::mt19937_64 rng(20261129);
+  int planned = 0;
+  for (int i = 0; i < 3000; ++i) {
+    MemorySettings s;
+    s.geometry.dense_layers = 1 + static_cast<std::uint32_t>(rng() % 96);
+    s.geometry.kv_heads = 1 + static_cast<std::uint32_t>(rng() % 16);
+    s.geometry.head_dim = 16u << (rng() % 4);
+    s.geometry.dtype = static_cast<DType>(rng() % 3);
+    if (rng() % 3 == 0) {
+      s.geometry.recurrent_layers = 1 + static_cast<std::uint32_t>(rng() % 48);
+      s.geometry.recurrent_state_bytes = 1 + rng() % (256 * MiB);
+    }
+    s.page_tokens = 1u << (rng() % 7);
+    s.max_context_tokens = s.page_tokens * (1 + static_cast<std::uint32_t>(rng() % 4096));
+    s.tile_tokens = s.page_tokens * (1 + static_cast<std::uint32_t>(rng() % 64));
+    s.tiles = 1 + static_cast<std::uint32_t>(rng() % 4);
+    s.chunk_tokens = 1 + static_cast<std::uint32_t>(rng() % std::min(512u, s.max_context_tokens));
+    s.max_seqs = 1 + static_cast<std::uint32_t>(rng() % 512);
+    s.host_pool_bytes = 1 + rng() % (512 * GiB);
+    s.device_pool_bytes = 1 + rng() % (160 * GiB);
+    const Result<MemoryPlan> result = make_memory_plan(s);
+    const std::uint64_t row = s.geometry.row_bytes();
+    const std::uint64_t segment = static_cast<std::uint64_t>(s.max_context_tokens) * row;
+    const std::uint64_t histories = largest_fitting(segment * s.geometry.dense_layers, s.host_pool_bytes);
+    if (histories == 0) {
+      ASSERT_FALSE(result.ok());
+      EXPECT_EQ(result.error().setting, "--host-pool");
+      continue;
+    }
+    if (!result.ok()) {
+      // The only other refusal for these settings: the device pool cannot hold one floor.
+      EXPECT_TRUE(result.error().setting == "--device-pool" || result.error().setting == "--page-tokens" ||
+                  result.error().setting == "--floor-pages")
+          << result.error().describe();
+      continue;
+    }
+    ++planned;
+    const MemoryPlan& p = *result;
+    EXPECT_EQ(p.host.segments, largest_fitting(segment, s.host_pool_bytes));
+    EXPECT_EQ(p.host.histories, histories);
+    EXPECT_EQ(p.host.leftover_segments + p.host.histories * s.geometry.dense_layers, p.host.segments);
+    EXPECT_LT(p.host.leftover_segments, s.geometry.dense_layers);
+    EXPECT_EQ(p.host.concurrency, std::min<std::uint64_t>(s.max_seqs, histories));
+    // Arena: parts in order, aligned, disjoint, inside the device pool.
+    const ArenaPlan& a = p.arena;
+    EXPECT_EQ(a.staging_tiles.size_bytes, static_cast<std::uint64_t>(s.tiles) * s.tile_tokens * row);
+    EXPECT_EQ(a.page_pool.size_bytes, static_cast<std::uint64_t>(a.pages) * s.page_tokens * row);
+    for (const ArenaPart* part : {&a.staging_tiles, &a.page_pool, &a.recurrent, &a.headroom}) {
+      EXPECT_EQ(part->offset_bytes % arena_alignment_bytes, 0u);
+    }
+    EXPECT_GE(a.page_pool.offset_bytes, a.staging_tiles.offset_bytes + a.staging_tiles.size_bytes);
+    EXPECT_GE(a.recurrent.offset_bytes, a.page_pool.offset_bytes + a.page_pool.size_bytes);
+    EXPECT_GE(a.headroom.offset_bytes, a.recurrent.offset_bytes + a.recurrent.size_bytes);
+    EXPECT_LE(a.used_bytes, s.device_pool_bytes);
+    EXPECT_EQ(a.used_bytes + a.unused_bytes, s.device_pool_bytes);
+    // One more page would not fit.
+    EXPECT_GT(a.page_pool.offset_bytes + a.page_pool.size_bytes + a.page_bytes +
+                  (a.recurrent.size_bytes + 2 * arena_alignment_bytes),
+              s.device_pool_bytes - a.headroom.size_bytes - arena_alignment_bytes);
+    const BudgetPlan& b = p.budget;
+    EXPECT_LE(b.floor_pages, b.target_pages);
+    EXPECT_LE(b.target_pages, b.burst_pages);
+    EXPECT_LE(b.burst_pages, a.pages);
+    EXPECT_EQ(b.floor_pages_min, static_cast<std::uint64_t>(b.floor_pages_per_layer) * s.geometry.dense_layers);
+    EXPECT_EQ(b.concurrency, std::min<std::uint64_t>(p.host.concurrency, a.pages / b.floor_pages));
+  }
+  EXPECT_GT(planned, 300);  // the generator reaches the planned path often enough to mean something
+}
+
+TEST(MemoryPlan, PagesSpannedCoversEveryAlignment) {
+  for (std::uint32_t P : {1u, 2u, 16u, 64u}) {
+    for (std::uint32_t tokens = 1; tokens <= 200; ++tokens) {
+      std::uint32_t worst = 0;
+      for (std::uint32_t start = 0; start < P; ++start) worst = std::max(worst, (start + tokens - 1) / P - start / P + 1);
+      EXPECT_EQ(pages_spanned_max(tokens, P), worst) << P << " " << tokens;
+    }
+  }
+}
+
+TEST(MemoryPlan, HostPoolTooSmallNamesTheMinimum) {
+  MemorySettings s = hybrid_settings();
+  s.host_pool_bytes = 1 * GiB;
+  const auto r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--host-pool");
+  EXPECT_NE(r.error().message.find("host pool must be at least 2 GiB (16 segments of 128 MiB) for max context 32768"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("lower --max-context to 16384"), std::string::npos) << r.error().message;
+}
+
+TEST(MemoryPlan, AutomaticDeviceSizesAreRefusedWithHowToChoose) {
+  const MemorySettings s = hybrid_settings();
+  for (const char* text : {"auto", "AUTO", "0", "50%", "max"}) {
+    const auto r = parse_device_pool(text, s);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.error().setting, "--device-pool");
+    EXPECT_NE(r.error().message.find("would hide the decision"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("at least"), std::string::npos) << r.error().message;
+  }
+  EXPECT_EQ(parse_device_pool("24GiB", s).value(), 24 * GiB);
+  MemorySettings zero = s;
+  zero.device_pool_bytes = 0;
+  const auto r = make_memory_plan(zero);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--device-pool");
+}
+
+TEST(MemoryPlan, DevicePoolTooSmallSaysWhatItNeeds) {
+  MemorySettings s = hybrid_settings();
+  s.device_pool_bytes = 1 * GiB;  // tiles alone are 256 MiB, recurrent slots 4.59 GiB
+  const auto r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--device-pool");
+  EXPECT_NE(r.error().message.find("recurrent slots"), std::string::npos);
+}
+
+TEST(MemoryPlan, PageMustDivideTile) {
+  MemorySettings s = hybrid_settings();
+  s.page_tokens = 48;
+  s.max_context_tokens = 48 * 512;
+  s.tile_tokens = 1000;
+  const auto r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--tile-tokens");
+  EXPECT_NE(r.error().message.find("must divide the tile size"), std::string::npos);
+  EXPECT_NE(r.error().message.find("960 or 1008"), std::string::npos) << r.error().message;
+}
+
+TEST(MemoryPlan, BudgetsOutOfOrderAreRefusedByName) {
+  MemorySettings s = hybrid_settings();
+  const MemoryPlan base = make_memory_plan(s).value();
+  s.floor_pages = base.budget.floor_pages_min * 2;
+  s.target_pages = base.budget.floor_pages_min;  // target < floor
+  auto r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--target-pages");
+  EXPECT_NE(r.error().message.find("below the floor"), std::string::npos);
+
+  s.target_pages = base.budget.floor_pages_min * 4;
+  s.burst_pages = base.budget.floor_pages_min * 3;  // burst < target
+  r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--burst-pages");
+
+  s = hybrid_settings();
+  s.floor_pages = base.budget.floor_pages_min - 1;  // below the minimum floor
+  r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "--floor-pages");
+  EXPECT_NE(r.error().message.find("minimum floor"), std::string::npos);
+}
+
+TEST(MemoryPlan, ZeroAndMalformedSettingsAreRefusedByName) {
+  struct Case {
+    void (*mutate)(MemorySettings&);
+    const char* setting;
+  };
+  const Case cases[] = {
+      {[](MemorySettings& s) { s.max_context_tokens = 0; }, "--max-context"},
+      {[](MemorySettings& s) { s.max_context_tokens = 32769; }, "--max-context"},
+      {[](MemorySettings& s) { s.page_tokens = 0; }, "--page-tokens"},
+      {[](MemorySettings& s) { s.tiles = 0; }, "--tiles"},
+      {[](MemorySettings& s) { s.max_seqs = 0; }, "--max-seqs"},
+      {[](MemorySettings& s) { s.chunk_tokens = 0; }, "--chunk-tokens"},
+      {[](MemorySettings& s) { s.chunk_tokens = 40000; }, "--chunk-tokens"},
+      {[](MemorySettings& s) { s.host_pool_bytes = 0; }, "--host-pool"},
+      {[](MemorySettings& s) { s.geometry.kv_heads = 0; }, "--kv-heads"},
+      {[](MemorySettings& s) { s.geometry.dense_layers = 0; }, "--dense-layers"},
+      {[](MemorySettings& s) { s.tiles = 4000000000u; s.tile_tokens = 1u << 31; }, "--tiles"},
+      {[](MemorySettings& s) { s.tiles = 4000000000u; s.tile_tokens = 32768; }, "--device-pool"},
+      {[](MemorySettings& s) {
+         s.max_context_tokens = 4294967280u;
+         s.geometry.kv_heads = 1024;
+         s.geometry.head_dim = (1u << 20) - 1;
+       }, "--max-context"},
+  };
+  for (const Case& c : cases) {
+    MemorySettings s = hybrid_settings();
+    c.mutate(s);
+    const auto r = make_memory_plan(s);
+    ASSERT_FALSE(r.ok()) << c.setting;
+    EXPECT_EQ(r.error().setting, c.setting) << r.error().describe();
+    EXPECT_FALSE(r.error().message.empty());
+  }
+  // Sizes as text: negative, malformed and overflowing values are refused by the parser, by name.
+  for (const char* bad : {"-1", "12XB", "99999999999999999999", "16777216TiB", ""}) {
+    const auto r = parse_device_pool(bad, hybrid_settings());
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().setting, "--device-pool") << bad;
+  }
+}
+
+TEST(MemoryPlan, PrintsFormulasAndJsonWithTheFormulasTerms) {
+  const MemoryPlan plan = make_memory_plan(hybrid_settings()).value();
+  const std::string text = format_memory_plan(plan);
+  EXPECT_NE(text.find("segment_bytes     = max_context 32768 × row_bytes 4096 = 128 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("histories         = floor(segments 512 / dense_layers 16) = 32"), std::string::npos) << text;
+  EXPECT_NE(text.find("concurrency       = min(max_seqs 64, histories 32) = 32"), std::string::npos) << text;
+  EXPECT_NE(text.find("page pool"), std::string::npos);
+  const std::string json = memory_plan_json(plan);
+  for (const char* key : {"\"segment_bytes\": 134217728", "\"segments\": 512", "\"histories\": 32",
+                          "\"leftover_segments\": 0", "\"concurrency\": 32", "\"staging_tiles\"", "\"page_pool\"",
+                          "\"recurrent\"", "\"headroom\"", "\"floor_pages\"", "\"target_pages\"", "\"burst_pages\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << "\n" << json;
+  }
+}
+
+}  // namespace
+}  // namespace activekv

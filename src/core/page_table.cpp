@@ -1,0 +1,226 @@
+// page_table.cpp — a context's pages per dense layer, kept as runs, and the budget checks
+// that every page placement passes through (BudgetManager's residency half; see budget.hpp).
+//
+// Per layer: the sink (logical page 0), the newest run (a ring of pool pages for logical
+// [run_first, run_first + run_count)), and the promoted pages (sorted, all below the run).
+// Each mutation is O(1) except the promoted set's sorted insert (bounded by
+// promoted_pages_per_layer), so a step costs what it changes, not what the history holds.
+// Tail pages — those at or above the context's tail_first_logical — and the sink are never
+// evicted or reclaimed: they are what the floor guarantees.
+#include <algorithm>
+
+#include "activekv/budget.hpp"
+
+namespace activekv {
+
+std::uint32_t BudgetManager::run_page(std::uint32_t slot, std::uint32_t l, std::uint32_t i) const noexcept {
+  const LayerResidency& r = layer(slot, l);
+  AK_DEBUG_ASSERT(i < r.run_count, "run index outside the run");
+  return ring_[ring_offset(slot, l) + (r.ring_head + i) % ring_capacity_];
+}
+
+std::span<const std::uint32_t> BudgetManager::promoted_logical(std::uint32_t slot, std::uint32_t l) const noexcept {
+  return {promoted_logical_.data() + promoted_offset(slot, l), layer(slot, l).promoted_count};
+}
+
+std::span<const std::uint32_t> BudgetManager::promoted_pages(std::uint32_t slot, std::uint32_t l) const noexcept {
+  return {promoted_page_.data() + promoted_offset(slot, l), layer(slot, l).promoted_count};
+}
+
+std::uint32_t BudgetManager::acquire_page(std::uint32_t slot, std::uint32_t l, std::uint32_t logical, PageState state,
+                                          Reason reason, bool allow_reclaim) noexcept {
+  ContextState& c = contexts_[slot];
+  AK_ASSERT(c.running, "pages are acquired for running contexts only");
+  if (c.pages_reserved > 0) {
+    --c.pages_reserved;
+    --reserved_total_;
+  } else if (c.pages_held() < c.budget.target_pages) {
+    if (pages_unreserved() == 0 && (!allow_reclaim || reclaim(1, slot, /*down_to_floor=*/false) == 0)) return page_none;
+    ++counters_.pages_grown;
+    record(DecisionKind::grow, Reason::to_target, slot, l, logical, UINT32_MAX, 1);
+  } else if (c.pages_held() < c.budget.burst_pages && pages_unreserved() > 0) {
+    ++counters_.pages_borrowed;
+    record(DecisionKind::borrow, Reason::to_burst, slot, l, logical, UINT32_MAX, 1);
+  } else {
+    return page_none;
+  }
+  const PageId page = arena_.pages().allocate(PageOwner{slot, l, logical}, state);
+  AK_ASSERT(page.valid(), "a reserved or unreserved free page exists when the budget grants one");
+  ++c.pages_assigned;
+  (void)reason;
+  AK_ASSERT(c.pages_held() <= c.budget.burst_pages, "invariant 2: a context never holds more than its burst");
+  return page.index;
+}
+
+void BudgetManager::release_page(std::uint32_t slot, std::uint32_t pool_page) noexcept {
+  PagePool& pool = arena_.pages();
+  AK_ASSERT(pool.owner(pool_page).slot == slot, "a context releases only its own pages");
+  if (pool.state(pool_page) != PageState::quarantined) pool.release(pool.id(pool_page));
+  --contexts_[slot].pages_assigned;
+}
+
+void BudgetManager::push_run_back(std::uint32_t slot, std::uint32_t l, std::uint32_t pool_page) noexcept {
+  LayerResidency& r = layer(slot, l);
+  const std::uint32_t logical = arena_.pages().owner(pool_page).logical;
+  AK_ASSERT(logical >= 1, "logical page 0 is the sink, not part of the run");
+  if (r.run_count == 0) r.run_first = logical;
+  AK_ASSERT(logical == r.run_first + r.run_count, "the run grows at its newest end by one logical page");
+  AK_ASSERT(r.run_count < ring_capacity_, "the run ring holds at most layer_pages_max pages");
+  ring_[ring_offset(slot, l) + (r.ring_head + r.run_count) % ring_capacity_] = pool_page;
+  ++r.run_count;
+}
+
+void BudgetManager::push_run_front(std::uint32_t slot, std::uint32_t l, std::uint32_t pool_page) noexcept {
+  LayerResidency& r = layer(slot, l);
+  const std::uint32_t logical = arena_.pages().owner(pool_page).logical;
+  AK_ASSERT(r.run_count > 0, "the run extends downward only from an existing run");
+  AK_ASSERT(logical + 1 == r.run_first && logical >= 1, "the run grows at its oldest end by one logical page");
+  AK_ASSERT(r.run_count < ring_capacity_, "the run ring holds at most layer_pages_max pages");
+  r.ring_head = (r.ring_head + ring_capacity_ - 1) % ring_capacity_;
+  ring_[ring_offset(slot, l) + r.ring_head] = pool_page;
+  --r.run_first;
+  ++r.run_count;
+  ++counters_.pages_promoted;
+}
+
+void BudgetManager::set_sink(std::uint32_t slot, std::uint32_t l, std::uint32_t pool_page) noexcept {
+  LayerResidency& r = layer(slot, l);
+  AK_ASSERT(r.sink_page == page_none, "a layer has one sink page");
+  AK_ASSERT(arena_.pages().owner(pool_page).logical == 0, "the sink holds logical page 0");
+  r.sink_page = pool_page;
+}
+
+bool BudgetManager::add_promoted(std::uint32_t slot, std::uint32_t l, std::uint32_t logical,
+                                 std::uint32_t pool_page) noexcept {
+  LayerResidency& r = layer(slot, l);
+  if (r.promoted_count == plan_.promoted_pages_per_layer) return false;
+  AK_ASSERT(logical >= 1, "the sink is not promoted");
+  AK_ASSERT(r.run_count == 0 || logical + 1 < r.run_first, "a promoted page lies below the run, not adjacent to it");
+  std::uint32_t* logicals = promoted_logical_.data() + promoted_offset(slot, l);
+  std::uint32_t* pages = promoted_page_.data() + promoted_offset(slot, l);
+  std::uint32_t at = static_cast<std::uint32_t>(std::lower_bound(logicals, logicals + r.promoted_count, logical) - logicals);
+  AK_ASSERT(at == r.promoted_count || logicals[at] != logical, "a page is promoted once");
+  for (std::uint32_t i = r.promoted_count; i > at; --i) {
+    logicals[i] = logicals[i - 1];
+    pages[i] = pages[i - 1];
+  }
+  logicals[at] = logical;
+  pages[at] = pool_page;
+  ++r.promoted_count;
+  ++counters_.pages_promoted;
+  return true;
+}
+
+std::uint32_t BudgetManager::evictable(std::uint32_t slot, std::uint32_t l) const noexcept {
+  const LayerResidency& r = layer(slot, l);
+  const std::uint32_t tail_first = contexts_[slot].tail_first_logical;
+  std::uint32_t run_below_tail = 0;
+  if (r.run_count > 0 && r.run_first < tail_first) run_below_tail = std::min(r.run_count, tail_first - r.run_first);
+  // The run's newest page always holds the newest token: never evictable.
+  run_below_tail = std::min(run_below_tail, r.run_count > 0 ? r.run_count - 1 : 0u);
+  return r.promoted_count + run_below_tail;
+}
+
+void BudgetManager::drop_run_oldest(std::uint32_t slot, std::uint32_t l, DecisionKind kind, Reason reason,
+                                    std::uint32_t other_slot) noexcept {
+  LayerResidency& r = layer(slot, l);
+  AK_ASSERT(r.run_count > 1, "the run's newest page is never dropped");
+  const std::uint32_t page = ring_[ring_offset(slot, l) + r.ring_head];
+  record(kind, reason, slot, l, r.run_first, page, 1, other_slot);
+  release_page(slot, page);
+  r.ring_head = (r.ring_head + 1) % ring_capacity_;
+  ++r.run_first;
+  --r.run_count;
+}
+
+void BudgetManager::drop_promoted_lowest(std::uint32_t slot, std::uint32_t l, DecisionKind kind, Reason reason,
+                                         std::uint32_t other_slot) noexcept {
+  LayerResidency& r = layer(slot, l);
+  AK_ASSERT(r.promoted_count > 0, "no promoted page to drop");
+  std::uint32_t* logicals = promoted_logical_.data() + promoted_offset(slot, l);
+  std::uint32_t* pages = promoted_page_.data() + promoted_offset(slot, l);
+  record(kind, reason, slot, l, logicals[0], pages[0], 1, other_slot);
+  release_page(slot, pages[0]);
+  std::copy(logicals + 1, logicals + r.promoted_count, logicals);
+  std::copy(pages + 1, pages + r.promoted_count, pages);
+  --r.promoted_count;
+}
+
+bool BudgetManager::evict_one(std::uint32_t slot, std::uint32_t l, Reason reason) noexcept {
+  const LayerResidency& r = layer(slot, l);
+  ContextState& c = contexts_[slot];
+  const bool run_may_slide = r.run_count > 1 && r.run_first < c.tail_first_logical;
+  if (run_may_slide) {
+    drop_run_oldest(slot, l, DecisionKind::evict, reason, UINT32_MAX);
+  } else if (r.promoted_count > 0) {
+    drop_promoted_lowest(slot, l, DecisionKind::evict, reason, UINT32_MAX);
+  } else {
+    return false;
+  }
+  // The freed page stays with the context: held is unchanged.
+  ++c.pages_reserved;
+  ++reserved_total_;
+  ++counters_.pages_evicted;
+  return true;
+}
+
+const char* BudgetManager::check() const noexcept {
+  const PagePool& pool = arena_.pages();
+  if (const char* broken = pool.check()) return broken;
+  std::uint64_t reserved = 0, floors = 0, assigned = 0;
+  std::uint32_t running = 0;
+  for (std::uint32_t s = 0; s < contexts_.size(); ++s) {
+    const ContextState& c = contexts_[s];
+    if (!c.running) continue;
+    ++running;
+    reserved += c.pages_reserved;
+    floors += c.budget.floor_pages;
+    assigned += c.pages_assigned;
+    if (c.pages_held() < c.budget.floor_pages) return "invariant 2: a running context holds less than its floor";
+    if (c.pages_held() > c.budget.burst_pages) return "invariant 2: a running context holds more than its burst";
+    std::uint64_t in_tables = 0;
+    for (std::uint32_t l = 0; l < dense_layers_; ++l) {
+      const LayerResidency& r = layer(s, l);
+      if (r.pages_held() > c.layer_cap) return "a layer holds more than its page cap";
+      in_tables += r.pages_held();
+      auto owned_by = [&](std::uint32_t page, std::uint32_t logical) {
+        if (page >= pool.pages_total()) return false;
+        const PageState st = pool.state(page);
+        if (st != PageState::owned && st != PageState::staging && st != PageState::quarantined) return false;
+        const PageOwner& o = pool.owner(page);
+        return o.slot == s && o.layer == l && o.logical == logical;
+      };
+      if (r.sink_page != page_none && !owned_by(r.sink_page, 0)) return "a sink page is not owned by its context";
+      if (r.run_count > 0 && r.run_first < 1) return "a run starts at the sink";
+      for (std::uint32_t i = 0; i < r.run_count; ++i) {
+        if (!owned_by(run_page(s, l, i), r.run_first + i)) return "a run page is not owned by its context and logical page";
+      }
+      const auto logicals = promoted_logical(s, l);
+      const auto pages = promoted_pages(s, l);
+      for (std::uint32_t i = 0; i < r.promoted_count; ++i) {
+        if (!owned_by(pages[i], logicals[i])) return "a promoted page is not owned by its context and logical page";
+        if (i > 0 && logicals[i - 1] >= logicals[i]) return "the promoted set is not sorted";
+        if (r.run_count > 0 && logicals[i] >= r.run_first) return "a promoted page lies inside or above the run";
+        if (logicals[i] == 0) return "the sink is in the promoted set";
+      }
+    }
+    if (in_tables != c.pages_assigned) return "a context's assigned count differs from its page tables";
+  }
+  if (running != running_) return "the running count differs from the slots";
+  if (reserved != reserved_total_) return "the reserved total differs from the contexts' reservations";
+  if (floors != floors_committed_) return "the committed floors differ from the contexts' floors";
+  if (reserved_total_ > pool.pages_free()) return "more pages are reserved than are free";
+  const std::uint64_t in_use = static_cast<std::uint64_t>(pool.pages_owned()) + pool.pages_staging();
+  if (assigned < in_use) return "a page in use belongs to no running context";
+  if (assigned > in_use + pool.pages_quarantined()) return "a context holds a page that is free";
+  if (floors_committed_ > pool.pages_total() - pool.pages_quarantined()) return "committed floors exceed the usable pool";
+  if (free_slot_count_ + running_ != contexts_.size()) return "free slots + running contexts differ from the slots";
+  return nullptr;
+}
+
+void BudgetManager::validate() const noexcept {
+  const char* broken = check();
+  AK_ASSERT(broken == nullptr, broken);
+}
+
+}  // namespace activekv

@@ -1,0 +1,396 @@
+// planner.cpp — one step's residency plan (see planner.hpp).
+//
+// Three phases, so that no context's page table changes after its snapshot is taken:
+//   1. tail pages: every scheduled context and layer gets pool pages for the tokens it
+//      appends (from its reservation, its target, its burst, or by sliding its own run);
+//      this is the only phase that may reclaim pages from other contexts;
+//   2. per layer, per context (layer-major): snapshot the page table, emit the
+//      write-backs of the new rows, and stage every non-resident page into tiles;
+//   3. right after each snapshot, promotions: the policy picks staged pages to keep;
+//      they take free or reserved pages only (never another context's), and extend the
+//      run below the snapshot's range or join the promoted set after the snapshot was copied.
+// Nothing here allocates: every array was sized in the constructor for the worst step.
+#include "activekv/planner.hpp"
+
+#include <algorithm>
+
+namespace activekv {
+
+const char* plan_outcome_text(PlanOutcome outcome) noexcept {
+  switch (outcome) {
+    case PlanOutcome::planned: return "planned";
+    case PlanOutcome::too_many_contexts: return "more contexts than the budget manager has slots";
+    case PlanOutcome::chunk_too_large: return "a context appends 0 tokens or more than --chunk-tokens in one step";
+    case PlanOutcome::beyond_tokens_max: return "a context would grow beyond its tokens_max (at most --max-context)";
+    case PlanOutcome::duplicate_context: return "a context is scheduled twice in one step";
+  }
+  return "?";
+}
+
+ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& policy,
+                                   std::uint32_t promotions_per_layer_step)
+    : budgets_(budgets), policy_(policy), mp_(budgets.plan()), promotions_per_layer_max_(promotions_per_layer_step) {
+  const std::size_t slots = budgets.slots();
+  const std::size_t layer_plans = slots * mp_.geometry.dense_layers;
+  const std::size_t ranges_max = mp_.promoted_pages_per_layer + 1;
+  // Each range splits at most once per tile it crosses, plus once where a layer's first pass opens.
+  const std::size_t copies_per_layer_plan = ranges_max + mp_.budget.pages_per_layer_max / std::max(1u, mp_.arena.tile_pages) + 2;
+  scheduled_.resize(slots);
+  layers_.resize(layer_plans);
+  copies_.resize(layer_plans * copies_per_layer_plan);
+  passes_.resize(layer_plans * copies_per_layer_plan);
+  promotions_.resize(layer_plans * promotions_per_layer_max_);
+  write_backs_.resize(layer_plans * pages_spanned_max(mp_.chunk_tokens, mp_.arena.page_tokens));
+  ranges_.resize(ranges_max);
+  chosen_.resize(std::max(1u, promotions_per_layer_max_));
+  seen_.assign(slots, 0);
+  length_before_.resize(slots);
+  promoted_logical_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
+  promoted_page_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
+  plan_.ring_storage = budgets.ring_storage();
+  plan_.ring_capacity = budgets.ring_capacity();
+  plan_.promoted_logical_storage = promoted_logical_snapshot_;
+  plan_.promoted_page_storage = promoted_page_snapshot_;
+  plan_.page_bytes = mp_.arena.page_bytes;
+  plan_.page_pool_offset = mp_.arena.page_pool.offset_bytes;
+}
+
+PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> scheduled) noexcept {
+  AK_ASSERT(!step_open_, "step_completed() must be called after each planned step, before the next");
+  if (scheduled.size() > scheduled_.size()) return PlanOutcome::too_many_contexts;
+  PlanOutcome outcome = PlanOutcome::planned;
+  for (const ScheduledContext& s : scheduled) {
+    AK_ASSERT(budgets_.current(s.context), "a scheduled context handle is stale or unknown");
+    const ContextState& c = budgets_.context(s.context.slot);
+    if (s.tokens_appended == 0 || s.tokens_appended > mp_.chunk_tokens) outcome = PlanOutcome::chunk_too_large;
+    else if (c.length_tokens + static_cast<std::uint64_t>(s.tokens_appended) > c.tokens_max) outcome = PlanOutcome::beyond_tokens_max;
+    else if (seen_[s.context.slot] != 0) outcome = PlanOutcome::duplicate_context;
+    seen_[s.context.slot] = 1;
+  }
+  for (const ScheduledContext& s : scheduled) seen_[s.context.slot] = 0;
+  if (outcome != PlanOutcome::planned) return outcome;
+
+  ++step_;
+  budgets_.set_step(step_);
+  const auto entries = static_cast<std::uint32_t>(scheduled.size());
+  std::copy(scheduled.begin(), scheduled.end(), scheduled_.begin());
+  layer_count_ = copy_count_ = pass_count_ = promotion_count_ = write_back_count_ = 0;
+  promoted_snapshot_count_ = 0;
+  plan_.counters = StepCounters{};
+  const std::uint64_t evicted_before = budgets_.counters().pages_evicted;
+
+  const std::uint32_t layers = mp_.geometry.dense_layers;
+  for (std::uint32_t e = 0; e < entries; ++e) {
+    ContextState& c = budgets_.context(scheduled_[e].context.slot);
+    length_before_[e] = c.length_tokens;
+    c.tail_first_logical = c.length_tokens / mp_.arena.page_tokens;
+    budgets_.touch(scheduled_[e].context.slot, step_);
+  }
+  for (std::uint32_t e = 0; e < entries; ++e) {
+    for (std::uint32_t l = 0; l < layers; ++l) place_tail_pages(e, l);
+  }
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    for (std::uint32_t e = 0; e < entries; ++e) plan_layer(e, l);
+  }
+  for (std::uint32_t e = 0; e < entries; ++e) {
+    budgets_.context(scheduled_[e].context.slot).length_tokens = length_before_[e] + scheduled_[e].tokens_appended;
+  }
+
+  plan_.step = step_;
+  plan_.scheduled = {scheduled_.data(), entries};
+  plan_.layers = {layers_.data(), layer_count_};
+  plan_.copies = {copies_.data(), copy_count_};
+  plan_.passes = {passes_.data(), pass_count_};
+  plan_.promotions = {promotions_.data(), promotion_count_};
+  plan_.write_backs = {write_backs_.data(), write_back_count_};
+  plan_.counters.copies = copy_count_;
+  plan_.counters.passes = pass_count_;
+  plan_.counters.promotions = promotion_count_;
+  plan_.counters.pages_evicted = budgets_.counters().pages_evicted - evicted_before;
+  step_open_ = true;
+  AK_EXPENSIVE_ASSERT(budgets_.check() == nullptr, "budgets consistent after planning a step");
+  return PlanOutcome::planned;
+}
+
+void ResidencyPlanner::step_completed() noexcept {
+  PagePool& pool = budgets_.arena().pages();
+  for (std::uint32_t i = 0; i < promotion_count_; ++i) {
+    const PageId page = promotions_[i].pool_page;
+    if (pool.current(page) && pool.state(page.index) == PageState::staging) pool.land(page);
+  }
+  step_open_ = false;
+}
+
+void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) noexcept {
+  const std::uint32_t slot = scheduled_[entry].context.slot;
+  const std::uint32_t P = mp_.arena.page_tokens;
+  const std::uint32_t before = length_before_[entry];
+  const std::uint32_t after = before + scheduled_[entry].tokens_appended;
+  const ContextState& c = budgets_.context(slot);
+  for (std::uint32_t p = before / P; p <= (after - 1) / P; ++p) {
+    LayerResidency& r = budgets_.layer(slot, l);
+    if (p == 0) {
+      if (r.sink_page != page_none) continue;
+    } else if (r.run_count > 0 && p < r.run_first + r.run_count) {
+      AK_ASSERT(p >= r.run_first, "a page the step writes is resident: tail pages are never evicted");
+      continue;
+    } else {
+      AK_ASSERT(p * P >= before || r.run_count > 0, "a partly written tail page is resident");
+    }
+    if (r.pages_held() >= c.layer_cap) {
+      const bool freed = budgets_.evict_one(slot, l, Reason::run_slides);
+      AK_ASSERT(freed, "a layer at its cap has a page below its tail");
+    }
+    std::uint32_t page = budgets_.acquire_page(slot, l, p, PageState::owned, Reason::new_tail);
+    if (page == page_none) {
+      // The context is at its budget: its own oldest page in this layer (or, failing that, in the
+      // layer with the most to give) makes room. The floor guarantees one exists.
+      bool freed = budgets_.evict_one(slot, l, Reason::run_slides);
+      for (std::uint32_t other = 0; !freed && other < mp_.geometry.dense_layers; ++other) {
+        freed = budgets_.evict_one(slot, other, Reason::run_slides);
+      }
+      AK_ASSERT(freed, "a context at its budget has a page below its tails (the floor holds its tails)");
+      page = budgets_.acquire_page(slot, l, p, PageState::owned, Reason::new_tail);
+      AK_ASSERT(page != page_none, "an evicted page returns to the context's reservation");
+    }
+    if (p == 0) {
+      budgets_.set_sink(slot, l, page);
+    } else {
+      budgets_.push_run_back(slot, l, page);
+    }
+  }
+}
+
+void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l) noexcept {
+  AK_ASSERT(layer_count_ < layers_.size(), "layer plans sized for every slot and layer");
+  const std::uint32_t slot = scheduled_[entry].context.slot;
+  const LayerResidency& r = budgets_.layer(slot, l);
+  LayerPlan& lp = layers_[layer_count_++];
+  lp = LayerPlan{};
+  lp.slot = slot;
+  lp.layer = l;
+  lp.entry = entry;
+  lp.length_before = length_before_[entry];
+  lp.length_tokens = length_before_[entry] + scheduled_[entry].tokens_appended;
+  lp.sink_page = r.sink_page;
+  lp.run_first = r.run_first;
+  lp.run_count = r.run_count;
+  lp.ring_offset = budgets_.ring_offset(slot, l);
+  lp.ring_head = r.ring_head;
+  lp.promoted_offset = promoted_snapshot_count_;
+  lp.promoted_count = r.promoted_count;
+  if (r.promoted_count > 0) {
+    const auto logicals = budgets_.promoted_logical(slot, l);
+    const auto pages = budgets_.promoted_pages(slot, l);
+    std::copy(logicals.begin(), logicals.end(), promoted_logical_snapshot_.begin() + promoted_snapshot_count_);
+    std::copy(pages.begin(), pages.end(), promoted_page_snapshot_.begin() + promoted_snapshot_count_);
+    promoted_snapshot_count_ += r.promoted_count;
+  }
+  lp.pages_resident = r.pages_held();
+  emit_write_backs(lp);
+  stage_history(lp);
+  promote(lp);
+  plan_.counters.pages_resident += lp.pages_resident;
+  plan_.counters.pages_staged += lp.pages_staged;
+}
+
+void ResidencyPlanner::emit_write_backs(LayerPlan& lp) noexcept {
+  const std::uint32_t P = mp_.arena.page_tokens;
+  const std::uint64_t row = mp_.host.row_bytes;
+  lp.writeback_first = write_back_count_;
+  for (std::uint32_t p = lp.length_before / P; p <= (lp.length_tokens - 1) / P; ++p) {
+    const std::uint32_t first = std::max(lp.length_before, p * P);
+    const std::uint32_t end = std::min(lp.length_tokens, (p + 1) * P);
+    const std::uint32_t pool_page = p == 0 ? lp.sink_page : plan_.ring_storage[lp.ring_offset + (lp.ring_head + p - lp.run_first) % plan_.ring_capacity];
+    AK_ASSERT(p == 0 || (p >= lp.run_first && p < lp.run_first + lp.run_count), "a written page is in the run");
+    AK_ASSERT(write_back_count_ < write_backs_.size(), "write-backs sized for every slot, layer and chunk");
+    WriteBack& w = write_backs_[write_back_count_++];
+    w.slot = lp.slot;
+    w.layer = lp.layer;
+    w.logical = p;
+    w.pool_page = pool_page;
+    w.row_first = first - p * P;
+    w.rows = end - first;
+    w.device_offset = mp_.arena.page_offset(pool_page) + w.row_first * row;
+    w.host_offset = mp_.host.row_offset(lp.slot, lp.layer, first);
+    w.bytes = w.rows * row;
+    plan_.counters.bytes_written_back += w.bytes;
+  }
+  lp.writeback_count = write_back_count_ - lp.writeback_first;
+}
+
+void ResidencyPlanner::open_pass(std::uint32_t layer) noexcept {
+  AK_ASSERT(pass_count_ < passes_.size(), "passes sized for the worst step");
+  passes_[pass_count_++] = StagePass{layer, copy_count_, 0, 0};
+  tile_cursor_slot_ = 0;
+  tile_cursor_page_ = 0;
+}
+
+void ResidencyPlanner::stage_range(LayerPlan& lp, std::uint32_t first, std::uint32_t count) noexcept {
+  const ArenaPlan& a = mp_.arena;
+  if (pass_count_ == 0 || passes_[pass_count_ - 1].layer != lp.layer) open_pass(lp.layer);
+  while (count > 0) {
+    if (tile_cursor_page_ == a.tile_pages) {
+      ++tile_cursor_slot_;
+      tile_cursor_page_ = 0;
+    }
+    if (tile_cursor_slot_ == a.tiles) open_pass(lp.layer);
+    const std::uint32_t n = std::min(count, a.tile_pages - tile_cursor_page_);
+    AK_ASSERT(copy_count_ < copies_.size(), "copies sized for the worst step");
+    StageCopy& copy = copies_[copy_count_++];
+    copy.slot = lp.slot;
+    copy.layer = lp.layer;
+    copy.logical_first = first;
+    copy.pages = n;
+    copy.host_offset = mp_.host.row_offset(lp.slot, lp.layer, first * a.page_tokens);
+    copy.bytes = static_cast<std::uint64_t>(n) * a.page_bytes;
+    copy.tile_slot = tile_cursor_slot_;
+    copy.tile_page = tile_cursor_page_;
+    copy.device_offset = a.tile_offset(tile_cursor_slot_) + static_cast<std::uint64_t>(tile_cursor_page_) * a.page_bytes;
+    copy.pass = pass_count_ - 1;
+    StagePass& pass = passes_[pass_count_ - 1];
+    ++pass.copy_count;
+    pass.tiles_used = tile_cursor_slot_ + 1;
+    plan_.counters.bytes_staged += copy.bytes;
+    tile_cursor_page_ += n;
+    first += n;
+    count -= n;
+  }
+}
+
+void ResidencyPlanner::stage_history(LayerPlan& lp) noexcept {
+  // Non-resident: logical pages [1, run_first) minus the promoted ones (the sink and the run are resident).
+  const std::uint32_t P = mp_.arena.page_tokens;
+  const std::uint32_t pages_total = (lp.length_tokens + P - 1) / P;
+  const std::uint32_t stage_end = lp.run_count > 0 ? lp.run_first : std::min(pages_total, 1u);
+  lp.copy_first = copy_count_;
+  std::uint32_t range_count = 0;
+  std::uint32_t cursor = 1;
+  auto add = [&](std::uint32_t first, std::uint32_t end) {
+    if (end <= first) return;
+    ranges_[range_count++] = PageRange{first, end - first};
+    stage_range(lp, first, end - first);
+    lp.pages_staged += end - first;
+  };
+  for (std::uint32_t i = 0; i < lp.promoted_count; ++i) {
+    const std::uint32_t q = promoted_logical_snapshot_[lp.promoted_offset + i];
+    add(cursor, q);
+    cursor = q + 1;
+  }
+  add(cursor, stage_end);
+  lp.copy_count = copy_count_ - lp.copy_first;
+  (void)range_count;
+}
+
+void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
+  if (lp.pages_staged == 0 || promotions_per_layer_max_ == 0) return;
+  ContextState& c = budgets_.context(lp.slot);
+  const LayerResidency& r = budgets_.layer(lp.slot, lp.layer);
+  if (r.pages_held() >= c.layer_cap) return;
+  std::uint64_t grantable = c.pages_reserved;
+  if (c.pages_held() < c.budget.burst_pages) grantable += std::min(c.budget.burst_pages - c.pages_held(), budgets_.pages_unreserved());
+  grantable = std::min<std::uint64_t>(grantable, c.layer_cap - r.pages_held());
+  if (grantable == 0) return;
+
+  // Rebuild this layer's staged ranges from its copies (a range may span several copies).
+  std::uint32_t range_count = 0;
+  for (std::uint32_t i = 0; i < lp.copy_count; ++i) {
+    const StageCopy& copy = copies_[lp.copy_first + i];
+    if (range_count > 0 && ranges_[range_count - 1].first + ranges_[range_count - 1].count == copy.logical_first) {
+      ranges_[range_count - 1].count += copy.pages;
+    } else {
+      AK_ASSERT(range_count < ranges_.size(), "staged ranges bounded by the promoted set + 1");
+      ranges_[range_count++] = PageRange{copy.logical_first, copy.pages};
+    }
+  }
+  PromotionQuery query;
+  query.request_id = c.request_id;
+  query.slot = lp.slot;
+  query.layer = lp.layer;
+  query.run_first = r.run_first;
+  query.pages_grantable = static_cast<std::uint32_t>(std::min<std::uint64_t>(grantable, promotions_per_layer_max_));
+  query.promoted_room = mp_.promoted_pages_per_layer - r.promoted_count;
+  const std::uint32_t n = policy_.choose_promotions(query, {ranges_.data(), range_count}, chosen_);
+  AK_ASSERT(n <= chosen_.size(), "a policy chooses at most the room it was given");
+  lp.promotion_first = promotion_count_;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t q = chosen_[i];
+    const LayerResidency& now = budgets_.layer(lp.slot, lp.layer);
+    const bool extends = now.run_count > 0 && q + 1 == now.run_first;
+    if (!extends && (now.promoted_count == mp_.promoted_pages_per_layer || (now.run_count > 0 && q >= now.run_first))) continue;
+    const StageCopy* from = nullptr;
+    for (std::uint32_t k = 0; k < lp.copy_count && from == nullptr; ++k) {
+      const StageCopy& copy = copies_[lp.copy_first + k];
+      if (q >= copy.logical_first && q < copy.logical_first + copy.pages) from = &copy;
+    }
+    AK_ASSERT(from != nullptr, "a policy promotes only pages staged this step");
+    const std::uint32_t page =
+        budgets_.acquire_page(lp.slot, lp.layer, q, PageState::staging, policy_.promotion_reason(), /*allow_reclaim=*/false);
+    if (page == page_none) break;
+    if (extends) {
+      budgets_.push_run_front(lp.slot, lp.layer, page);
+    } else {
+      const bool added = budgets_.add_promoted(lp.slot, lp.layer, q, page);
+      AK_ASSERT(added, "room in the promoted set was checked");
+    }
+    AK_ASSERT(promotion_count_ < promotions_.size(), "promotions sized for every slot and layer");
+    Promotion& p = promotions_[promotion_count_++];
+    p.slot = lp.slot;
+    p.layer = lp.layer;
+    p.logical = q;
+    p.pool_page = budgets_.arena().pages().id(page);
+    p.device_offset_from = from->device_offset + static_cast<std::uint64_t>(q - from->logical_first) * mp_.arena.page_bytes;
+    p.device_offset_to = mp_.arena.page_offset(page);
+    p.pass = from->pass;
+    p.reason = policy_.promotion_reason();
+    plan_.counters.bytes_promoted += mp_.arena.page_bytes;
+    Decision d;
+    d.step = step_;
+    d.request_id = c.request_id;
+    d.slot = lp.slot;
+    d.layer = lp.layer;
+    d.logical_page = q;
+    d.pool_page = page;
+    d.pages = 1;
+    d.kind = DecisionKind::promote;
+    d.reason = p.reason;
+    budgets_.log().record(d);
+  }
+  lp.promotion_count = promotion_count_ - lp.promotion_first;
+}
+
+PageLocation StepPlan::locate(const LayerPlan& lp, std::uint32_t logical) const noexcept {
+  PageLocation at;
+  if (logical == 0) {
+    if (lp.sink_page == page_none) return at;
+    at.kind = PageLocation::Kind::pool;
+    at.pool_page = lp.sink_page;
+  } else if (lp.run_count > 0 && logical >= lp.run_first && logical < lp.run_first + lp.run_count) {
+    at.kind = PageLocation::Kind::pool;
+    at.pool_page = run_page(lp, logical - lp.run_first);
+  } else {
+    const std::uint32_t* begin = promoted_logical_storage.data() + lp.promoted_offset;
+    const std::uint32_t* end = begin + lp.promoted_count;
+    const std::uint32_t* found = std::lower_bound(begin, end, logical);
+    if (found != end && *found == logical) {
+      at.kind = PageLocation::Kind::pool;
+      at.pool_page = promoted_page_storage[lp.promoted_offset + static_cast<std::uint32_t>(found - begin)];
+    } else {
+      for (std::uint32_t i = 0; i < lp.copy_count; ++i) {
+        const StageCopy& c = copies[lp.copy_first + i];
+        if (logical < c.logical_first || logical >= c.logical_first + c.pages) continue;
+        at.kind = PageLocation::Kind::tile;
+        at.tile_slot = c.tile_slot;
+        at.tile_page = c.tile_page + (logical - c.logical_first);
+        at.pass = c.pass;
+        at.device_offset = c.device_offset + static_cast<std::uint64_t>(logical - c.logical_first) * page_bytes;
+        return at;
+      }
+      return at;
+    }
+  }
+  at.device_offset = page_pool_offset + static_cast<std::uint64_t>(at.pool_page) * page_bytes;
+  return at;
+}
+
+}  // namespace activekv
