@@ -3,32 +3,12 @@
 
 #include <fmt/format.h>
 
-#include "activekv/backend.hpp"
-
 namespace activekv::engine {
 
-KvRuntimeSettings Engine::runtime_settings(const Model& model, const MemorySettings& memory,
-                                           const ForwardLimits& limits) {
-  KvRuntimeSettings s;
-  s.geometry = model.geometry();
-  s.q_heads = model.config().q_heads;
-  s.host_pool_bytes = memory.host_pool_bytes;
-  s.device_pool_bytes = memory.device_pool_bytes;
-  s.page_tokens = memory.page_tokens;
-  s.tile_tokens = memory.tile_tokens;
-  s.tiles = memory.tiles;
-  s.max_context_tokens = memory.max_context_tokens != 0 ? memory.max_context_tokens : model.config().context_tokens;
-  s.max_seqs = memory.max_seqs;
-  s.step_tokens_max = limits.step_tokens_max;
-  s.step_entries_max = limits.step_entries_max;
-  s.policy = memory.policy;
-  return s;
-}
-
-Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std::unique_ptr<KvRuntime> kv,
-                                               const EngineSettings& settings, std::unique_ptr<Backend> backend) {
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std::unique_ptr<KvAccess> kv,
+                                               const EngineSettings& settings) {
   AK_ASSERT(model != nullptr, "Engine::create: no model");
-  AK_ASSERT(kv != nullptr, "Engine::create: no KV runtime");
+  AK_ASSERT(kv != nullptr, "Engine::create: no KV");
   if (settings.threads == 0 || settings.threads > 256)
     return make_error(ErrorCode::invalid_argument, "--threads",
                       fmt::format("threads must be between 1 and 256, not {}", settings.threads));
@@ -38,7 +18,6 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std
   if (settings.limits.step_tokens_max == 0 || settings.limits.step_entries_max == 0)
     return make_error(ErrorCode::invalid_argument, "step limits", "tokens and entries per step must be at least 1");
   std::unique_ptr<Engine> engine(new Engine());
-  engine->backend_ = std::move(backend);
   engine->model_ = std::move(model);
   engine->kv_ = std::move(kv);
   engine->pool_ = std::make_unique<ThreadPool>(settings.threads);
@@ -47,12 +26,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std
 }
 
 Engine::~Engine() {
-  // The forward pass and the runtime go before the backend they run on.
-  forward_.reset();
-  kv_.reset();
+  forward_.reset();  // before the pool and the KV it uses
   pool_.reset();
-  model_.reset();
-  backend_.reset();
+  kv_.reset();
 }
 
 }  // namespace activekv::engine

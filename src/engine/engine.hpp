@@ -1,34 +1,30 @@
 // engine.hpp — the reference inference engine's API, for the scheduler and the tools.
 //
 // An Engine is a loaded model, a thread pool, and a forward pass whose KV
-// lives entirely in a KvRuntime (include/activekv/kv_runtime.hpp). The caller
-// decides the memory: it builds the runtime (and its backend) from
-// runtime_settings() and hands both over; the engine owns them from then on.
+// lives behind a KvAccess (kv_access.hpp) — in production the ActiveKV
+// runtime (runtime_kv.hpp), which the caller creates from the model's
+// geometry and owns, with its backend, for longer than the engine:
 //
-//   auto model = Model::load(path);                                   // Result
-//   KvRuntimeSettings kvs = Engine::runtime_settings(**model, memory);
-//   auto kv = KvRuntime::create(kvs, *backend);                       // warm-up: allocates once
-//   auto engine = Engine::create(std::move(*model), std::move(*kv), settings, std::move(backend));
-//   auto a = engine->open_context(tokens_max);                        // admission (may queue)
-//   StepInput in[] = {{a->context, prompt_chunk, /*want_logits=*/true}, {b, {&tok, 1}, true}};
-//   engine->step(in);                                                 // one batched step
+//   auto model  = Model::load(path);                          // Result; the mmap'd GGUF
+//   auto runtime = KvRuntime::create(settings, backend);      // warm-up: allocates once
+//   auto engine = Engine::create(std::move(*model), std::make_unique<RuntimeKv>(**runtime), settings);
+//   // admission is the runtime's: runtime->open_context(request_id, tokens_max)
+//   StepInput in[] = {{a, prompt_chunk, /*want_logits=*/true}, {b, {&token, 1}, true}};
+//   engine->step(in);                                         // one batched step
 //   TokenId next = sampler.sample(engine->logits(0));
-//   engine->finish(a->context);
 //
 // A step takes any mix of prefill chunks and single decode tokens (one entry
-// per context, each context at most once), limited by EngineSettings::limits.
-// After the first step of each shape (warm-up), a step allocates nothing on
-// the heap and nothing on the device (invariant 7); logits stay valid until
-// the next step.
+// per context, each context at most once), within EngineSettings::limits.
+// After warm-up a step allocates nothing on the heap and nothing on the device
+// (invariant 7); logits stay valid until the next step.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 
-#include "activekv/backend.hpp"
-#include "activekv/kv_runtime.hpp"
 #include "engine/forward.hpp"
+#include "engine/kv_access.hpp"
 #include "engine/matmul.hpp"
 #include "engine/model.hpp"
 #include "engine/thread_pool.hpp"
@@ -36,52 +32,27 @@
 namespace activekv::engine {
 
 struct EngineSettings {
-  std::uint32_t threads = 2;             // --threads: the caller plus threads − 1 workers
-  bool isa_auto = true;                  // choose best_isa(); otherwise `isa`
+  std::uint32_t threads = 2;  // --threads: the caller plus threads − 1 workers
+  bool isa_auto = true;       // choose best_isa(); otherwise `isa`
   Isa isa = Isa::portable;
-  ForwardLimits limits;                  // tokens and entries per step
-};
-
-// The operator's memory settings, mapped onto KvRuntimeSettings by runtime_settings().
-struct MemorySettings {
-  std::uint64_t host_pool_bytes = 0;     // --host-pool
-  std::uint64_t device_pool_bytes = 0;   // --device-pool
-  std::uint32_t page_tokens = 16;        // P
-  std::uint32_t tile_tokens = 256;       // T (a multiple of P)
-  std::uint32_t tiles = 2;               // staging tile slots
-  std::uint32_t max_context_tokens = 0;  // 0: the model's context length
-  std::uint32_t max_seqs = 1;
-  ResidencyPolicyKind policy = ResidencyPolicyKind::exact;
+  ForwardLimits limits;       // tokens and entries per step
 };
 
 class Engine {
  public:
-  // The KV runtime settings for this model: geometry and q_heads from the
-  // model, sizes from `memory`, step limits from `limits`.
-  static KvRuntimeSettings runtime_settings(const Model& model, const MemorySettings& memory,
-                                            const ForwardLimits& limits);
-
-  // Takes ownership of all three; `backend` (may be null) must outlive `kv` and is destroyed after it.
-  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Model> model, std::unique_ptr<KvRuntime> kv,
-                                                const EngineSettings& settings,
-                                                std::unique_ptr<Backend> backend = nullptr);
+  // Refuses threads outside 1..256, an instruction set this CPU lacks, zero limits.
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Model> model, std::unique_ptr<KvAccess> kv,
+                                                const EngineSettings& settings);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   const Model& model() const noexcept { return *model_; }
   const ModelConfig& config() const noexcept { return model_->config(); }
-  KvRuntime& kv() noexcept { return *kv_; }
-  const KvRuntime& kv() const noexcept { return *kv_; }
-
-  // Contexts, through the runtime's admission.
-  Result<Admission> open_context(std::uint32_t tokens_max) { return kv_->open_context(tokens_max); }
-  bool is_admitted(ContextId context) const { return kv_->is_admitted(context); }
+  KvAccess& kv() noexcept { return *kv_; }
   std::uint32_t length(ContextId context) const { return kv_->length(context); }
-  void finish(ContextId context) { kv_->finish(context); }
-  void cancel(ContextId context) { kv_->cancel(context); }
 
-  // One batched step (forward.hpp); errors leave every context unchanged.
+  // One batched step (forward.hpp); a validation error leaves every context unchanged.
   Status step(std::span<const StepInput> inputs) { return forward_->step(inputs); }
   // Entry e's logits from the last step (config().vocab floats), empty if not wanted.
   std::span<const float> logits(std::uint32_t entry) const noexcept { return forward_->logits(entry); }
@@ -95,9 +66,8 @@ class Engine {
  private:
   Engine() = default;
 
-  std::unique_ptr<Backend> backend_;  // declared first: destroyed last
   std::unique_ptr<Model> model_;
-  std::unique_ptr<KvRuntime> kv_;
+  std::unique_ptr<KvAccess> kv_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Forward> forward_;
 };

@@ -29,7 +29,7 @@ struct Lap {
 
 }  // namespace
 
-Forward::Forward(const Model& model, KvRuntime& kv, ThreadPool& pool, Isa isa, ForwardLimits limits)
+Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits)
     : model_(model), cfg_(model.config()), kv_(kv), pool_(pool), isa_(isa), limits_(limits) {
   AK_ASSERT(limits.step_tokens_max >= 1, "Forward: step_tokens_max must be at least 1");
   AK_ASSERT(limits.step_entries_max >= 1, "Forward: step_entries_max must be at least 1");
@@ -117,7 +117,12 @@ Status Forward::step(std::span<const StepInput> inputs) {
 
   if (Status s = kv_.begin_step(entries_); !s) return s;
   lap.to(times_.planning_ns);
-  for (std::uint32_t l = 0; l < cfg_.layers; ++l) layer(l, n);
+  for (std::uint32_t l = 0; l < cfg_.layers; ++l) {
+    if (Status s = layer(l, n); !s) {
+      (void)kv_.end_step();  // close the step; the layer's error is the one reported
+      return s;
+    }
+  }
   lap = Lap{};
   Status ended = kv_.end_step();
   lap.to(times_.copies_ns);
@@ -201,7 +206,7 @@ void Forward::rope(float* vectors, std::uint32_t heads, std::uint32_t n) const n
   }
 }
 
-void Forward::layer(std::uint32_t l, std::uint32_t n) {
+Status Forward::layer(std::uint32_t l, std::uint32_t n) {
   const LayerWeights& w = model_.layer(l);
   const std::uint32_t e = cfg_.embedding;
   Lap lap;
@@ -213,10 +218,12 @@ void Forward::layer(std::uint32_t l, std::uint32_t n) {
   rope(q_.data(), cfg_.q_heads, n);
   rope(k_.data(), cfg_.kv_heads, n);
   lap.to(times_.other_ns);
-  kv_.write_kv(l, k_.data(), v_.data());
+  Status written = kv_.write_kv(l, k_.data(), v_.data());
   lap.to(times_.copies_ns);
-  kv_.attend(l, q_.data(), attn_.data());
+  if (!written) return written;
+  Status attended = kv_.attend(l, q_.data(), attn_.data());
   lap.to(times_.attention_ns);
+  if (!attended) return attended;
   const Product o[] = {{&w.o, attn_.data(), h_.data()}};
   matmul(n, o);
   lap.to(times_.matmul_ns);
@@ -236,6 +243,7 @@ void Forward::layer(std::uint32_t l, std::uint32_t n) {
   lap.to(times_.matmul_ns);
   for (std::size_t i = 0; i < std::size_t{n} * e; ++i) x_[i] += h_[i];
   lap.to(times_.other_ns);
+  return Status::success();
 }
 
 void Forward::final_logits(std::span<const StepInput> inputs) {

@@ -33,7 +33,7 @@
 #include <span>
 #include <vector>
 
-#include "activekv/kv_runtime.hpp"
+#include "engine/kv_access.hpp"
 #include "engine/matmul.hpp"
 #include "engine/model.hpp"
 #include "engine/thread_pool.hpp"
@@ -67,11 +67,12 @@ struct ForwardLimits {
 
 class Forward {
  public:
-  Forward(const Model& model, KvRuntime& kv, ThreadPool& pool, Isa isa, ForwardLimits limits);
+  Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits);
 
   // One step. Errors (nothing is changed): too many tokens or entries for the
   // limits, an empty entry, a token id outside the vocabulary, a context that
-  // would pass the model's context length; and whatever begin_step/end_step report.
+  // would pass the model's context length; and whatever the KV reports (a
+  // failed fence: the step's contexts are then faulted, see kv_runtime.hpp).
   Status step(std::span<const StepInput> inputs);
 
   // The logits of entry e of the last step (vocab floats), empty when it did not want them.
@@ -85,7 +86,7 @@ class Forward {
  private:
   Status validate(std::span<const StepInput> inputs) const;
   void embed(std::span<const StepInput> inputs);
-  void layer(std::uint32_t l, std::uint32_t n);
+  Status layer(std::uint32_t l, std::uint32_t n);
   void final_logits(std::span<const StepInput> inputs);
   struct Product {
     const MatrixView* w;
@@ -99,7 +100,7 @@ class Forward {
 
   const Model& model_;
   const ModelConfig& cfg_;
-  KvRuntime& kv_;
+  KvAccess& kv_;
   ThreadPool& pool_;
   Isa isa_;
   ForwardLimits limits_;

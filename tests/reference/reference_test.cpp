@@ -22,7 +22,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/model_path.hpp"
-#include "engine/reference_runtime.hpp"
+#include "engine/reference_kv_access.hpp"
 #include "engine/sampler.hpp"
 
 namespace activekv::engine {
@@ -58,18 +58,17 @@ TEST(Reference, LogitsMatchTheIndependentPythonForward) {
   ASSERT_TRUE(model.ok()) << model.error().describe();
   const std::uint32_t vocab = (*model)->config().vocab;
   ASSERT_EQ(expected.size(), kPrompt.size() * vocab);
-  auto kv = std::make_unique<ReferenceRuntime>((*model)->geometry(), (*model)->config().q_heads, 16, 64);
+  auto kv = std::make_unique<ReferenceKvAccess>((*model)->geometry(), (*model)->config().q_heads, 16);
+  const ContextId context = kv->open(64);
   EngineSettings settings;
   settings.limits = ForwardLimits{8, 2};
   Result<std::unique_ptr<Engine>> engine = Engine::create(std::move(*model), std::move(kv), settings);
   ASSERT_TRUE(engine.ok()) << engine.error().describe();
-  Result<Admission> a = (*engine)->open_context(64);
-  ASSERT_TRUE(a.ok());
 
   // Positions 0..2 as one prefill chunk, then 3 and 4 as decode steps: logits at 2, 3, 4.
   std::size_t fed = 0;
   for (std::size_t chunk : {3u, 1u, 1u}) {
-    const StepInput in{a->context, std::span<const TokenId>(kPrompt).subspan(fed, chunk), true};
+    const StepInput in{context, std::span<const TokenId>(kPrompt).subspan(fed, chunk), true};
     ASSERT_TRUE((*engine)->step({&in, 1}).ok());
     fed += chunk;
     const std::span<const float> got = (*engine)->logits(0);

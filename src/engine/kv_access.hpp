@@ -1,0 +1,38 @@
+// kv_access.hpp — the narrow door between the forward pass and the KV.
+//
+// The forward pass needs five things from wherever the KV lives: a context's
+// length, to open a step over some entries, to write each layer's new K/V
+// rows, to run each layer's attention, and to close the step. Nothing else —
+// admission, budgets and explanations belong to the KV runtime's owner (the
+// scheduler, the generate command), not to the arithmetic.
+//
+// Two implementations:
+//   RuntimeKv    (runtime_kv.hpp)  the ActiveKV runtime: pages on the device,
+//                                  staged tiles, write-back; the production path
+//   ReferenceKv  (reference_kv_access.hpp) the runtime's contiguous oracle, for
+//                                  tests: same paged attention math, no device
+// Layouts are the runtime's (kv_runtime.hpp): k, v are total_new × kv_heads ×
+// head_dim fp32; q, out total_new × q_heads × head_dim; entries concatenated
+// in step order; entry e's tokens sit at positions length(e) ... during the step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "activekv/kv_runtime.hpp"
+#include "activekv/result.hpp"
+
+namespace activekv::engine {
+
+class KvAccess {
+ public:
+  virtual ~KvAccess() = default;
+  // Tokens already in the context (its next position), between steps.
+  virtual std::uint32_t length(ContextId context) const = 0;
+  virtual Status begin_step(std::span<const StepEntry> entries) = 0;
+  virtual Status write_kv(std::uint32_t layer, const float* k, const float* v) = 0;
+  virtual Status attend(std::uint32_t layer, const float* q, float* out) = 0;
+  virtual Status end_step() = 0;
+};
+
+}  // namespace activekv::engine

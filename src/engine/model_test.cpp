@@ -1,0 +1,134 @@
+// model_test.cpp — a model loads only when the forward pass can run it:
+// missing files, files that are not GGUF, other architectures, missing or
+// misshapen tensors and unsupported types are errors that name the cause.
+#include "engine/model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "gguf/gguf_builder.hpp"
+
+namespace activekv::engine {
+namespace {
+
+using gguf::testing::Builder;
+
+constexpr std::uint32_t kEmbedding = 64, kHeads = 2, kKvHeads = 1, kFfn = 96, kVocab = 40, kLayers = 2;
+
+std::vector<std::byte> f32_bytes(std::size_t n, float value = 0.01f) {
+  std::vector<std::byte> out(n * sizeof(float));
+  for (std::size_t i = 0; i < n; ++i) std::memcpy(out.data() + i * sizeof(float), &value, sizeof value);
+  return out;
+}
+
+// A tiny, valid Llama model with F32 weights; `edit` may change the builder before tensors are added.
+Builder tiny_llama(const std::string& arch = "llama", GgmlType matrix_type = GgmlType::f32, std::uint64_t q_rows = kEmbedding) {
+  Builder b;
+  b.string("general.architecture", arch);
+  b.u32(arch + ".block_count", kLayers);
+  b.u32(arch + ".embedding_length", kEmbedding);
+  b.u32(arch + ".feed_forward_length", kFfn);
+  b.u32(arch + ".attention.head_count", kHeads);
+  b.u32(arch + ".attention.head_count_kv", kKvHeads);
+  b.u32(arch + ".context_length", 128);
+  b.f32(arch + ".rope.freq_base", 10000.0f);
+  b.f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  auto matrix = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, GgmlType type) {
+    b.tensor(name, {cols, rows}, type, std::vector<std::byte>(quant_row_bytes(type, cols) * rows));
+  };
+  matrix("token_embd.weight", kEmbedding, kVocab, GgmlType::f32);
+  b.tensor("output_norm.weight", {kEmbedding}, GgmlType::f32, f32_bytes(kEmbedding, 1.0f));
+  const std::uint32_t head_dim = kEmbedding / kHeads;
+  for (std::uint32_t l = 0; l < kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.tensor(p + "attn_norm.weight", {kEmbedding}, GgmlType::f32, f32_bytes(kEmbedding, 1.0f));
+    b.tensor(p + "ffn_norm.weight", {kEmbedding}, GgmlType::f32, f32_bytes(kEmbedding, 1.0f));
+    matrix(p + "attn_q.weight", kEmbedding, l == 1 ? q_rows : kEmbedding, matrix_type);
+    matrix(p + "attn_k.weight", kEmbedding, kKvHeads * head_dim, matrix_type);
+    matrix(p + "attn_v.weight", kEmbedding, kKvHeads * head_dim, matrix_type);
+    matrix(p + "attn_output.weight", kEmbedding, kEmbedding, matrix_type);
+    matrix(p + "ffn_gate.weight", kEmbedding, kFfn, matrix_type);
+    matrix(p + "ffn_up.weight", kEmbedding, kFfn, matrix_type);
+    matrix(p + "ffn_down.weight", kFfn, kEmbedding, matrix_type);
+  }
+  return b;
+}
+
+Result<std::unique_ptr<Model>> load_bytes(const std::vector<std::byte>& bytes) {
+  Result<gguf::File> file = gguf::File::parse(bytes, "tiny.gguf");
+  if (!file) return file.error();
+  return Model::from_file(std::move(file).value());
+}
+
+TEST(Model, TinyLlamaLoadsWithItsGeometry) {
+  const std::vector<std::byte> bytes = tiny_llama().build();
+  Result<std::unique_ptr<Model>> model = load_bytes(bytes);
+  ASSERT_TRUE(model.ok()) << model.error().describe();
+  const ModelConfig& c = (*model)->config();
+  EXPECT_EQ(c.layers, kLayers);
+  EXPECT_EQ(c.head_dim, kEmbedding / kHeads);
+  EXPECT_EQ(c.vocab, kVocab);
+  EXPECT_TRUE(c.tied_output);
+  const Geometry g = (*model)->geometry();
+  EXPECT_EQ(g.dense_layers, kLayers);
+  EXPECT_EQ(g.kv_heads, kKvHeads);
+  EXPECT_EQ(g.row_bytes(), 2u * kKvHeads * (kEmbedding / kHeads) * 2u);
+  EXPECT_TRUE(g.validate().ok());
+}
+
+TEST(Model, MissingFileIsNotFound) {
+  Result<std::unique_ptr<Model>> model = Model::load("/nonexistent/dir/model.gguf");
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.error().code, ErrorCode::not_found);
+  EXPECT_NE(model.error().describe().find("--model"), std::string::npos);
+}
+
+TEST(Model, FileThatIsNotGgufIsMalformed) {
+  const std::string path = ::testing::TempDir() + "not_a_model.gguf";
+  std::ofstream(path) << "this is a text file, not a GGUF model\n";
+  Result<std::unique_ptr<Model>> model = Model::load(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.error().code, ErrorCode::malformed) << model.error().describe();
+}
+
+TEST(Model, OtherArchitectureIsUnsupported) {
+  Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama("mamba").build());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.error().code, ErrorCode::unsupported);
+  EXPECT_NE(model.error().message.find("mamba"), std::string::npos) << model.error().describe();
+}
+
+TEST(Model, MisshapenTensorIsNamed) {
+  Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama("llama", GgmlType::f32, kEmbedding + 32).build());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.error().code, ErrorCode::malformed);
+  EXPECT_NE(model.error().message.find("blk.1.attn_q.weight"), std::string::npos) << model.error().describe();
+}
+
+TEST(Model, UnsupportedTensorTypeIsNamed) {
+  Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama("llama", GgmlType::q8_1).build());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.error().code, ErrorCode::unsupported);
+  EXPECT_NE(model.error().message.find("Q8_1"), std::string::npos) << model.error().describe();
+}
+
+TEST(Model, MissingTensorIsNamed) {
+  // A file that declares one layer but carries none of its tensors.
+  Builder c;
+  c.string("general.architecture", "llama");
+  c.u32("llama.block_count", 1);
+  c.u32("llama.embedding_length", kEmbedding);
+  c.u32("llama.feed_forward_length", kFfn);
+  c.u32("llama.attention.head_count", kHeads);
+  c.u32("llama.context_length", 128);
+  c.tensor("token_embd.weight", {kEmbedding, kVocab}, GgmlType::f32, f32_bytes(kEmbedding * kVocab));
+  c.tensor("output_norm.weight", {kEmbedding}, GgmlType::f32, f32_bytes(kEmbedding));
+  Result<std::unique_ptr<Model>> model = load_bytes(c.build());
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().message.find("blk.0."), std::string::npos) << model.error().describe();
+}
+
+}  // namespace
+}  // namespace activekv::engine

@@ -1,0 +1,60 @@
+// thread_pool_test.cpp — every thread runs every region exactly once, regions
+// do not overlap, parallel_for covers [0, n) exactly once, and a region
+// allocates nothing.
+#include "engine/thread_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "testing/alloc_counter.hpp"
+
+namespace activekv::engine {
+namespace {
+
+TEST(ThreadPool, EveryThreadRunsEachRegionOnce) {
+  for (std::uint32_t threads : {1u, 2u, 3u, 5u}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> counts(threads);
+    for (int region = 0; region < 1000; ++region) {
+      struct Ctx {
+        std::vector<std::atomic<int>>* counts;
+      } ctx{&counts};
+      pool.run(
+          [](void* c, std::uint32_t index, std::uint32_t count) {
+            auto* x = static_cast<Ctx*>(c);
+            EXPECT_EQ(count, x->counts->size());
+            (*x->counts)[index].fetch_add(1);
+          },
+          &ctx);
+      // run() returned: every thread finished this region.
+      for (std::uint32_t t = 0; t < threads; ++t) ASSERT_EQ(counts[t].load(), region + 1) << "thread " << t;
+    }
+  }
+}
+
+TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
+  ThreadPool pool(3);
+  for (std::uint32_t n : {0u, 1u, 2u, 3u, 7u, 100u, 1001u}) {
+    std::vector<std::atomic<int>> hits(n);
+    pool.parallel_for(n, [&](std::uint32_t begin, std::uint32_t end, std::uint32_t) {
+      for (std::uint32_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+    for (std::uint32_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " i " << i;
+  }
+}
+
+TEST(ThreadPool, RegionsAllocateNothing) {
+  ThreadPool pool(2);
+  std::atomic<std::uint64_t> sum{0};
+  pool.parallel_for(10, [&](std::uint32_t b, std::uint32_t e, std::uint32_t) { sum += e - b; });  // warm-up
+  const auto before = activekv::testing::heap_allocations();
+  for (int i = 0; i < 100; ++i)
+    pool.parallel_for(1000, [&](std::uint32_t b, std::uint32_t e, std::uint32_t) { sum += e - b; });
+  EXPECT_EQ(activekv::testing::heap_allocations(), before);
+  EXPECT_EQ(sum.load(), 10u + 100u * 1000u);
+}
+
+}  // namespace
+}  // namespace activekv::engine
