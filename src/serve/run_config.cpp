@@ -1,0 +1,146 @@
+// run_config.cpp — parsing and validating the run's settings.
+#include "serve/run_config.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "activekv/size.hpp"
+
+namespace activekv::serve {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::uint32_t count_max = 1u << 24;
+
+Error field_error(std::string_view source, std::string_view field, std::string message) {
+  return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", source, field), std::move(message));
+}
+
+Status read_size(const json& object, const char* field, std::uint64_t& out, std::string_view source) {
+  if (!object.contains(field)) return field_error(source, field, "missing: state the size explicitly, e.g. \"512MiB\"");
+  const json& value = object.at(field);
+  if (value.is_number_unsigned()) {
+    out = value.get<std::uint64_t>();
+    if (out == 0) return field_error(source, field, "must be more than 0 bytes");
+    return {};
+  }
+  if (!value.is_string()) return field_error(source, field, fmt::format("must be a size such as \"512MiB\", got {}", value.dump()));
+  const std::string text = value.get<std::string>();
+  if (text == "auto") {
+    return field_error(source, field,
+                       "\"auto\" is refused: an automatic size hides the memory decision; state one (see `activekv plan`)");
+  }
+  auto bytes = parse_size(text, fmt::format("{}: {}", source, field));
+  if (!bytes) return bytes.error();
+  out = *bytes;
+  return {};
+}
+
+Status read_count(const json& object, const char* field, std::uint32_t& out, std::string_view source, bool required,
+                  std::uint32_t lo) {
+  if (!object.contains(field)) {
+    if (required) return field_error(source, field, "missing");
+    return {};
+  }
+  const json& value = object.at(field);
+  if (!value.is_number_integer() || value.get<std::int64_t>() < lo || value.get<std::int64_t>() > count_max) {
+    return field_error(source, field, fmt::format("must be a whole number from {} to {}, got {}", lo, count_max, value.dump()));
+  }
+  out = static_cast<std::uint32_t>(value.get<std::int64_t>());
+  return {};
+}
+
+constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
+                                        "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
+                                        "threads",     "stop_at_eos", "arrival_scale", "comment"};
+
+bool is_known(std::string_view key) {
+  for (const char* k : known_fields) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status RunConfig::validate(std::string_view source) const {
+  if (tile_tokens % page_tokens != 0) {
+    return field_error(source, "tile_tokens",
+                       fmt::format("{} is not a multiple of page_tokens {}: a tile must hold whole pages", tile_tokens, page_tokens));
+  }
+  if (prefill_chunk_tokens > step_tokens) {
+    return field_error(source, "prefill_chunk_tokens",
+                       fmt::format("{} exceeds step_tokens {}: a chunk must fit in one step's budget", prefill_chunk_tokens,
+                                   step_tokens));
+  }
+  if (step_tokens < max_seqs) {
+    return field_error(source, "step_tokens",
+                       fmt::format("{} is below max_seqs {}: every running context must be able to decode each step",
+                                   step_tokens, max_seqs));
+  }
+  if (!std::isfinite(arrival_scale) || arrival_scale < 0.0) {
+    return field_error(source, "arrival_scale", "must be a number >= 0");
+  }
+  return {};
+}
+
+Result<RunConfig> parse_run_config(std::string_view text, std::string_view source) {
+  json object;
+  try {
+    object = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    return make_error(ErrorCode::malformed, std::string(source), fmt::format("not valid JSON ({})", e.what()));
+  }
+  if (!object.is_object()) return make_error(ErrorCode::malformed, std::string(source), "the configuration must be a JSON object");
+  for (const auto& [key, value] : object.items()) {
+    (void)value;
+    if (!is_known(key)) {
+      return field_error(source, key,
+                         "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale)");
+    }
+  }
+  RunConfig config;
+  if (object.contains("model")) {
+    if (!object["model"].is_string()) return field_error(source, "model", "must be a path string (or absent for the default model)");
+    config.model = object["model"].get<std::string>();
+  }
+  for (Status s : {read_size(object, "host_pool", config.host_pool_bytes, source),
+                   read_size(object, "device_pool", config.device_pool_bytes, source),
+                   read_count(object, "page_tokens", config.page_tokens, source, true, 1),
+                   read_count(object, "tile_tokens", config.tile_tokens, source, true, 1),
+                   read_count(object, "tiles", config.tiles, source, true, 1),
+                   read_count(object, "max_context", config.max_context_tokens, source, false, 0),
+                   read_count(object, "max_seqs", config.max_seqs, source, true, 1),
+                   read_count(object, "step_tokens", config.step_tokens, source, true, 1),
+                   read_count(object, "prefill_chunk_tokens", config.prefill_chunk_tokens, source, true, 1),
+                   read_count(object, "threads", config.threads, source, true, 1)}) {
+    if (!s) return s.error();
+  }
+  if (object.contains("stop_at_eos")) {
+    if (!object["stop_at_eos"].is_boolean()) return field_error(source, "stop_at_eos", "must be true or false");
+    config.stop_at_eos = object["stop_at_eos"].get<bool>();
+  }
+  if (object.contains("arrival_scale")) {
+    if (!object["arrival_scale"].is_number()) return field_error(source, "arrival_scale", "must be a number >= 0");
+    config.arrival_scale = object["arrival_scale"].get<double>();
+  }
+  if (Status s = config.validate(source); !s) return s.error();
+  return config;
+}
+
+Result<RunConfig> load_run_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(ErrorCode::not_found, "--config", fmt::format("cannot open configuration file {}", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_run_config(text.str(), path);
+}
+
+}  // namespace activekv::serve

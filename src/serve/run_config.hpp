@@ -1,0 +1,45 @@
+// run_config.hpp — the settings of one `activekv run`, from a JSON file.
+//
+// Every size is explicit: the default file (configs/default.json) states the
+// host pool, the device pool, page and tile sizes, concurrency and the token
+// budget per step, so the memory decision is the operator's and is visible.
+// An "auto" size is refused (core's rule: it hides the decision). Unknown keys
+// are refused so a typo cannot silently leave a default in place. Command-line
+// options override single fields after loading (run_command.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "activekv/result.hpp"
+
+namespace activekv::serve {
+
+struct RunConfig {
+  std::string model;                       // GGUF path; empty: the default model
+  std::uint64_t host_pool_bytes = 0;       // pinned host pool holding the histories
+  std::uint64_t device_pool_bytes = 0;     // device page pool (the working sets)
+  std::uint32_t page_tokens = 0;           // P: rows per page
+  std::uint32_t tile_tokens = 0;           // T: tokens per staging tile (P divides T)
+  std::uint32_t tiles = 0;                 // staging tile slots
+  std::uint32_t max_context_tokens = 0;    // 0: the model's own context length
+  std::uint32_t max_seqs = 0;              // concurrency asked for (the plan may lower it)
+  std::uint32_t step_tokens = 0;           // token budget per step (decode + prefill chunks)
+  std::uint32_t prefill_chunk_tokens = 0;  // most prompt tokens of one context in one step
+  std::uint32_t threads = 0;               // compute threads
+  bool stop_at_eos = true;                 // end a request at the end-of-sequence token
+  double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
+
+  // Cross-field checks (page divides tile, chunk <= step budget, ...), naming the field.
+  Status validate(std::string_view source) const;
+};
+
+// Parses a JSON object; `source` names the file in errors.
+Result<RunConfig> parse_run_config(std::string_view text, std::string_view source);
+Result<RunConfig> load_run_config(const std::string& path);
+
+// configs/default.json, embedded in the library.
+std::string_view default_config_text() noexcept;
+
+}  // namespace activekv::serve

@@ -1,0 +1,77 @@
+// run_config_test.cpp — the run configuration: the default file, and refusals naming the field.
+#include "serve/run_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "activekv/size.hpp"
+
+namespace activekv::serve {
+namespace {
+
+const std::string valid =
+    R"({"host_pool": "720MiB", "device_pool": "24MiB", "page_tokens": 16, "tile_tokens": 1024, "tiles": 4,
+        "max_seqs": 6, "step_tokens": 256, "prefill_chunk_tokens": 128, "threads": 2})";
+
+TEST(RunConfig, DefaultFileIsExplicitAndValid) {
+  auto config = parse_run_config(default_config_text(), "configs/default.json");
+  ASSERT_TRUE(config) << config.error().describe();
+  EXPECT_GT(config->host_pool_bytes, 0u);
+  EXPECT_GT(config->device_pool_bytes, 0u);
+  EXPECT_LT(config->device_pool_bytes, config->host_pool_bytes);
+  EXPECT_EQ(config->tile_tokens % config->page_tokens, 0u);
+  EXPECT_TRUE(config->model.empty());
+}
+
+TEST(RunConfig, ParsesSizesAndCounts) {
+  auto config = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(config) << config.error().describe();
+  EXPECT_EQ(config->host_pool_bytes, 720 * MiB);
+  EXPECT_EQ(config->device_pool_bytes, 24 * MiB);
+  EXPECT_EQ(config->page_tokens, 16u);
+  EXPECT_EQ(config->max_context_tokens, 0u);  // the model's own
+  EXPECT_TRUE(config->stop_at_eos);
+  EXPECT_DOUBLE_EQ(config->arrival_scale, 1.0);
+}
+
+std::string with(const std::string& key, const std::string& value) {
+  std::string text = valid;
+  const std::string needle = "\"" + key + "\": ";
+  const auto at = text.find(needle);
+  if (at == std::string::npos) return text.substr(0, text.size() - 1) + ", \"" + key + "\": " + value + "}";
+  const auto end = text.find_first_of(",}", at);
+  return text.substr(0, at + needle.size()) + value + text.substr(end);
+}
+
+TEST(RunConfig, BadSettingsNameTheField) {
+  struct Case {
+    std::string text;
+    const char* field;
+  };
+  const Case cases[] = {
+      {with("device_pool", "\"auto\""), "device_pool"},
+      {with("host_pool", "\"lots\""), "host_pool"},
+      {with("page_tokens", "0"), "page_tokens"},
+      {with("tile_tokens", "1000"), "tile_tokens"},
+      {with("prefill_chunk_tokens", "512"), "prefill_chunk_tokens"},
+      {with("step_tokens", "4"), "step_tokens"},
+      {with("threads", "\"two\""), "threads"},
+      {with("max_sequences", "4"), "max_sequences"},
+      {with("arrival_scale", "-1"), "arrival_scale"},
+      {R"({"device_pool": "24MiB", "page_tokens": 16, "tile_tokens": 1024, "tiles": 4, "max_seqs": 6,
+           "step_tokens": 256, "prefill_chunk_tokens": 128, "threads": 2})", "host_pool"},
+  };
+  for (const Case& c : cases) {
+    auto config = parse_run_config(c.text, "c.json");
+    ASSERT_FALSE(config) << c.text;
+    EXPECT_NE(config.error().describe().find(c.field), std::string::npos) << config.error().describe();
+    EXPECT_NE(config.error().describe().find("c.json"), std::string::npos) << config.error().describe();
+  }
+  auto broken = parse_run_config("{\"host_pool\": ", "c.json");
+  ASSERT_FALSE(broken);
+  EXPECT_EQ(broken.error().code, ErrorCode::malformed);
+}
+
+}  // namespace
+}  // namespace activekv::serve

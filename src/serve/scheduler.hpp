@@ -1,0 +1,228 @@
+// scheduler.hpp — continuous batching: who runs this step, and with how many tokens.
+//
+// The picture. Requests arrive over time (a trace). An arrived request joins a
+// FIFO queue; the head is admitted when the engine grants it a context (a free
+// host-pool history and room for its floor in the device pool) and the
+// scheduler's concurrency cap allows; otherwise the head records why it waits
+// and everyone behind it waits "behind the head" (strict FIFO: a long request
+// is never starved by short ones behind it). Each step composes one batch under
+// a token budget: first one decode token for every context that is generating,
+// then prompt chunks (at most prefill_chunk_tokens each) for contexts still in
+// prefill, in admission order, until the budget is spent. So prefill is chunked
+// and interleaved with decode, and a long prompt cannot stall the others'
+// generation. A request that reaches max_tokens (or the end-of-sequence token)
+// returns its context at once; a cancelled one returns it at any point (the
+// engine honours outstanding fences).
+//
+// Sessions: a follow-up turn's prompt is its predecessor's prompt + answer +
+// its own text. It joins the queue only once the predecessor has finished and
+// it has arrived. (The predecessor's history is not reused yet: the follow-up
+// prefills the whole conversation again — correct first.)
+//
+// Rejection happens only for what can never run: a prompt + max_tokens beyond
+// the max context. Everything else waits and completes.
+//
+// Invariants: running ≤ min(max_seqs, plan concurrency); tokens per step ≤
+// step_tokens; every request ends finished, cancelled or rejected; nothing on
+// the step path allocates — request token buffers, the queue, the batch and
+// the time series are all sized when the scheduler is created.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "activekv/result.hpp"
+#include "serve/clock.hpp"
+#include "serve/step_engine.hpp"
+#include "serve/trace.hpp"
+
+namespace activekv::serve {
+
+struct SchedulerConfig {
+  std::uint32_t max_seqs = 8;              // concurrency cap (the engine's plan may be lower)
+  std::uint32_t step_tokens = 256;         // token budget of one step
+  std::uint32_t prefill_chunk_tokens = 128;// most prompt tokens of one context per step
+  bool stop_at_eos = true;
+  double arrival_scale = 1.0;              // multiplies every arrival time
+};
+
+enum class RequestState : std::uint8_t {
+  pending,          // not arrived yet
+  waiting_session,  // arrived; its session's previous turn has not finished
+  queued,           // in the FIFO queue
+  prefill,          // admitted; feeding its prompt
+  decode,           // generating
+  finished,
+  cancelled,
+  rejected,
+};
+const char* request_state_name(RequestState state) noexcept;
+
+enum class WaitReason : std::uint8_t {
+  no_free_history,     // engine: every host-pool history is in use
+  floor_does_not_fit,  // engine: the device pool cannot hold another floor now
+  max_seqs,            // the concurrency cap is reached
+  behind_queue_head,   // FIFO: the head of the queue is waiting
+  session_turn,        // the session's previous turn is still running
+};
+inline constexpr std::size_t wait_reason_count = 5;
+const char* wait_reason_name(WaitReason reason) noexcept;
+
+enum class RejectReason : std::uint8_t {
+  none,
+  longer_than_max_context,  // prompt + max_tokens > max context
+  never_admissible,         // refused by the engine with nothing else running
+  previous_turn_rejected,   // a session follow-up whose previous turn was rejected
+};
+const char* reject_reason_name(RejectReason reason) noexcept;
+
+// One request, from load to its end. Plain data; read by the report.
+struct RequestRecord {
+  std::string id;
+  std::uint32_t trace_line = 0;
+  double arrival_s = 0.0;                  // scaled arrival time
+  std::uint32_t max_tokens = 0;
+  std::int64_t cancel_after_tokens = -1;
+  std::int32_t previous_turn = -1;         // index of the session's previous request
+  std::int32_t next_turn = -1;             // index of the session's next request
+  std::vector<std::int32_t> turn_tokens;   // this request's own prompt text, tokenized
+  std::vector<std::int32_t> tokens;        // the full sequence: prompt, then output (capacity reserved)
+  std::uint32_t prompt_tokens = 0;         // known once it joins the queue
+  std::uint32_t prefilled_tokens = 0;
+  std::uint32_t output_tokens = 0;
+  RequestState state = RequestState::pending;
+  RejectReason reject_reason = RejectReason::none;
+  std::array<std::uint32_t, wait_reason_count> wait_steps{};  // steps spent waiting, per reason
+  bool waited = false;
+  WaitReason first_wait_reason = WaitReason::behind_queue_head;
+  ContextHandle context{};
+  double ready_s = -1;        // joined the queue (arrival, or when the previous turn finished)
+  double admitted_s = -1;
+  double first_token_s = -1;
+  double last_token_s = -1;
+  double ended_s = -1;
+
+  bool ended() const noexcept {
+    return state == RequestState::finished || state == RequestState::cancelled || state == RequestState::rejected;
+  }
+  std::span<const std::int32_t> output() const noexcept {
+    return std::span<const std::int32_t>(tokens).subspan(prompt_tokens, output_tokens);
+  }
+};
+
+// One step, for the report's time series.
+struct StepSample {
+  double start_s = 0;
+  double end_s = 0;
+  std::uint32_t decode_tokens = 0;
+  std::uint32_t prefill_tokens = 0;
+  std::uint32_t batch_entries = 0;
+  std::uint32_t running = 0;
+  std::uint32_t queued = 0;
+  EngineCounters delta{};  // counters moved by this step (levels: the value after it)
+};
+
+// One output token.
+struct TokenSample {
+  double time_s = 0;
+  double latency_s = 0;  // since the request's previous token, or since it was ready (the first)
+  std::uint32_t request = 0;
+  bool first = false;
+};
+
+// Device pages of one running context after one step.
+struct PagesSample {
+  std::uint32_t step = 0;
+  std::uint32_t request = 0;
+  ContextPages pages{};
+};
+
+class Scheduler {
+ public:
+  // Tokenizes every prompt, links sessions, rejects what can never fit, and
+  // sizes every buffer. The engine and clock must outlive the scheduler.
+  static Result<std::unique_ptr<Scheduler>> create(const std::vector<TraceRequest>& trace, StepEngine& engine,
+                                                   Clock& clock, const SchedulerConfig& config);
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // True once every request has ended.
+  bool done() const noexcept { return ended_ == requests_.size(); }
+
+  // One iteration: intake arrivals, admit from the queue head, run one step.
+  // When nothing can run it waits for the next arrival instead. Allocation-free.
+  Status advance();
+
+  // Cancels a request wherever it is (queued, prefill, decode); no-op once ended.
+  void cancel(std::uint32_t request);
+
+  std::uint32_t concurrency() const noexcept { return cap_; }
+  std::uint32_t running() const noexcept { return static_cast<std::uint32_t>(running_count_); }
+  std::uint32_t queued() const noexcept { return static_cast<std::uint32_t>(queue_count_); }
+  std::uint32_t ended() const noexcept { return static_cast<std::uint32_t>(ended_); }
+  std::uint32_t running_max() const noexcept { return running_max_; }
+  std::uint64_t tokens_out() const noexcept { return token_samples_.size(); }
+  std::uint64_t tokens_in() const noexcept { return tokens_in_; }
+
+  const std::vector<RequestRecord>& requests() const noexcept { return requests_; }
+  const std::vector<StepSample>& steps() const noexcept { return steps_; }
+  const std::vector<TokenSample>& token_samples() const noexcept { return token_samples_; }
+  const std::vector<PagesSample>& pages_samples() const noexcept { return pages_samples_; }
+  std::uint32_t steps_dropped() const noexcept { return steps_dropped_; }
+
+ private:
+  Scheduler(StepEngine& engine, Clock& clock, const SchedulerConfig& config);
+
+  void intake(double now_s);
+  void make_ready(std::uint32_t request, double now_s);
+  void admit(double now_s);
+  void record_waits();
+  std::size_t compose_batch();
+  void apply_outputs(std::size_t entries, double now_s);
+  void end_request(std::uint32_t request, RequestState state, double now_s);
+  void remove_running(std::uint32_t request);
+  void remove_queued(std::uint32_t request);
+  void reject(std::uint32_t request, RejectReason reason, double now_s);
+  void record_step(double start_s, double end_s, std::size_t entries, const EngineCounters& before);
+  double next_arrival_s() const noexcept;
+
+  StepEngine& engine_;
+  Clock& clock_;
+  SchedulerConfig config_;
+  std::uint32_t cap_ = 0;                  // min(max_seqs, plan concurrency)
+  std::uint32_t max_context_tokens_ = 0;
+  std::int32_t eos_token_ = -1;
+
+  std::vector<RequestRecord> requests_;
+  std::vector<std::uint32_t> arrival_order_;  // request indices by scaled arrival time (stable)
+  std::size_t next_arrival_ = 0;              // position in arrival_order_
+  std::size_t ended_ = 0;
+
+  std::vector<std::uint32_t> queue_;          // FIFO ring of request indices
+  std::size_t queue_head_ = 0;
+  std::size_t queue_count_ = 0;
+
+  std::vector<std::uint32_t> running_;        // admission order; first running_count_ valid
+  std::size_t running_count_ = 0;
+  std::uint32_t running_max_ = 0;
+  WaitReason head_reason_ = WaitReason::max_seqs;  // why the queue head waits this step
+
+  std::vector<BatchEntry> batch_;
+  std::vector<std::uint32_t> batch_request_;  // request index of each batch entry
+  std::vector<std::int32_t> batch_tokens_out_;
+  std::uint32_t batch_decode_tokens_ = 0;
+  std::uint32_t batch_prefill_tokens_ = 0;
+
+  std::uint64_t tokens_in_ = 0;
+  std::vector<StepSample> steps_;             // capacity reserved; full => later steps are dropped
+  std::vector<TokenSample> token_samples_;
+  std::vector<PagesSample> pages_samples_;
+  std::uint32_t steps_dropped_ = 0;
+};
+
+}  // namespace activekv::serve

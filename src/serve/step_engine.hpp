@@ -1,0 +1,129 @@
+// step_engine.hpp — the narrow table the scheduler drives: admit, step, finish.
+//
+// The scheduler (scheduler.hpp) never sees a model, a backend or a page table.
+// It sees this interface: contexts are admitted against the host pool and the
+// floors (or refused with the reason), a step feeds a batch of {context,
+// tokens} and returns one sampled token for each entry that asks for one,
+// and a finished or cancelled context gives back its history and pages at once.
+// Two implementations exist: the real engine over the KV runtime
+// (engine_step_engine.hpp) and a tiny deterministic model (fake_engine.hpp)
+// that the scheduler's tests use, so every scheduling property is checked
+// without a model file and in milliseconds.
+//
+// Everything on the step path (step, budget, counters) must not allocate.
+// Tokenisation happens at load time, before warm-up ends.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "activekv/result.hpp"
+
+namespace activekv::serve {
+
+// Why a context could not be admitted now. Every value but `admitted` keeps
+// the request in the FIFO queue; none of them is a refusal.
+enum class AdmitOutcome : std::uint8_t {
+  admitted,
+  no_free_history,     // every host-pool history is owned by a running context
+  floor_does_not_fit,  // the device pool cannot hold another context's floor now
+  max_seqs,            // the configured (or plan-lowered) concurrency is reached
+};
+const char* admit_outcome_name(AdmitOutcome outcome) noexcept;
+
+// A context as the engine names it. Generation-checked by the engine.
+struct ContextHandle {
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;
+  friend bool operator==(ContextHandle, ContextHandle) = default;
+};
+
+struct Admission {
+  AdmitOutcome outcome = AdmitOutcome::no_free_history;
+  ContextHandle context{};
+};
+
+// One entry of a step: feed `tokens` (a prefill chunk, or one decode token)
+// to `context`; when want_token, sample the next token after the last one fed.
+struct BatchEntry {
+  ContextHandle context{};
+  std::span<const std::int32_t> tokens{};
+  bool want_token = false;
+};
+
+// Pages of one context across all its dense layers, as the budgets see them.
+struct ContextPages {
+  std::uint32_t held = 0;    // device pool pages owned now
+  std::uint32_t floor = 0;   // what one step needs resident
+  std::uint32_t target = 0;  // held by right
+  std::uint32_t burst = 0;   // may borrow up to this while pages are free
+};
+
+// Monotonic totals since warm-up ended; the scheduler records deltas per step.
+struct EngineCounters {
+  std::uint64_t bytes_h2d = 0;       // staged history + new rows, host to device
+  std::uint64_t bytes_d2h = 0;       // tail rows written back
+  std::uint64_t bytes_d2d = 0;       // promotions (tile -> pool page)
+  std::uint64_t copies_h2d = 0;
+  std::uint64_t copies_d2h = 0;
+  std::uint64_t copies_d2d = 0;
+  std::uint64_t page_reads_resident = 0;  // pages attention read in place
+  std::uint64_t page_reads_staged = 0;    // pages attention read from a staging tile
+  std::uint64_t promotions = 0;
+  std::uint64_t reclaimed_pages = 0;
+  std::uint64_t reclaim_steps = 0;
+  std::uint64_t quarantines = 0;
+  std::uint64_t device_allocations_after_warmup = 0;
+  std::uint64_t host_bytes_in_use = 0;    // histories owned x history bytes (a level, not a total)
+  std::uint64_t device_bytes_in_use = 0;  // pool pages owned x page bytes + tiles in use (a level)
+  std::uint64_t planning_ns = 0;          // time spent planning residency
+  std::uint64_t step_ns = 0;              // time spent in steps, planning included
+};
+
+// What the memory plan promised; the report sets peaks against it.
+struct EnginePlan {
+  std::uint32_t max_context_tokens = 0;
+  std::uint32_t histories = 0;       // host-pool histories (contexts that fit)
+  std::uint32_t concurrency = 0;     // min(max_seqs, histories)
+  std::uint32_t max_seqs = 0;        // as configured
+  std::uint32_t pool_pages = 0;      // device page pool
+  std::uint32_t page_tokens = 0;
+  std::uint64_t host_pool_bytes = 0;
+  std::uint64_t device_arena_bytes = 0;
+  std::int32_t eos_token = -1;       // -1: none
+};
+
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+
+  virtual const EnginePlan& plan() const = 0;
+  // The memory plan as the operator reads it (formulas with numbers); load time.
+  virtual std::string plan_text() const = 0;
+
+  // Load time only (allocates).
+  virtual Result<std::vector<std::int32_t>> encode(std::string_view text) = 0;
+  virtual std::string decode(std::span<const std::int32_t> tokens) = 0;
+
+  // Admits a context that will grow to at most tokens_max tokens, or says why not.
+  virtual Admission admit(std::uint32_t tokens_max) = 0;
+  // Returns the context's history and pages at once (it must not be in a step).
+  virtual void finish(ContextHandle context) = 0;
+  // Like finish, at any point: waits for every fence that touched the
+  // context's pages and leases before returning them (quarantining on a failed one).
+  virtual void cancel(ContextHandle context) = 0;
+
+  // Runs one step; tokens_out[i] is set for every entry with want_token.
+  // Must not allocate after warm-up.
+  virtual Status step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) = 0;
+
+  virtual ContextPages pages(ContextHandle context) const = 0;
+  virtual EngineCounters counters() const = 0;
+  // True when every history and every pool page is free and no lease is held.
+  virtual bool all_returned() const = 0;
+};
+
+}  // namespace activekv::serve
