@@ -11,7 +11,7 @@
 //   leftover_segments = segments − histories × dense_layers
 //   concurrency       = min(max_seqs, histories)
 //
-// Device arena, one allocation, parts in this order, each aligned to arena_alignment_bytes:
+// Device arena, one allocation, parts in this order, each non-empty part aligned to arena_alignment_bytes:
 //   staging tiles   tiles × tile_tokens × row_bytes
 //   page pool       pages × page_tokens × row_bytes
 //   recurrent slots concurrency × recurrent_state_bytes

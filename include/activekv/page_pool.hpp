@@ -16,7 +16,7 @@
 // (its bytes stay valid longest for a late reader that a bug might create).
 //
 // Handles carry generations: a PageId's generation is bumped every time the
-// page is allocated, so a stale handle (from before a release) is detected.
+// page is allocated and again when it is released, so a stale handle is detected.
 #pragma once
 
 #include <cstdint>

@@ -26,6 +26,12 @@ std::uint64_t align_up(std::uint64_t bytes) noexcept {
   return (bytes + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes;
 }
 
+// An empty part takes no alignment: it sits at the end of the part before it.
+ArenaPart part_after(const ArenaPart& before, std::uint64_t size_bytes) noexcept {
+  const std::uint64_t end = before.offset_bytes + before.size_bytes;
+  return ArenaPart{size_bytes == 0 ? end : align_up(end), size_bytes};
+}
+
 Error invalid(const char* setting, std::string message) {
   return make_error(ErrorCode::invalid_argument, setting, std::move(message));
 }
@@ -202,13 +208,16 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
                                format_bytes(needs.floor_bytes), needs.floor_pages, format_bytes(a.page_bytes)));
   };
   if (s.device_pool_bytes < fixed) return too_small();
-  std::uint64_t pages = (s.device_pool_bytes - fixed) / a.page_bytes;
+  // Start from the count that ignores alignment (an upper bound) and step down to the first that fits.
+  const std::uint64_t unaligned = align_up(static_cast<std::uint64_t>(tiles_bytes)) +
+                                  static_cast<std::uint64_t>(recurrent_bytes) + s.headroom_bytes;
+  std::uint64_t pages = s.device_pool_bytes > unaligned ? (s.device_pool_bytes - unaligned) / a.page_bytes : 0;
   // Lay out; alignment of the page pool's end may cost a page or a few small ones.
   for (;;) {
     a.staging_tiles = {0, static_cast<std::uint64_t>(tiles_bytes)};
     a.page_pool = {align_up(a.staging_tiles.size_bytes), pages * a.page_bytes};
-    a.recurrent = {align_up(a.page_pool.offset_bytes + a.page_pool.size_bytes), static_cast<std::uint64_t>(recurrent_bytes)};
-    a.headroom = {align_up(a.recurrent.offset_bytes + a.recurrent.size_bytes), s.headroom_bytes};
+    a.recurrent = part_after(a.page_pool, static_cast<std::uint64_t>(recurrent_bytes));
+    a.headroom = part_after(a.recurrent, s.headroom_bytes);
     a.used_bytes = a.headroom.offset_bytes + a.headroom.size_bytes;
     if (a.used_bytes <= s.device_pool_bytes || pages == 0) break;
     --pages;

@@ -66,6 +66,7 @@ void PagePool::release(PageId page) noexcept {
   AK_ASSERT(r.generation == page.generation, "release of a stale page handle (generation mismatch)");
   AK_ASSERT(r.state == PageState::owned || r.state == PageState::staging, "release of a page that is not owned or staging");
   r.owner = PageOwner{};
+  ++r.generation;  // every handle to this use of the page is stale from now on
   move(page.index, PageState::free);
   push_tail(page.index);
   ++counters_.releases;

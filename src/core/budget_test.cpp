@@ -1,0 +1,366 @@
+// budget_test.cpp — admission, the FIFO queue, growth, reclamation order, and a property test:
+// thousands of seeds of random admit / grow / step / finish / cancel / reclaim keep invariants
+// 1 (pages conserved), 2 (floor ≤ held ≤ burst) and 7 (no heap allocation after warm-up).
+//
+// ACTIVEKV_PROPERTY_SEEDS raises the seed count (default 2000, a few seconds in release).
+#include "activekv/budget.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "activekv/planner.hpp"
+#include "testing/alloc_counter.hpp"
+
+namespace activekv {
+namespace {
+
+// Two dense layers of 16-byte rows, 4-token pages, 64-token contexts; floor = 2 × (1 + 2) = 6 pages.
+MemorySettings small_settings(std::uint32_t pages, std::uint32_t histories) {
+  MemorySettings s;
+  s.geometry = Geometry{2, 0, 1, 4, DType::f16, 0};
+  s.page_tokens = 4;
+  s.tile_tokens = 16;
+  s.tiles = 2;
+  s.max_context_tokens = 64;
+  s.chunk_tokens = 4;
+  s.max_seqs = histories;
+  s.host_pool_bytes = static_cast<std::uint64_t>(histories) * 2 * 64 * 16;
+  s.device_pool_bytes = 4096 + static_cast<std::uint64_t>(pages) * 4 * 16;
+  s.queue_max = 8;
+  return s;
+}
+
+struct Fixture {
+  explicit Fixture(const MemorySettings& s)
+      : plan(make_memory_plan(s).value()), arena(plan.arena), log(4096), budgets(plan, arena, log), planner(budgets, policy) {}
+  MemoryPlan plan;
+  Arena arena;
+  DecisionLog log;
+  BudgetManager budgets;
+  ExactPolicy policy;
+  ResidencyPlanner planner;
+
+  void step(ContextHandle c, std::uint32_t tokens = 1) {
+    const ScheduledContext s{c, tokens};
+    ASSERT_EQ(planner.plan_step({&s, 1}), PlanOutcome::planned);
+    planner.step_completed();
+  }
+};
+
+TEST(Budget, AdmitsWhileFloorsFitThenQueuesFifoWithReasons) {
+  MemorySettings s = small_settings(/*pages=*/13, /*histories=*/3);  // two floors of 6 fit
+  Fixture f(s);
+  EXPECT_EQ(f.plan.budget.floor_pages, 6u);
+  const AdmitResult a = f.budgets.submit(1, 64);
+  const AdmitResult b = f.budgets.submit(2, 64);
+  const AdmitResult c = f.budgets.submit(3, 64);
+  const AdmitResult d = f.budgets.submit(4, 64);
+  EXPECT_EQ(a.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(b.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(c.outcome, AdmitOutcome::queued);
+  EXPECT_EQ(c.reason, Reason::floor_does_not_fit);
+  EXPECT_EQ(d.outcome, AdmitOutcome::queued);
+  EXPECT_EQ(d.reason, Reason::queue_not_empty);
+  f.budgets.finish(a.handle);
+  AdmitResult admitted[4];
+  ASSERT_EQ(f.budgets.take_admitted(admitted), 1u);
+  EXPECT_EQ(admitted[0].request_id, 3u);  // first in, first out
+  EXPECT_FALSE(f.budgets.current(a.handle));  // the finished handle is stale
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
+TEST(Budget, QueuesWhenNoHistoryIsFreeAndRefusesWhatCanNeverRun) {
+  Fixture f(small_settings(64, 1));
+  EXPECT_EQ(f.budgets.submit(1, 64).outcome, AdmitOutcome::admitted);
+  const AdmitResult q = f.budgets.submit(2, 64);
+  EXPECT_EQ(q.outcome, AdmitOutcome::queued);
+  EXPECT_EQ(q.reason, Reason::no_free_history);
+  const AdmitResult long_one = f.budgets.submit(3, 65);
+  EXPECT_EQ(long_one.outcome, AdmitOutcome::refused);
+  EXPECT_EQ(long_one.reason, Reason::context_too_long);
+  const Status check = f.budgets.check_request(65);
+  ASSERT_FALSE(check.ok());
+  EXPECT_EQ(check.error().setting, "--max-context");
+  EXPECT_NE(check.error().message.find("longer than the max context (64 tokens)"), std::string::npos);
+  for (std::uint64_t i = 0; i < 7; ++i) EXPECT_EQ(f.budgets.submit(10 + i, 64).outcome, AdmitOutcome::queued);
+  EXPECT_EQ(f.budgets.submit(99, 64).reason, Reason::queue_full);
+  EXPECT_TRUE(f.budgets.cancel_queued(12));
+  EXPECT_FALSE(f.budgets.cancel_queued(12));
+  EXPECT_EQ(f.budgets.queued(), 7u);
+}
+
+TEST(Budget, BadBudgetsAreRefusedByName) {
+  Fixture f(small_settings(64, 2));
+  const Budget cases[] = {{5, 10, 20}, {10, 8, 20}, {6, 20, 10}};
+  const char* settings[] = {"--floor-pages", "--target-pages", "--burst-pages"};
+  for (int i = 0; i < 3; ++i) {
+    const Status st = validate_budget(cases[i], f.plan);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().setting, settings[i]);
+    EXPECT_EQ(f.budgets.submit(50 + static_cast<std::uint64_t>(i), 64, &cases[i]).reason, Reason::budget_invalid);
+  }
+}
+
+TEST(Budget, GrowsToTargetByRightAndToBurstOnlyFromFreePages) {
+  MemorySettings s = small_settings(24, 3);
+  s.floor_pages = 6;
+  s.target_pages = 8;
+  s.burst_pages = 16;
+  Fixture f(s);
+  const AdmitResult a = f.budgets.submit(1, 64);
+  const AdmitResult b = f.budgets.submit(2, 64);
+  // A borrows everything free: 24 − 12 floors = 12 free; target first (2), then burst (up to 10 more).
+  EXPECT_EQ(f.budgets.grow(a.handle, 100), 10u);
+  EXPECT_EQ(f.budgets.context(a.handle.slot).pages_held(), 16u);  // its burst
+  EXPECT_EQ(f.budgets.pages_unreserved(), 2u);
+  // B grows to its target by right, from the last 2 free pages.
+  EXPECT_EQ(f.budgets.grow(b.handle, 100), 2u);
+  EXPECT_EQ(f.budgets.context(b.handle.slot).pages_held(), 8u);
+  // Nothing is free: B, at its target, may not borrow; A's borrowed pages stay.
+  EXPECT_EQ(f.budgets.grow(b.handle, 1), 0u);
+  EXPECT_EQ(f.budgets.context(a.handle.slot).pages_held(), 16u);
+  // A new context's floor reclaims borrowed pages, A's and B's, never below their floors.
+  const AdmitResult c = f.budgets.submit(3, 64);
+  EXPECT_EQ(c.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(c.reason, Reason::floor_fits_after_reclaim);
+  EXPECT_EQ(f.budgets.context(a.handle.slot).pages_held(), 10u);  // 6 of its 8 borrowed pages went
+  EXPECT_EQ(f.budgets.context(b.handle.slot).pages_held(), 8u);   // B borrowed nothing: untouched
+  EXPECT_EQ(f.budgets.counters().pages_reclaimed, 6u);
+  EXPECT_EQ(f.budgets.counters().reclaim_steps, 1u);
+  // A grows back toward its burst only from free pages; there are none.
+  EXPECT_EQ(f.budgets.grow(a.handle, 4), 0u);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
+// Three contexts borrow; their activity order is C, A, B; a fourth context's floor then reclaims
+// borrowed pages from the least recently active first: C, then A, then B.
+std::vector<Decision> reclamation_scenario() {
+  MemorySettings s = small_settings(30, 4);
+  s.floor_pages = 6;
+  s.target_pages = 6;
+  s.burst_pages = 12;
+  Fixture f(s);
+  const ContextHandle a = f.budgets.submit(1, 64).handle;
+  const ContextHandle b = f.budgets.submit(2, 64).handle;
+  const ContextHandle c = f.budgets.submit(3, 64).handle;
+  EXPECT_EQ(f.budgets.grow(a, 4), 4u);
+  EXPECT_EQ(f.budgets.grow(b, 4), 4u);
+  EXPECT_EQ(f.budgets.grow(c, 4), 4u);  // 30 − 18 floors = 12 borrowed: the pool is full
+  f.step(c);
+  f.step(a);
+  f.step(b);
+  const AdmitResult d = f.budgets.submit(4, 64);
+  EXPECT_EQ(d.outcome, AdmitOutcome::admitted);
+  std::vector<Decision> reclaims;
+  for (std::uint32_t i = 0; i < f.log.size(); ++i) {
+    const Decision& x = f.log.at(i);
+    if (x.kind == DecisionKind::reclaim && x.layer == UINT32_MAX) reclaims.push_back(x);
+  }
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  return reclaims;
+}
+
+TEST(Budget, ReclamationIsLeastRecentlyActiveFirstAndDeterministic) {
+  const std::vector<Decision> first = reclamation_scenario();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].request_id, 3u);  // C: least recently active
+  EXPECT_EQ(first[0].pages, 4u);       // all its borrowed pages
+  EXPECT_EQ(first[0].reason, Reason::borrowed_first);
+  EXPECT_EQ(first[1].request_id, 1u);  // then A
+  EXPECT_EQ(first[1].pages, 2u);
+  const std::vector<Decision> second = reclamation_scenario();
+  ASSERT_EQ(second.size(), first.size());
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(second[i].request_id, first[i].request_id);
+    EXPECT_EQ(second[i].pages, first[i].pages);
+    EXPECT_EQ(second[i].slot, first[i].slot);
+  }
+}
+
+// ---- the property test ----
+
+struct Rng {
+  std::mt19937_64 engine;
+  std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : engine() % n; }
+};
+
+MemorySettings random_settings(Rng& r) {
+  MemorySettings s;
+  s.geometry = Geometry{1 + static_cast<std::uint32_t>(r.below(4)), 0, 1, 4, DType::f16, 0};
+  s.page_tokens = 1u << r.below(4);
+  s.tile_tokens = s.page_tokens * (1 + static_cast<std::uint32_t>(r.below(8)));
+  s.tiles = 1 + static_cast<std::uint32_t>(r.below(3));
+  s.max_context_tokens = s.page_tokens * (2 + static_cast<std::uint32_t>(r.below(24)));
+  s.chunk_tokens = 1 + static_cast<std::uint32_t>(r.below(std::min(12u, s.max_context_tokens)));
+  const std::uint32_t histories = 1 + static_cast<std::uint32_t>(r.below(6));
+  s.max_seqs = 1 + static_cast<std::uint32_t>(r.below(8));
+  s.host_pool_bytes = static_cast<std::uint64_t>(histories) * s.geometry.dense_layers * s.max_context_tokens * s.geometry.row_bytes();
+  const std::uint64_t floor = (1 + pages_spanned_max(s.chunk_tokens, s.page_tokens)) * s.geometry.dense_layers;
+  const std::uint64_t pages = floor + r.below(floor * 4 + 8);
+  s.device_pool_bytes = 4096 * 4 + pages * s.page_tokens * s.geometry.row_bytes();
+  s.promoted_pages_per_layer = static_cast<std::uint32_t>(r.below(5));
+  s.queue_max = 1 + static_cast<std::uint32_t>(r.below(6));
+  if (r.below(2) == 0) {
+    s.floor_pages = floor + r.below(floor);
+    s.target_pages = s.floor_pages + r.below(floor * 2);
+    s.burst_pages = s.target_pages + r.below(floor * 2);
+  }
+  return s;
+}
+
+// What the seeds exercised, summed, so the test can show it reached every path.
+struct Coverage {
+  std::uint64_t steps = 0, promotions = 0, reclaimed = 0, evicted = 0, queued = 0, passes = 0;
+};
+Coverage coverage;
+
+// One seed: returns nullptr when every invariant held, else what broke.
+const char* run_seed(std::uint64_t seed, std::uint64_t* allocations_after_warmup) {
+  Rng r{std::mt19937_64(seed)};
+  const MemorySettings s = random_settings(r);
+  const Result<MemoryPlan> planned = make_memory_plan(s);
+  if (!planned.ok()) return nullptr;  // e.g. burst above the pool: refused, nothing to run
+  const MemoryPlan& plan = *planned;
+  Arena arena(plan.arena);
+  DecisionLog log(256);
+  BudgetManager budgets(plan, arena, log);
+  ExactPolicy exact;
+  HotnessPolicy hot(0.5f, 16);
+  ResidencyPolicy& policy = r.below(2) == 0 ? static_cast<ResidencyPolicy&>(exact) : hot;
+  ResidencyPlanner planner(budgets, policy);
+  const std::uint32_t slots = budgets.slots();
+  std::vector<ContextHandle> running(slots);
+  std::vector<std::uint8_t> is_running(slots, 0);
+  std::vector<ScheduledContext> schedule(slots);
+  std::vector<AdmitResult> admitted(plan.queue_max + 1);
+  std::vector<PageScore> scores(8);
+  std::uint64_t next_request = 1;
+  const char* broken = nullptr;
+
+  const std::uint64_t heap_before = testing::heap_allocations();
+  auto collect = [&] {
+    const std::uint32_t n = budgets.take_admitted(admitted);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      running[admitted[i].handle.slot] = admitted[i].handle;
+      is_running[admitted[i].handle.slot] = 1;
+    }
+  };
+  auto pick_running = [&]() -> std::uint32_t {
+    if (budgets.running() == 0) return UINT32_MAX;
+    std::uint32_t k = static_cast<std::uint32_t>(r.below(budgets.running()));
+    for (std::uint32_t i = 0; i < slots; ++i) {
+      if (is_running[i] && k-- == 0) return i;
+    }
+    return UINT32_MAX;
+  };
+  for (int op = 0; op < 200 && broken == nullptr; ++op) {
+    const std::uint64_t choice = r.below(100);
+    if (choice < 15) {
+      const std::uint32_t tokens = 1 + static_cast<std::uint32_t>(r.below(plan.host.max_context_tokens + 2));
+      const AdmitResult a = budgets.submit(next_request++, tokens);
+      if (a.outcome == AdmitOutcome::admitted) {
+        running[a.handle.slot] = a.handle;
+        is_running[a.handle.slot] = 1;
+      }
+      if (tokens > plan.host.max_context_tokens && a.outcome != AdmitOutcome::refused) broken = "a too-long context was not refused";
+    } else if (choice < 22) {
+      const std::uint32_t slot = pick_running();
+      if (slot != UINT32_MAX) {
+        (r.below(2) == 0 ? (void)budgets.finish(running[slot]) : (void)budgets.cancel(running[slot]));
+        is_running[slot] = 0;
+        policy.forget(slot);
+      }
+    } else if (choice < 24) {
+      budgets.cancel_queued(1 + r.below(next_request));
+    } else if (choice < 32) {
+      const std::uint32_t slot = pick_running();
+      if (slot != UINT32_MAX) {
+        if (r.below(3) == 0) budgets.shrink(running[slot], r.below(8));
+        else budgets.grow(running[slot], r.below(16));
+      }
+    } else if (choice < 36) {
+      budgets.reclaim(r.below(8), r.below(2) == 0 ? UINT32_MAX : pick_running(), r.below(2) == 0);
+    } else {
+      std::uint32_t n = 0;
+      for (std::uint32_t i = 0; i < slots; ++i) {
+        if (!is_running[i] || r.below(3) == 0) continue;
+        const ContextState& c = budgets.context(i);
+        if (c.length_tokens >= c.tokens_max) continue;
+        const std::uint32_t room = std::min(plan.chunk_tokens, c.tokens_max - c.length_tokens);
+        const std::uint32_t tokens = r.below(4) == 0 ? 1 + static_cast<std::uint32_t>(r.below(room)) : 1;
+        schedule[n++] = ScheduledContext{running[i], tokens};
+      }
+      if (planner.plan_step({schedule.data(), n}) != PlanOutcome::planned) broken = "a valid step was refused";
+      const StepPlan& p = planner.plan();
+      // Every logical page of every layer plan is in exactly one place: resident or staged.
+      for (const LayerPlan& lp : p.layers) {
+        const std::uint32_t pages = (lp.length_tokens + plan.arena.page_tokens - 1) / plan.arena.page_tokens;
+        if (lp.pages_resident + lp.pages_staged != pages) broken = "resident + staged differs from the pages of a layer";
+        for (std::uint32_t q = 0; q < pages; ++q) {
+          if (p.locate(lp, q).kind == PageLocation::Kind::absent) broken = "a page of history is neither resident nor staged";
+        }
+      }
+      for (const StagePass& pass : p.passes) {
+        if (pass.tiles_used > plan.arena.tiles) broken = "a pass uses more tiles than the arena has";
+        for (std::uint32_t k = 0; k < pass.copy_count; ++k) {
+          const StageCopy& copy = p.copies[pass.copy_first + k];
+          if (copy.layer != pass.layer) broken = "a pass mixes dense layers";
+          if (copy.tile_page + copy.pages > plan.arena.tile_pages) broken = "a copy overruns its tile";
+        }
+      }
+      // Feed back random scores (hotness policy) for staged pages.
+      std::uint32_t m = 0;
+      for (const StageCopy& copy : p.copies) {
+        if (m == scores.size() || r.below(4) != 0) continue;
+        scores[m++] = PageScore{copy.slot, copy.layer, copy.logical_first, static_cast<float>(r.below(100)) / 100.0f};
+      }
+      policy.observe({scores.data(), m});
+      planner.step_completed();
+      ++coverage.steps;
+      coverage.passes += p.passes.size();
+    }
+    collect();
+    if (broken == nullptr) broken = budgets.check();
+  }
+  *allocations_after_warmup = testing::heap_allocations() - heap_before;
+  coverage.promotions += budgets.counters().pages_promoted;
+  coverage.reclaimed += budgets.counters().pages_reclaimed;
+  coverage.evicted += budgets.counters().pages_evicted;
+  coverage.queued += budgets.counters().queued;
+  return broken;
+}
+
+std::uint64_t property_seeds() {
+  const char* env = std::getenv("ACTIVEKV_PROPERTY_SEEDS");
+  return env != nullptr ? std::strtoull(env, nullptr, 10) : 2000;
+}
+
+TEST(BudgetProperty, RandomOperationsKeepInvariants1And2And7) {
+  const std::uint64_t seeds = property_seeds();
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    std::uint64_t allocations = 0;
+    const char* broken = run_seed(seed, &allocations);
+    ASSERT_EQ(broken, nullptr) << "seed " << seed << ": " << broken;
+    ASSERT_EQ(allocations, 0u) << "seed " << seed << ": heap allocations after warm-up";
+  }
+  // The generator reaches every path: steps with staging passes, promotions, reclamation,
+  // eviction of a context's own pages, and queueing.
+  EXPECT_GT(coverage.steps, seeds * 10);
+  EXPECT_GT(coverage.passes, seeds);
+  EXPECT_GT(coverage.promotions, seeds / 4);
+  EXPECT_GT(coverage.reclaimed, seeds / 10);
+  EXPECT_GT(coverage.evicted, seeds);
+  EXPECT_GT(coverage.queued, seeds / 10);
+  std::printf("property: %llu seeds, %llu steps, %llu passes, %llu promotions, %llu reclaimed, %llu evicted, %llu queued\n",
+              static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(coverage.steps),
+              static_cast<unsigned long long>(coverage.passes), static_cast<unsigned long long>(coverage.promotions),
+              static_cast<unsigned long long>(coverage.reclaimed), static_cast<unsigned long long>(coverage.evicted),
+              static_cast<unsigned long long>(coverage.queued));
+}
+
+}  // namespace
+}  // namespace activekv
