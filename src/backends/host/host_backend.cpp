@@ -1,0 +1,737 @@
+// host_backend.cpp — queues of commands, run by worker threads or by a virtual clock.
+//
+// Locking: one mutex (mutex_) guards every queue's ring positions and the
+// command records; the fence table has its own mutex and is always taken
+// after mutex_, never before. A threaded worker copies its command out under
+// mutex_, runs it unlocked (payload arrays stay put until the command
+// retires), then marks it done and retires finished commands from the head.
+#include "backends/host/host_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "backends/fence_table.hpp"
+
+namespace activekv::host {
+
+namespace {
+
+constexpr std::uint32_t attention_jobs_in_flight = 4;  // attention calls enqueued and not retired
+constexpr std::uint32_t region_ring_batches = 4;       // region ring = this many maximal batches
+constexpr std::uint64_t duration_ticks_max = 100;      // deterministic: 1..100 ticks per command
+
+int severity(FenceOutcome outcome) {
+  switch (outcome) {
+    case FenceOutcome::signalled: return 0;
+    case FenceOutcome::pending: return 1;
+    case FenceOutcome::failed: return 2;
+    case FenceOutcome::unknown: return 3;
+  }
+  return 3;
+}
+
+FenceOutcome worse(FenceOutcome a, FenceOutcome b) { return severity(a) >= severity(b) ? a : b; }
+
+double unit_interval(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+// Helper threads that join the compute worker in running one kernel.
+struct HostBackend::ComputePool {
+  std::mutex mutex;
+  std::condition_variable start;
+  std::condition_variable finished;
+  std::uint64_t generation = 0;
+  std::uint32_t remaining = 0;
+  bool stop = false;
+  void (*work)(void*, std::uint32_t) = nullptr;
+  void* context = nullptr;
+  std::vector<std::thread> threads;
+
+  explicit ComputePool(std::uint32_t helpers) {
+    threads.reserve(helpers);
+    for (std::uint32_t i = 0; i < helpers; ++i) threads.emplace_back([this, i] { loop(i + 1); });
+  }
+  ~ComputePool() {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    start.notify_all();
+    for (std::thread& t : threads) t.join();
+  }
+  void loop(std::uint32_t index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      void (*job)(void*, std::uint32_t);
+      void* job_context;
+      {
+        std::unique_lock lock(mutex);
+        start.wait(lock, [&] { return stop || generation != seen; });
+        if (stop) return;
+        seen = generation;
+        job = work;
+        job_context = context;
+      }
+      job(job_context, index);
+      {
+        std::lock_guard lock(mutex);
+        if (--remaining == 0) finished.notify_all();
+      }
+    }
+  }
+  // Runs work(0) here and work(1..helpers) on the helpers; returns when all are done.
+  void run(void (*job)(void*, std::uint32_t), void* job_context) {
+    {
+      std::lock_guard lock(mutex);
+      work = job;
+      context = job_context;
+      remaining = static_cast<std::uint32_t>(threads.size());
+      ++generation;
+    }
+    start.notify_all();
+    job(job_context, 0);
+    std::unique_lock lock(mutex);
+    finished.wait(lock, [&] { return remaining == 0; });
+  }
+};
+
+HostBackend::HostBackend(const BackendOptions& options)
+    : Backend(options.fences_max), options_(options), rng_(options.seed), resolved_at_(options.fences_max, 0) {
+  capabilities_.can_pin = true;
+  capabilities_.batched_copies = true;
+  capabilities_.d2d = true;
+  capabilities_.d2d_own_queue = true;
+  capabilities_.out_of_order = options.deterministic && options.reorder;
+  capabilities_.host_visible_arena = true;
+  capabilities_.can_hold_queue = true;
+  capabilities_.deterministic = options.deterministic;
+  capabilities_.page_mass = true;
+  capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
+  for (std::size_t i = 0; i < queue_kind_count; ++i) queues_[i].kind = static_cast<QueueKind>(i);
+}
+
+HostBackend::~HostBackend() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  fences().resolve_all_pending_unknown();  // wakes workers blocked in a wait command
+  for (Queue& q : queues_) q.work.notify_all();
+  for (Queue& q : queues_) {
+    if (q.worker.joinable()) q.worker.join();
+  }
+  pool_.reset();
+}
+
+std::string HostBackend::describe() const {
+  if (options_.deterministic) {
+    return fmt::format("host (emulated device), deterministic: seed {}, {} completions, virtual clock", options_.seed,
+                       options_.reorder ? "reordered" : "in-order");
+  }
+  return fmt::format("host (emulated device), {} compute thread{}, one worker per copy queue, {} kernel",
+                     capabilities_.compute_threads, capabilities_.compute_threads == 1 ? "" : "s",
+                     attention_cpu_uses_avx2() ? "AVX2/F16C" : "portable");
+}
+
+std::span<std::byte> HostBackend::host_pool() noexcept { return pool_view_; }
+
+std::span<std::byte> HostBackend::arena_host_view() noexcept {
+  if (!arena_) return {};
+  return {arena_.get(), memory().arena_bytes};
+}
+
+Status HostBackend::do_allocate(const MemoryRequest& request) {
+  if (request.pin_host_pool) {
+    Result<PinnedRegion> region = PinnedRegion::map(request.host_pool_bytes, "--host-pool");
+    if (!region.ok()) return region.error();
+    pinned_pool_ = std::move(region).value();
+    pool_view_ = {pinned_pool_.data(), request.host_pool_bytes};
+  } else {
+    plain_pool_.reset(new std::byte[request.host_pool_bytes]());
+    pool_view_ = {plain_pool_.get(), request.host_pool_bytes};
+  }
+  arena_.reset(new std::byte[request.arena_bytes]());
+  stats_.device_allocations = 1;
+
+  for (Queue& q : queues_) {
+    q.ring.resize(options_.commands_max);
+    const bool copies = q.kind != QueueKind::compute;
+    q.regions.resize(copies ? std::size_t{request.copy_regions_max} * region_ring_batches : 0);
+  }
+  jobs_.resize(attention_jobs_in_flight);
+  for (AttentionJob& job : jobs_) job.reserve(request);
+  free_jobs_.reserve(attention_jobs_in_flight);
+  for (std::uint32_t i = attention_jobs_in_flight; i > 0; --i) free_jobs_.push_back(i - 1);
+  scratch_.resize(capabilities_.compute_threads);
+  for (AttentionScratch& s : scratch_) s.reserve(request);
+
+  if (!options_.deterministic) {
+    if (capabilities_.compute_threads > 1) pool_ = std::make_unique<ComputePool>(capabilities_.compute_threads - 1);
+    for (Queue& q : queues_) q.worker = std::thread([this, &q] { worker_loop(q); });
+  }
+  return Status::success();
+}
+
+// ---- enqueueing ------------------------------------------------------------------
+
+Status HostBackend::check_room(Queue& q, std::uint32_t commands, std::uint32_t regions) const {
+  const std::uint64_t capacity = q.ring.size();
+  if (q.tail - q.head + commands > capacity) {
+    return make_error(ErrorCode::exhausted, "commands_max",
+                      fmt::format("the {} queue holds {} commands in flight (limit {}); let earlier work complete "
+                                  "or raise commands_max",
+                                  queue_kind_name(q.kind), q.tail - q.head, capacity));
+  }
+  if (regions > 0) {
+    const std::uint64_t ring = q.regions.size();
+    std::uint64_t position = q.region_tail;
+    if (position % ring + regions > ring) position += ring - position % ring;
+    if (position + regions - q.region_head > ring) {
+      return make_error(ErrorCode::exhausted, "copy_regions_max",
+                        fmt::format("the {} queue's copy regions in flight exceed {} x copy_regions_max; let earlier "
+                                    "copies complete",
+                                    queue_kind_name(q.kind), region_ring_batches));
+    }
+  }
+  return Status::success();
+}
+
+HostBackend::Command& HostBackend::push(Queue& q, Kind kind) {
+  AK_ASSERT(q.tail - q.head < q.ring.size(), "push without room (check_room first)");
+  Command& command = q.ring[q.tail % q.ring.size()];
+  command = Command{};
+  command.kind = kind;
+  command.seq = seq_++;
+  command.enqueued_at = now_;
+  command.region_end = q.region_tail;
+  if (kind != Kind::wait) {
+    command.poisoned = q.poison;
+    q.poison = FenceOutcome::signalled;
+  }
+  ++q.tail;
+  return command;
+}
+
+Status HostBackend::push_waits(Queue& q, std::span<const Fence> waits) {
+  for (const Fence fence : waits) {
+    if (!fences().retain(fence)) {
+      return make_error(ErrorCode::invalid_argument, "", "a wait on a fence that was released meanwhile");
+    }
+    Command& command = push(q, Kind::wait);
+    command.awaited = fence;
+  }
+  return Status::success();
+}
+
+void HostBackend::draw(Command& command, bool is_copy) {
+  if (!options_.deterministic) return;
+  const FaultRates& rates = options_.faults;
+  command.duration = 1 + rng_() % duration_ticks_max;
+  const double late = unit_interval(rng_);
+  const double kind = unit_interval(rng_);
+  command.effect_on_unknown = (rng_() & 1) != 0;
+  command.torn_fraction = rng_() % 1000;
+  if (command.kind == Kind::wait) return;
+  if (late < rates.late_fence) {
+    command.duration += rates.late_ticks;
+    ++faults_.late;
+  }
+  if (command.kind == Kind::marker) return;
+  double edge = is_copy ? rates.failed_copy : 0.0;
+  if (kind < edge) {
+    command.fault = Fault::failed_copy;
+    ++faults_.failed_copies;
+    return;
+  }
+  edge += rates.failed_fence;
+  if (kind < edge) {
+    command.fault = Fault::failed_fence;
+    ++faults_.failed_fences;
+    return;
+  }
+  edge += rates.unknown_fence;
+  if (kind < edge) {
+    command.fault = Fault::unknown_fence;
+    ++faults_.unknown_fences;
+  }
+}
+
+Fence HostBackend::open_fence(Queue& q, Command& command) {
+  command.fence = fences().open(q.kind);
+  return command.fence;
+}
+
+void HostBackend::publish(Queue& q) {
+  if (!options_.deterministic) q.work.notify_one();
+}
+
+namespace {
+
+Error fences_exhausted(std::uint32_t capacity) {
+  return make_error(ErrorCode::exhausted, "fences_max",
+                    fmt::format("every one of the {} fence slots is held; release fences that are no longer needed "
+                                "(release_fence) or raise fences_max",
+                                capacity));
+}
+
+}  // namespace
+
+Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const CopyRegion> regions,
+                                   std::span<const Fence> waits) {
+  std::lock_guard lock(mutex_);
+  Queue& q = queue(queue_of(direction));
+  const auto count = static_cast<std::uint32_t>(regions.size());
+  if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, count); !s.ok()) return s.error();
+  if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
+  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  Command& command = push(q, Kind::copy);
+  command.direction = direction;
+  const std::uint64_t ring = q.regions.size();
+  std::uint64_t position = q.region_tail;
+  if (position % ring + count > ring) position += ring - position % ring;
+  std::copy(regions.begin(), regions.end(), q.regions.begin() + static_cast<std::ptrdiff_t>(position % ring));
+  command.region_begin = position;
+  command.region_count = count;
+  q.region_tail = position + count;
+  command.region_end = q.region_tail;
+  draw(command, true);
+  const Fence fence = open_fence(q, command);
+  publish(q);
+  return fence;
+}
+
+Result<Fence> HostBackend::do_upload(std::uint64_t arena_offset, std::span<const std::byte> bytes,
+                                     std::span<const Fence> waits) {
+  std::lock_guard lock(mutex_);
+  Queue& q = queue(QueueKind::h2d);
+  if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
+  if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
+  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  Command& command = push(q, Kind::upload);
+  command.arena_offset = arena_offset;
+  command.source = bytes.data();
+  command.bytes = bytes.size();
+  draw(command, true);
+  const Fence fence = open_fence(q, command);
+  publish(q);
+  return fence;
+}
+
+Result<Fence> HostBackend::do_download(std::uint64_t arena_offset, std::span<std::byte> bytes,
+                                       std::span<const Fence> waits) {
+  std::lock_guard lock(mutex_);
+  Queue& q = queue(QueueKind::d2h);
+  if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
+  if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
+  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  Command& command = push(q, Kind::download);
+  command.arena_offset = arena_offset;
+  command.destination = bytes.data();
+  command.bytes = bytes.size();
+  draw(command, true);
+  const Fence fence = open_fence(q, command);
+  publish(q);
+  return fence;
+}
+
+Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<const Fence> waits) {
+  std::lock_guard lock(mutex_);
+  Queue& q = queue(QueueKind::compute);
+  if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
+  if (free_jobs_.empty()) {
+    return make_error(ErrorCode::exhausted, "",
+                      fmt::format("{} attention calls are in flight on the host backend; wait for one to complete",
+                                  attention_jobs_in_flight));
+  }
+  if (batch.shape.q_heads / batch.shape.kv_heads > 16 || batch.shape.head_dim > 512) {
+    return make_error(ErrorCode::unsupported, "",
+                      "the host kernel handles at most 16 query heads per kv head and head_dim 512");
+  }
+  if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
+  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  Command& command = push(q, Kind::attention);
+  command.job = free_jobs_.back();
+  free_jobs_.pop_back();
+  jobs_[command.job].assign(batch);
+  draw(command, false);
+  const Fence fence = open_fence(q, command);
+  publish(q);
+  return fence;
+}
+
+Result<Fence> HostBackend::do_record(QueueKind kind) {
+  std::lock_guard lock(mutex_);
+  Queue& q = queue(kind);
+  if (Status s = check_room(q, 1, 0); !s.ok()) return s.error();
+  if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
+  Command& command = push(q, Kind::marker);
+  draw(command, false);
+  const Fence fence = open_fence(q, command);
+  publish(q);
+  return fence;
+}
+
+Status HostBackend::do_enqueue_wait(QueueKind kind, std::span<const Fence> waited) {
+  std::lock_guard lock(mutex_);
+  Queue& q = queue(kind);
+  if (Status s = check_room(q, static_cast<std::uint32_t>(waited.size()), 0); !s.ok()) return s;
+  const std::uint64_t first = q.tail;
+  if (Status s = push_waits(q, waited); !s.ok()) return s;
+  for (std::uint64_t p = first; p < q.tail; ++p) draw(q.ring[p % q.ring.size()], false);
+  publish(q);
+  return Status::success();
+}
+
+// ---- executing ----------------------------------------------------------------------
+
+void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t permille) {
+  std::byte* const arena = arena_.get();
+  std::byte* const pool = pool_view_.data();
+  std::uint64_t total = 0;
+  if (command.kind == Kind::copy) {
+    for (std::uint32_t i = 0; i < command.region_count; ++i) total += q.regions[(command.region_begin + i) % q.regions.size()].bytes;
+  } else {
+    total = command.bytes;
+  }
+  std::uint64_t budget = permille >= 1000 ? total : total * permille / 1000;
+  if (command.kind == Kind::upload) {
+    std::memcpy(arena + command.arena_offset, command.source, budget);
+    return;
+  }
+  if (command.kind == Kind::download) {
+    std::memcpy(command.destination, arena + command.arena_offset, budget);
+    return;
+  }
+  const std::byte* src_base = command.direction == CopyDirection::h2d ? pool : arena;
+  std::byte* dst_base = command.direction == CopyDirection::d2h ? pool : arena;
+  for (std::uint32_t i = 0; i < command.region_count && budget > 0; ++i) {
+    const CopyRegion& region = q.regions[(command.region_begin + i) % q.regions.size()];
+    const std::uint64_t bytes = std::min(region.bytes, budget);
+    std::memmove(dst_base + region.dst_offset, src_base + region.src_offset, bytes);
+    budget -= bytes;
+  }
+}
+
+void HostBackend::apply_attention(const Command& command, bool threaded) {
+  AttentionJob& job = jobs_[command.job];
+  const std::uint32_t units = job.units();
+  const std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
+  const std::size_t pages = job.pages.size();
+  const bool mass = job.page_mass != nullptr;
+  // A static split of the units over the threads: deterministic per thread count.
+  struct Split {
+    HostBackend* self;
+    const AttentionJob* job;
+    std::uint32_t units, threads;
+    std::size_t pages;
+    bool mass;
+  } split{this, &job, units, threads, pages, mass};
+  auto work = [](void* context, std::uint32_t index) {
+    const Split& sp = *static_cast<const Split*>(context);
+    AttentionScratch& scratch = sp.self->scratch_[index];
+    if (sp.mass) std::fill(scratch.mass.begin(), scratch.mass.begin() + static_cast<std::ptrdiff_t>(sp.pages), 0.0f);
+    const auto begin = static_cast<std::uint32_t>(std::uint64_t{sp.units} * index / sp.threads);
+    const auto end = static_cast<std::uint32_t>(std::uint64_t{sp.units} * (index + 1) / sp.threads);
+    run_attention_units(sp.self->arena_.get(), *sp.job, begin, end, scratch);
+  };
+  if (threads > 1) {
+    pool_->run(work, &split);
+  } else {
+    work(&split, 0);
+  }
+  if (mass) {
+    for (std::size_t p = 0; p < pages; ++p) {
+      float sum = 0.0f;
+      for (std::uint32_t t = 0; t < threads; ++t) sum += scratch_[t].mass[p];
+      job.page_mass[p] = sum;
+    }
+    finish_page_mass(job, job.page_mass);
+  }
+}
+
+FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded) {
+  if (command.kind == Kind::wait) {
+    // The awaited outcome; the caller passes a failure on to the next command.
+    return threaded ? fences().wait(command.awaited, std::chrono::nanoseconds::max()) : fences().outcome(command.awaited);
+  }
+  if (command.poisoned != FenceOutcome::signalled) {
+    if (!threaded) ++faults_.poisoned;
+    return command.poisoned;
+  }
+  if (command.kind == Kind::marker) return FenceOutcome::signalled;  // the caller folds in q.worst
+  const bool is_copy = command.kind != Kind::attention;
+  switch (command.fault) {
+    case Fault::failed_copy:
+      apply_copy(q, command, command.torn_fraction);
+      return FenceOutcome::failed;
+    case Fault::failed_fence:
+    case Fault::none:
+      if (is_copy) {
+        apply_copy(q, command, 1000);
+      } else {
+        apply_attention(command, threaded);
+      }
+      return command.fault == Fault::none ? FenceOutcome::signalled : FenceOutcome::failed;
+    case Fault::unknown_fence:
+      if (command.effect_on_unknown) {
+        if (is_copy) {
+          apply_copy(q, command, 1000);
+        } else {
+          apply_attention(command, threaded);
+        }
+      }
+      return FenceOutcome::unknown;
+  }
+  return FenceOutcome::unknown;
+}
+
+void HostBackend::propagate(Queue& q, std::uint64_t wait_position, FenceOutcome awaited) {
+  if (awaited != FenceOutcome::failed && awaited != FenceOutcome::unknown) return;
+  for (std::uint64_t p = wait_position + 1; p < q.tail; ++p) {
+    Command& next = q.ring[p % q.ring.size()];
+    if (next.kind == Kind::wait) continue;
+    next.poisoned = worse(next.poisoned, awaited);
+    return;
+  }
+  q.poison = worse(q.poison, awaited);  // for the next command pushed
+}
+
+void HostBackend::retire(Queue& q) {
+  while (q.head < q.tail) {
+    Command& command = q.ring[q.head % q.ring.size()];
+    if (!command.done) break;
+    if (command.kind != Kind::wait) q.worst = worse(q.worst, command.outcome);
+    if (command.kind == Kind::wait) fences().release(command.awaited);
+    if (command.kind == Kind::attention) free_jobs_.push_back(command.job);
+    if (command.kind == Kind::copy) q.region_head = std::max(q.region_head, command.region_end);
+    ++q.head;
+  }
+  if (q.head == q.tail) q.region_head = q.region_tail;
+}
+
+void HostBackend::worker_loop(Queue& q) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    q.work.wait(lock, [&] { return stop_ || (!q.held && q.dispatched < q.tail); });
+    if (stop_) return;
+    const std::uint64_t position = q.dispatched++;
+    Command command = q.ring[position % q.ring.size()];
+    const FenceOutcome worst_before = q.worst;
+    const bool skip = lost();
+    lock.unlock();
+    FenceOutcome outcome = skip ? FenceOutcome::unknown : execute(q, command, true);
+    if (command.kind == Kind::marker) outcome = worse(outcome, worst_before);
+    if (command.fence.recorded()) fences().resolve(command.fence, outcome);
+    lock.lock();
+    Command& slot = q.ring[position % q.ring.size()];
+    slot.done = true;
+    slot.outcome = command.kind == Kind::wait ? FenceOutcome::signalled : outcome;
+    if (command.kind == Kind::wait) propagate(q, position, outcome);
+    retire(q);
+  }
+}
+
+// ---- deterministic scheduling ----------------------------------------------------------
+
+bool HostBackend::eligible_at(const Queue& q, std::uint64_t position, std::uint64_t* at) const {
+  const Command& command = q.ring[position % q.ring.size()];
+  if (command.done || q.held) return false;
+  std::uint64_t t = std::max(command.enqueued_at, q.released_at);
+  const bool in_order = !options_.reorder;
+  for (std::uint64_t p = q.head; p < position; ++p) {
+    const Command& earlier = q.ring[p % q.ring.size()];
+    const bool blocks = in_order || earlier.kind == Kind::wait || command.kind == Kind::marker;
+    if (!blocks) continue;
+    if (!earlier.done) return false;
+    t = std::max(t, earlier.done_at);
+  }
+  if (command.kind == Kind::wait) {
+    const FenceOutcome outcome = fences().outcome(command.awaited);
+    if (!is_resolved(outcome)) return false;
+    t = std::max(t, resolved_at_[command.awaited.slot]);
+    *at = t;
+    return true;
+  }
+  *at = t + command.duration;
+  return true;
+}
+
+bool HostBackend::next_event(std::uint64_t* due, Queue** which, std::uint64_t* position) const {
+  bool found = false;
+  std::uint64_t best_due = 0, best_seq = 0;
+  for (const Queue& q : queues_) {
+    for (std::uint64_t p = q.head; p < q.tail; ++p) {
+      std::uint64_t at;
+      if (!eligible_at(q, p, &at)) continue;
+      const std::uint64_t seq = q.ring[p % q.ring.size()].seq;
+      if (!found || at < best_due || (at == best_due && seq < best_seq)) {
+        found = true;
+        best_due = at;
+        best_seq = seq;
+        *which = const_cast<Queue*>(&q);
+        *position = p;
+      }
+    }
+  }
+  *due = best_due;
+  return found;
+}
+
+void HostBackend::resolve_at(Fence fence, FenceOutcome outcome, std::uint64_t time) {
+  if (!fence.recorded()) return;
+  resolved_at_[fence.slot] = time;
+  fences().resolve(fence, outcome);
+}
+
+std::uint32_t HostBackend::run_until(std::uint64_t time) {
+  std::uint32_t resolved = 0;
+  for (;;) {
+    std::uint64_t due;
+    Queue* q = nullptr;
+    std::uint64_t position;
+    if (!next_event(&due, &q, &position) || due > time) break;
+    now_ = std::max(now_, due);
+    Command& command = q->ring[position % q->ring.size()];
+    const FenceOutcome worst_before = q->worst;
+    FenceOutcome outcome = execute(*q, command, false);
+    if (command.kind == Kind::marker) outcome = worse(outcome, worst_before);
+    if (command.kind == Kind::wait) {
+      propagate(*q, position, outcome);
+      outcome = FenceOutcome::signalled;
+    }
+    command.done = true;
+    command.done_at = now_;
+    command.outcome = outcome;
+    if (command.fence.recorded()) {
+      resolve_at(command.fence, outcome, now_);
+      ++resolved;
+    }
+    retire(*q);
+  }
+  now_ = std::max(now_, time);
+  return resolved;
+}
+
+std::uint32_t HostBackend::poll() {
+  if (!options_.deterministic) return 0;
+  std::lock_guard lock(mutex_);
+  return run_until(now_);
+}
+
+std::uint32_t HostBackend::advance(std::uint64_t ticks) {
+  AK_ASSERT(options_.deterministic, "advance() is for the deterministic mode");
+  std::lock_guard lock(mutex_);
+  return run_until(now_ + ticks);
+}
+
+std::uint32_t HostBackend::outstanding() const {
+  std::lock_guard lock(mutex_);
+  std::uint64_t count = 0;
+  for (const Queue& q : queues_) {
+    for (std::uint64_t p = q.head; p < q.tail; ++p) count += q.ring[p % q.ring.size()].done ? 0 : 1;
+  }
+  return static_cast<std::uint32_t>(count);
+}
+
+FenceOutcome HostBackend::do_query(Fence fence) { return fences().outcome(fence); }
+
+Result<FenceOutcome> HostBackend::do_wait_host(Fence fence, std::chrono::nanoseconds timeout) {
+  if (!options_.deterministic) return fences().wait(fence, timeout);
+  std::lock_guard lock(mutex_);
+  for (;;) {
+    const FenceOutcome outcome = fences().outcome(fence);
+    if (is_resolved(outcome)) return outcome;
+    std::uint64_t due;
+    Queue* q = nullptr;
+    std::uint64_t position;
+    if (!next_event(&due, &q, &position)) {
+      return make_error(ErrorCode::refused, "",
+                        "wait_host would wait forever: nothing on any queue can make progress (a held queue, or "
+                        "a wait on a fence that cannot resolve)");
+    }
+    run_until(due);
+  }
+}
+
+Status HostBackend::do_synchronize(QueueKind kind) {
+  Result<Fence> marker = do_record(kind);
+  if (!marker.ok()) return marker.error();
+  ++stats_.fences_recorded;
+  Result<FenceOutcome> outcome = do_wait_host(marker.value(), std::chrono::nanoseconds::max());
+  release_fence(marker.value());
+  if (!outcome.ok()) return outcome.error();
+  if (outcome.value() != FenceOutcome::signalled) {
+    return make_error(ErrorCode::backend, "",
+                      fmt::format("the {} queue drained with a {} fence", queue_kind_name(kind),
+                                  fence_outcome_name(outcome.value())));
+  }
+  return Status::success();
+}
+
+Status HostBackend::do_hold_queue(QueueKind kind, bool hold) {
+  {
+    std::lock_guard lock(mutex_);
+    Queue& q = queue(kind);
+    q.held = hold;
+    if (!hold) q.released_at = now_;
+  }
+  if (!options_.deterministic) queue(kind).work.notify_all();
+  return Status::success();
+}
+
+void HostBackend::lose_device() {
+  std::lock_guard lock(mutex_);
+  if (options_.deterministic) {
+    for (Queue& q : queues_) {
+      for (std::uint64_t p = q.head; p < q.tail; ++p) {
+        Command& command = q.ring[p % q.ring.size()];
+        std::uint64_t due;
+        if (command.done || command.kind == Kind::wait || command.kind == Kind::marker || command.kind == Kind::attention) continue;
+        if (!eligible_at(q, p, &due) || due - command.duration > now_) continue;  // not started yet
+        apply_copy(q, command, rng_() % 1000);
+        ++faults_.torn_copies;
+      }
+    }
+    for (Queue& q : queues_) {
+      for (std::uint64_t p = q.head; p < q.tail; ++p) {
+        Command& command = q.ring[p % q.ring.size()];
+        if (command.done) continue;
+        if (command.fence.recorded()) resolved_at_[command.fence.slot] = now_;
+        command.done = true;
+        command.done_at = now_;
+        command.outcome = FenceOutcome::unknown;
+      }
+    }
+  }
+  mark_lost();
+  if (options_.deterministic) {
+    for (Queue& q : queues_) retire(q);
+  }
+}
+
+// ---- factory ----------------------------------------------------------------------------
+
+}  // namespace activekv::host
+
+namespace activekv {
+
+Result<std::unique_ptr<Backend>> make_host_backend(const BackendOptions& options) {
+  if (options.compute_threads == 0 || options.compute_threads > 64) {
+    return make_error(ErrorCode::invalid_argument, "--compute-threads", "the host backend takes 1 to 64 compute threads");
+  }
+  const FaultRates& f = options.faults;
+  const bool any_fault = f.late_fence > 0 || f.failed_fence > 0 || f.unknown_fence > 0 || f.failed_copy > 0;
+  if (any_fault && !options.deterministic) {
+    return make_error(ErrorCode::invalid_argument, "--faults", "fault injection needs the deterministic mode (a seed)");
+  }
+  for (const double rate : {f.late_fence, f.failed_fence, f.unknown_fence, f.failed_copy}) {
+    if (!(rate >= 0.0 && rate <= 1.0)) return make_error(ErrorCode::invalid_argument, "--faults", "fault rates lie in [0, 1]");
+  }
+  return std::unique_ptr<Backend>(std::make_unique<host::HostBackend>(options));
+}
+
+}  // namespace activekv
