@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# cuda-check.sh — on a machine with an NVIDIA GPU, in one go: build the CUDA
+# backend, run its conformance tests, run the copy-bandwidth benchmark, and
+# write everything to a results directory.
+#
+#   scripts/cuda-check.sh [RESULTS_DIR]     (default: $OUT, else build/cuda-check)
+#   PEAK_GBPS=64 REPEATS=9 JOBS=16 scripts/cuda-check.sh /tmp/results
+#
+# Writes: RESULTS_DIR/nvidia-smi.txt, build.log, tests.log (ctest -L cuda and
+# the test binary's own output), tests.xml (gtest JUnit), bandwidth.txt (one
+# line per measurement, then JSON) and summary.txt. Exit status: non-zero when
+# the build, a test or the benchmark failed; a test run where every CUDA test
+# skipped (no GPU visible) is a failure here, since this script exists to run them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${1:-${OUT:-build/cuda-check}}
+mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd)
+JOBS=${JOBS:-$(nproc)}
+BUILD=build/cuda-check-build
+status=0
+
+{ nvidia-smi || echo "nvidia-smi not available"; } > "$RESULTS/nvidia-smi.txt" 2>&1
+{ nvcc --version || echo "nvcc not found"; } >> "$RESULTS/nvidia-smi.txt" 2>&1
+
+echo "== configure and build (log: $RESULTS/build.log)"
+if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTIVEKV_CUDA=ON \
+         ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} &&
+       cmake --build "$BUILD" -j "$JOBS" --target cuda_backend_test cuda_copy_bandwidth; } > "$RESULTS/build.log" 2>&1; then
+  echo "build failed; see $RESULTS/build.log"; tail -30 "$RESULTS/build.log"
+  echo "build: FAILED" > "$RESULTS/summary.txt"
+  exit 1
+fi
+
+echo "== CUDA tests"
+TEST_BIN=$(find "$BUILD" -name cuda_backend_test -type f -perm -u+x | head -1)
+"$TEST_BIN" --gtest_output="xml:$RESULTS/tests.xml" > "$RESULTS/tests.log" 2>&1
+test_rc=$?
+(cd "$BUILD" && ctest -L cuda --output-on-failure) >> "$RESULTS/tests.log" 2>&1 || test_rc=1
+skipped=$(grep -c "^\[  SKIPPED \] CudaBackend\." "$RESULTS/tests.log" || true)
+passed=$(grep -c "^\[       OK \] CudaBackend\." "$RESULTS/tests.log" || true)
+echo "tests: rc=$test_rc passed=$passed skipped=$skipped" | tee "$RESULTS/summary.txt"
+if (( test_rc != 0 )); then status=1; fi
+if (( passed <= 1 )); then echo "no CUDA test ran on a GPU (all skipped?)" | tee -a "$RESULTS/summary.txt"; status=1; fi
+
+echo "== copy bandwidth"
+BENCH_BIN=$(find "$BUILD" -name cuda_copy_bandwidth -type f -perm -u+x | head -1)
+if "$BENCH_BIN" "${PEAK_GBPS:-64}" "${REPEATS:-9}" > "$RESULTS/bandwidth.txt" 2>&1; then
+  cat "$RESULTS/bandwidth.txt"
+  echo "bandwidth: ok" >> "$RESULTS/summary.txt"
+else
+  cat "$RESULTS/bandwidth.txt"; echo "bandwidth: FAILED" >> "$RESULTS/summary.txt"; status=1
+fi
+echo "results in $RESULTS"
+exit $status
