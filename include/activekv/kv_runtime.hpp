@@ -40,111 +40,123 @@
 //   where total_new = Σ_e tokens_new(e) ≤ KvRuntimeSettings::step_tokens_max.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 
+#include "activekv/budget.hpp"
+#include "activekv/explain.hpp"
 #include "activekv/geometry.hpp"
+#include "activekv/memory_plan.hpp"
 #include "activekv/result.hpp"
 
 namespace activekv {
 
 class Backend;
 
-// What residency policy decides which pages stay on the device (exact mode:
-// both are exact; they differ only in which bytes are staged).
+// Which residency policy decides the pages promoted into the pool. Both are
+// exact; they differ only in which bytes are staged.
 enum class ResidencyPolicyKind : std::uint8_t {
-  exact,    // sink page + the newest contiguous pages; the rest is staged
-  hotness,  // exact, plus promotion of pages below the frontier that turn hot
+  exact,    // sink page + the newest contiguous pages; the run grows downward
+  hotness,  // exact, plus promotion of pages below the frontier whose attention mass is high
 };
 
 struct KvRuntimeSettings {
-  Geometry geometry;                      // the model's KV shape
-  std::uint32_t q_heads = 0;              // query heads per layer (a multiple of kv_heads)
-  std::uint64_t host_pool_bytes = 0;      // --host-pool: explicit, never automatic
-  std::uint64_t device_pool_bytes = 0;    // --device-pool: the arena's page pool, explicit
-  std::uint32_t page_tokens = 16;         // P: rows per page
-  std::uint32_t tile_tokens = 0;          // T: rows per staging tile (a multiple of P)
-  std::uint32_t tiles = 0;                // staging tile slots in the arena
-  std::uint32_t max_context_tokens = 0;   // rows per segment (per context and layer)
-  std::uint32_t max_seqs = 0;             // contexts the operator allows at once
-  std::uint32_t step_tokens_max = 0;      // new tokens in one step, all entries together
-  std::uint32_t step_entries_max = 0;     // contexts scheduled in one step
+  MemorySettings memory;                 // geometry, --host-pool, --device-pool, pages, tiles, budgets
+  std::uint32_t q_heads = 0;             // query heads per layer (a multiple of kv_heads)
+  std::uint32_t step_entries_max = 0;    // contexts in one step; 0 = the plan's concurrency
+  std::uint32_t step_tokens_max = 0;     // new tokens in one step, all entries; 0 = entries × chunk_tokens
   ResidencyPolicyKind policy = ResidencyPolicyKind::exact;
+  float hotness_threshold = 0.05f;       // hotness: a page with at least this share of the mass is hot
+  std::uint32_t hotness_candidates = 1024;
+  std::uint32_t decision_log_records = 65536;
+  std::chrono::nanoseconds fence_timeout = std::chrono::seconds(30);  // host waits on one fence
 };
 
-// A context's handle: a slot and the generation it was opened with; a
-// finished context's stale handle is refused, never obeyed.
-struct ContextId {
-  std::uint32_t slot = UINT32_MAX;
-  std::uint32_t generation = 0;
-  friend bool operator==(ContextId, ContextId) = default;
-};
-
-enum class AdmissionOutcome : std::uint8_t {
-  admitted,  // a history and its floor are held; the context may be scheduled
-  queued,    // waiting (FIFO) for a free history or room for its floor; reason says which
-};
-
-struct Admission {
-  ContextId context;
-  AdmissionOutcome outcome = AdmissionOutcome::queued;
-  const char* reason = "";  // static text: why it was queued ("no free host history", ...)
-};
+using ContextId = ContextHandle;
 
 struct StepEntry {
   ContextId context;
-  std::uint32_t tokens_new = 0;  // 1 for decode, a chunk for prefill
+  std::uint32_t tokens_new = 0;  // 1 for decode, a chunk (≤ chunk_tokens) for prefill
 };
 
 // Everything the runtime did, for reports and explain. Monotonic except the
 // *_last fields, which describe the last step.
 struct KvCounters {
   std::uint64_t steps = 0;
-  std::uint64_t h2d_copies = 0, h2d_bytes = 0;   // staging + new rows
+  std::uint64_t h2d_copies = 0, h2d_bytes = 0;   // staging copies and new-row uploads
   std::uint64_t d2h_copies = 0, d2h_bytes = 0;   // tail write-back
   std::uint64_t d2d_copies = 0, d2d_bytes = 0;   // promotions
-  std::uint64_t staged_bytes = 0;                // history staged into tiles
-  std::uint64_t pages_resident_last = 0;         // pages read in place, last step
-  std::uint64_t pages_staged_last = 0;           // pages read from tiles, last step
-  std::uint64_t attention_passes_last = 0;       // passes over the tile slots, last step
+  std::uint64_t rows_uploaded = 0;               // new rows written into tail pages
+  std::uint64_t bytes_staged = 0;                // history staged into tiles
+  std::uint64_t bytes_written_back = 0;
+  std::uint64_t pages_resident = 0, pages_staged = 0;  // pages the kernel read in place / from tiles
+  std::uint64_t pages_resident_last = 0, pages_staged_last = 0;
+  std::uint64_t attention_calls = 0;             // kernel calls (one per pass and layer, plus the final)
+  std::uint64_t passes = 0, passes_last = 0;     // passes over the tile slots
   std::uint64_t promotions = 0;
-  std::uint64_t pages_reclaimed = 0;
+  std::uint64_t pages_reclaimed = 0;             // from the budgets
   std::uint64_t reclaim_steps = 0;
-  std::uint64_t quarantines = 0;                 // buffers quarantined by failed/unknown fences
-  std::uint64_t failed_steps = 0;                // steps whose end_step reported a fault
-  std::uint64_t heap_allocations_after_warmup = 0;    // counted where the counter is linked
-  std::uint64_t device_allocations_after_warmup = 0;  // from the backend's own counter
+  std::uint64_t quarantines = 0;                 // tiles, host ranges and pages quarantined by failed/unknown fences
+  std::uint64_t failed_steps = 0;                // steps that reported a fault
+  std::uint64_t device_allocations_after_warmup = 0;  // from the backend's own counter: must stay 0
 };
 
 class KvRuntime {
  public:
   virtual ~KvRuntime() = default;
 
-  // Warm-up: plan, allocate once, reserve. Refusals name the setting to change.
+  // Warm-up: plan, allocate once (arena and pinned host pool, through the
+  // backend), reserve every table. Refusals name the setting to change.
   static Result<std::unique_ptr<KvRuntime>> create(const KvRuntimeSettings& settings, Backend& backend);
 
-  // Admission through the core's budgets. tokens_max bounds the context's
-  // length (≤ max_context_tokens, else an error naming --max-context).
-  virtual Result<Admission> open_context(std::uint32_t tokens_max) = 0;
-  // Contexts that were queued and are admitted now (after finish/cancel freed room).
-  virtual bool is_admitted(ContextId context) const = 0;
-  // Returns the history and every page. finish() of a context with work in
-  // flight is a programming error; cancel() honours outstanding fences.
-  virtual void finish(ContextId context) = 0;
-  virtual void cancel(ContextId context) = 0;
-  virtual std::uint32_t length(ContextId context) const = 0;
+  virtual const MemoryPlan& plan() const noexcept = 0;
 
+  // ---- admission (the core's budgets) --------------------------------------
+  // Admitted (a history and the floor held), queued (FIFO, with the reason),
+  // or an error: longer than --max-context, or the queue is full (--queue-max).
+  virtual Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max) = 0;
+  // Requests admitted from the queue since the last call (after finish/cancel freed room).
+  virtual std::uint32_t take_admitted(std::span<AdmitResult> out) = 0;
+  // Returns the history and every page. Between steps only.
+  virtual void finish(ContextId context) = 0;
+  // As finish, but allowed during a step: deferred until the step's fences resolved.
+  virtual void cancel(ContextId context) = 0;
+  virtual bool running(ContextId context) const = 0;
+  virtual std::uint32_t length(ContextId context) const = 0;
+  // True when a step that touched this context failed: it must be cancelled.
+  virtual bool faulted(ContextId context) const = 0;
+
+  // ---- one step ----------------------------------------------------------------
+  // Plans the step (refusals: a stale or faulted context, too many entries or
+  // tokens, a chunk too large, a context past its tokens_max) and issues the
+  // first staging copies.
   virtual Status begin_step(std::span<const StepEntry> entries) = 0;
-  virtual void write_kv(std::uint32_t layer, const float* k, const float* v) = 0;
-  virtual void attend(std::uint32_t layer, const float* q, float* out) = 0;
+  // The new tokens' first row position of entry e (= its length before the step).
+  virtual std::uint32_t position_first(std::uint32_t entry) const = 0;
+  // k, v: total_new × kv_heads × head_dim fp32, entries concatenated.
+  virtual Status write_kv(std::uint32_t layer, const float* k, const float* v) = 0;
+  // q, out: total_new × q_heads × head_dim fp32, entries concatenated. Returns when
+  // out is written; an error when a fence failed (out is then not to be used).
+  virtual Status attend(std::uint32_t layer, const float* q, float* out) = 0;
+  // Write-back waited, leases released. Every dense layer must have been attended.
   virtual Status end_step() = 0;
 
-  // The authoritative host copy of one row (row_bytes, K then V in the dtype).
+  // ---- reading ---------------------------------------------------------------------
+  // The authoritative host copy of one row (row_bytes: K then V in the dtype).
   virtual std::span<const std::byte> host_row(ContextId context, std::uint32_t layer,
                                               std::uint32_t token) const = 0;
   virtual const KvCounters& counters() const = 0;
+  virtual Explanation explain(ContextId context) const = 0;
+  // Invariants 1 and 2 (pages conserved, floors and bursts kept) and the lease
+  // tables; nullptr when sound, else what broke.
+  virtual const char* check() const = 0;
+  // Pages held by contexts + free + staging + quarantined = pool; all free at shutdown.
+  virtual std::uint32_t pages_free() const = 0;
+  virtual std::uint32_t pages_total() const = 0;
+  virtual std::uint32_t histories_free() const = 0;
 };
 
 }  // namespace activekv

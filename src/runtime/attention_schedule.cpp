@@ -1,0 +1,115 @@
+// attention_schedule.cpp — a layer's pages, in ascending order, split into the calls of its passes.
+#include "runtime/attention_schedule.hpp"
+
+#include <algorithm>
+
+#include "activekv/assert.hpp"
+
+namespace activekv::runtime {
+
+AttentionSchedule::AttentionSchedule(const AttentionScheduleLimits& limits) : limits_(limits) {
+  AK_ASSERT(limits.entries_max > 0, "attention schedule: entries_max must be positive");
+  AK_ASSERT(limits.pages_per_layer_max > 0, "attention schedule: pages_per_layer_max must be positive");
+  const std::size_t pages_max = std::size_t{limits.entries_max} * limits.pages_per_layer_max;
+  const std::size_t calls_max = std::size_t{limits.passes_max} + 1;
+  context_pages_.resize(pages_max);
+  context_keys_.resize(pages_max);
+  context_call_.resize(pages_max);
+  context_count_.resize(limits.entries_max);
+  context_entry_.resize(limits.entries_max);
+  calls_.resize(calls_max);
+  tasks_.resize(calls_max * limits.entries_max);
+  pages_.resize(pages_max);
+  keys_.resize(pages_max);
+}
+
+void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::uint32_t page_tokens,
+                              std::span<const std::uint32_t> query_first,
+                              std::span<const std::uint32_t> query_count) noexcept {
+  const auto entries = static_cast<std::uint32_t>(plan.scheduled.size());
+  AK_ASSERT(entries <= limits_.entries_max, "attention schedule: more entries than reserved");
+  AK_ASSERT(plan.layers.size() >= std::size_t{layer + 1} * entries, "attention schedule: layer not in the plan");
+
+  // This layer's passes are contiguous in the plan (a pass never mixes layers).
+  pass_first_ = 0;
+  pass_count_ = 0;
+  for (std::uint32_t p = 0; p < plan.passes.size(); ++p) {
+    if (plan.passes[p].layer != layer) continue;
+    if (pass_count_ == 0) pass_first_ = p;
+    AK_ASSERT(p == pass_first_ + pass_count_, "attention schedule: a layer's passes must be contiguous");
+    ++pass_count_;
+  }
+  AK_ASSERT(pass_count_ <= limits_.passes_max, "attention schedule: more passes than reserved");
+  const std::uint32_t final_call = pass_count_;
+
+  // Each context's pages, ascending, tagged with the call that reads them.
+  pages_staged_ = 0;
+  pages_resident_ = 0;
+  for (std::uint32_t i = 0; i < entries; ++i) {
+    const LayerPlan& lp = plan.layers[std::size_t{layer} * entries + i];
+    AK_ASSERT(lp.layer == layer, "attention schedule: plan.layers must be layer-major");
+    const std::uint32_t n = (lp.length_tokens + page_tokens - 1) / page_tokens;
+    AK_ASSERT(n <= limits_.pages_per_layer_max, "attention schedule: more pages than reserved");
+    AttentionPage* pages = context_pages_.data() + std::size_t{i} * limits_.pages_per_layer_max;
+    PageKey* keys = context_keys_.data() + std::size_t{i} * limits_.pages_per_layer_max;
+    std::uint32_t* calls = context_call_.data() + std::size_t{i} * limits_.pages_per_layer_max;
+    for (std::uint32_t g = 0; g < n; ++g) {
+      const PageLocation loc = plan.locate(lp, g);
+      AK_ASSERT(loc.kind != PageLocation::Kind::absent, "attention schedule: a page is neither resident nor staged");
+      const std::uint32_t first = g * page_tokens;
+      pages[g] = AttentionPage{loc.device_offset, first, std::min(page_tokens, lp.length_tokens - first)};
+      const bool staged = loc.kind == PageLocation::Kind::tile;
+      keys[g] = PageKey{lp.slot, layer, g, staged};
+      if (staged) {
+        AK_ASSERT(loc.pass >= pass_first_ && loc.pass < pass_first_ + pass_count_,
+                  "attention schedule: a page is staged in another layer's pass");
+        calls[g] = loc.pass - pass_first_;
+        ++pages_staged_;
+      } else {
+        calls[g] = UINT32_MAX;  // decided below: the call of the next staged page above
+        ++pages_resident_;
+      }
+    }
+    // A resident page joins the call of the nearest staged page above it, or the final call.
+    std::uint32_t next = final_call;
+    for (std::uint32_t g = n; g-- > 0;) {
+      if (calls[g] == UINT32_MAX) {
+        calls[g] = next;
+      } else {
+        AK_ASSERT(calls[g] <= next, "attention schedule: passes must follow ascending page order");
+        next = calls[g];
+      }
+    }
+    context_count_[i] = n;
+    context_entry_[i] = lp.entry;
+  }
+
+  // Calls in order; within a call, tasks in entry order, each a slice of its context's pages.
+  call_count_ = 0;
+  task_count_ = 0;
+  page_count_ = 0;
+  for (std::uint32_t c = 0; c <= final_call; ++c) {
+    AttentionCall& call = calls_[call_count_++];
+    call = AttentionCall{c == final_call ? UINT32_MAX : pass_first_ + c, task_count_, 0, page_count_, 0};
+    for (std::uint32_t i = 0; i < entries; ++i) {
+      const std::uint32_t* ctx_calls = context_call_.data() + std::size_t{i} * limits_.pages_per_layer_max;
+      const auto* begin = std::lower_bound(ctx_calls, ctx_calls + context_count_[i], c);
+      const auto* end = std::upper_bound(begin, ctx_calls + context_count_[i], c);
+      const auto count = static_cast<std::uint32_t>(end - begin);
+      if (count == 0) continue;
+      const auto from = static_cast<std::size_t>(begin - ctx_calls);
+      const std::size_t base = std::size_t{i} * limits_.pages_per_layer_max + from;
+      std::copy_n(context_pages_.data() + base, count, pages_.data() + page_count_);
+      std::copy_n(context_keys_.data() + base, count, keys_.data() + page_count_);
+      const std::uint32_t entry = context_entry_[i];
+      tasks_[task_count_++] =
+          AttentionTask{page_count_ - call.page_first, count, query_first[entry], query_count[entry]};
+      page_count_ += count;
+    }
+    call.task_count = task_count_ - call.task_first;
+    call.page_count = page_count_ - call.page_first;
+    AK_ASSERT(call.task_count > 0, "attention schedule: a call without tasks");
+  }
+}
+
+}  // namespace activekv::runtime

@@ -1,0 +1,782 @@
+// kv_runtime.cpp — executes the core's residency plans on a backend, one step at a time.
+//
+// What it owns: the core's objects for one model (memory plan, arena view,
+// decision log, budgets, policy, planner), the lease and ticket tables over the
+// backend, and the per-step scratch (encoded rows, softmax state, attention
+// schedule, scores). All of it is sized in create(); a step allocates nothing.
+//
+// The order of work in a step, and why it is safe:
+//   begin_step   plan; issue layer 0's first pass (staging copies h2d, tickets
+//                on the host ranges read, leases on the tile slots).
+//   write_kv(l)  encode the new rows, upload them into their tail pages (h2d).
+//   attend(l)    for each call of the layer's schedule: the pass's copy is
+//                issued (if not yet), the kernel is enqueued waiting ON THE
+//                DEVICE for the pass's copy and the uploads, the host waits for
+//                the kernel's own fence (the engine needs out on the host), and
+//                the pass's tile leases are released — only now, because every
+//                fence that touched them has signalled. The next pass may then
+//                reuse the tiles. After the final call the changed tail rows go
+//                back d2h, waiting on the kernel's fence on the device, and the
+//                next layer's first pass is issued so its copy overlaps the
+//                engine's work on that layer.
+//   end_step     the host waits the write-back fences: nothing older than this
+//                step is held only on the device. Tickets close; promotions land.
+// A failed or unknown fence quarantines what it touched (tiles through the
+// leases, host ranges through the tickets, promotion targets in the page
+// pool), marks the step's contexts faulted and makes the step report an error:
+// no output produced from bytes that did not arrive is returned as good.
+#include "activekv/kv_runtime.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "activekv/arena.hpp"
+#include "activekv/backend.hpp"
+#include "activekv/decision_log.hpp"
+#include "activekv/lease.hpp"
+#include "activekv/planner.hpp"
+#include "activekv/policy.hpp"
+#include "runtime/attention_schedule.hpp"
+#include "runtime/element_codec.hpp"
+
+namespace activekv {
+namespace {
+
+using runtime::AttentionCall;
+using runtime::AttentionSchedule;
+using runtime::AttentionScheduleLimits;
+
+// What went wrong in a step, as static text (no allocation until reported).
+struct Fault {
+  const char* what = nullptr;
+  FenceOutcome outcome = FenceOutcome::signalled;
+  std::uint32_t layer = UINT32_MAX;
+};
+
+// Every capacity a step may reach, derived once from the settings and the plan.
+struct Sizes {
+  std::uint32_t entries_max = 0;           // contexts in one step
+  std::uint32_t tokens_max = 0;            // new tokens in one step
+  std::uint32_t pages_per_layer_max = 0;   // logical pages of one context and layer (+1 for a partial tail)
+  std::uint32_t pages_max = 0;             // page-table entries of one layer, all contexts
+  std::uint32_t copies_per_pass_max = 0;   // a pass fills at most tiles × tile_pages pages
+  std::uint32_t write_backs_max = 0;       // tail regions of one step, all layers
+  std::uint32_t tickets_max = 0;           // one pass's reads + one step's write-backs
+  std::uint32_t promotions_max = 0;
+
+  static Sizes of(const KvRuntimeSettings& settings, const MemoryPlan& plan) {
+    Sizes s;
+    s.entries_max = std::max(1u, settings.step_entries_max != 0 ? settings.step_entries_max : plan.budget.concurrency);
+    s.tokens_max = settings.step_tokens_max != 0 ? settings.step_tokens_max : s.entries_max * plan.chunk_tokens;
+    s.pages_per_layer_max = plan.budget.pages_per_layer_max + 1;
+    s.pages_max = checked(std::uint64_t{s.entries_max} * s.pages_per_layer_max);
+    s.copies_per_pass_max = std::max(1u, plan.arena.tiles * plan.arena.tile_pages);
+    const std::uint64_t tails = pages_spanned_max(plan.chunk_tokens, plan.arena.page_tokens) + 1u;
+    s.write_backs_max = checked(std::uint64_t{s.entries_max} * plan.geometry.dense_layers * tails);
+    s.tickets_max = checked(std::uint64_t{s.copies_per_pass_max} + s.write_backs_max);
+    s.promotions_max = checked(std::uint64_t{s.pages_max} * plan.geometry.dense_layers);
+    return s;
+  }
+  static std::uint32_t checked(std::uint64_t value) {
+    AK_ASSERT(value <= UINT32_MAX, "kv runtime: a table size overflows 32 bits");
+    return static_cast<std::uint32_t>(value);
+  }
+};
+
+class KvRuntimeImpl final : public KvRuntime {
+ public:
+  KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan& plan, Backend& backend);
+  Status warm_up();
+
+  const MemoryPlan& plan() const noexcept override { return plan_; }
+  Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max) override;
+  std::uint32_t take_admitted(std::span<AdmitResult> out) override { return budgets_.take_admitted(out); }
+  void finish(ContextId context) override;
+  void cancel(ContextId context) override;
+  bool running(ContextId context) const override { return budgets_.current(context); }
+  std::uint32_t length(ContextId context) const override;
+  bool faulted(ContextId context) const override;
+
+  Status begin_step(std::span<const StepEntry> entries) override;
+  std::uint32_t position_first(std::uint32_t entry) const override;
+  Status write_kv(std::uint32_t layer, const float* k, const float* v) override;
+  Status attend(std::uint32_t layer, const float* q, float* out) override;
+  Status end_step() override;
+
+  std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
+  const KvCounters& counters() const override { return counters_; }
+  Explanation explain(ContextId context) const override { return activekv::explain(budgets_, context, planner_.step()); }
+  const char* check() const override;
+  std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
+  std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
+  std::uint32_t histories_free() const override { return plan_.budget.concurrency - budgets_.running(); }
+
+ private:
+  static std::unique_ptr<ResidencyPolicy> make_policy(const KvRuntimeSettings& settings);
+  std::uint32_t entries() const noexcept { return static_cast<std::uint32_t>(planner_.plan().scheduled.size()); }
+  const LayerPlan& layer_plan(std::uint32_t layer, std::uint32_t entry) const noexcept {
+    return planner_.plan().layers[std::size_t{layer} * entries() + entry];
+  }
+  void note_fault(const char* what, FenceOutcome outcome, std::uint32_t layer) noexcept;
+  Status fault_status() const;
+  // Waits on the host for one fence; a failure or timeout is noted as a fault.
+  FenceOutcome wait(Fence fence, const char* what, std::uint32_t layer) noexcept;
+  void release_fence(Fence& fence) noexcept;
+  // Pass p: tickets on the host ranges, leases on the tiles, one batched h2d, the promotions.
+  bool issue_pass(std::uint32_t pass) noexcept;
+  // After the pass's kernel: wait its copies and promotions, close tickets, release leases.
+  void retire_pass() noexcept;
+  // Issues the plan's next pass if it belongs to `layer` and the tiles are free.
+  void issue_next_pass_of(std::uint32_t layer) noexcept;
+  bool write_back(std::uint32_t layer, Fence attention) noexcept;
+  void finish_promotions() noexcept;
+  void apply_deferred_cancels() noexcept;
+
+  KvRuntimeSettings settings_;
+  MemoryPlan plan_;
+  Sizes sizes_;
+  Backend& backend_;
+  Arena arena_;
+  DecisionLog log_;
+  BudgetManager budgets_;
+  std::unique_ptr<ResidencyPolicy> policy_;
+  ResidencyPlanner planner_;
+  StagingLeases leases_;
+  CopyTickets tickets_;
+  AttentionSchedule schedule_;
+  AttentionShape shape_{};
+  std::uint64_t device_allocations_baseline_ = 0;
+
+  // ---- per-step state, all reserved at warm-up ----
+  bool step_open_ = false;
+  std::uint32_t layers_written_ = 0;   // write_kv(l) done for l < layers_written_
+  std::uint32_t layers_attended_ = 0;  // attend(l) done for l < layers_attended_
+  std::uint32_t total_new_ = 0;
+  std::vector<ScheduledContext> scheduled_;
+  std::vector<std::uint32_t> query_first_, query_count_;
+  std::vector<std::uint32_t> positions_;      // [step_tokens_max]
+  std::vector<std::byte> rows_;               // [step_tokens_max × row_bytes]: one layer's encoded rows
+  std::vector<float> state_;                  // [step_tokens_max × q_heads × (2 + head_dim)]
+  std::vector<float> page_mass_;              // [pages of one call]
+  std::vector<PageScore> scores_;
+  std::vector<Fence> uploads_;                // this layer's row uploads
+  std::uint32_t upload_count_ = 0;
+  std::vector<Fence> waits_;
+  std::vector<CopyRegion> regions_;
+  std::vector<Fence> write_backs_;            // [dense_layers]: d2h fences, waited in end_step
+  std::vector<Ticket> write_back_tickets_;    // [write-backs of a step]
+  std::uint32_t write_back_ticket_count_ = 0;
+  // The pass in flight (issued, not yet retired).
+  std::uint32_t pass_issued_ = UINT32_MAX;
+  std::uint32_t passes_issued_ = 0;           // passes [0, passes_issued_) of the plan are issued
+  Fence pass_copy_{}, pass_d2d_{};
+  std::vector<Lease> pass_leases_;            // [tiles]
+  std::uint32_t pass_lease_count_ = 0;
+  std::vector<Ticket> pass_tickets_;          // [copies in one pass]
+  std::uint32_t pass_ticket_count_ = 0;
+  std::vector<std::uint8_t> promotion_failed_;  // [promotions of a step]
+  std::vector<std::uint8_t> slot_faulted_;      // [slots]
+  std::vector<ContextId> deferred_cancels_;
+  std::uint32_t deferred_cancel_count_ = 0;
+  Fault fault_{};
+  KvCounters counters_{};
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Warm-up
+// ---------------------------------------------------------------------------
+
+std::unique_ptr<ResidencyPolicy> KvRuntimeImpl::make_policy(const KvRuntimeSettings& settings) {
+  switch (settings.policy) {
+    case ResidencyPolicyKind::exact: return std::make_unique<ExactPolicy>();
+    case ResidencyPolicyKind::hotness:
+      return std::make_unique<HotnessPolicy>(settings.hotness_threshold, settings.hotness_candidates);
+  }
+  return nullptr;
+}
+
+KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan& plan, Backend& backend)
+    : settings_(settings),
+      plan_(plan),
+      sizes_(Sizes::of(settings, plan)),
+      backend_(backend),
+      arena_(plan.arena),
+      log_(settings.decision_log_records),
+      budgets_(plan_, arena_, log_),
+      policy_(make_policy(settings)),
+      planner_(budgets_, *policy_),
+      leases_(backend, plan.arena.tiles, 8),
+      tickets_(backend, sizes_.tickets_max, 4),
+      schedule_(AttentionScheduleLimits{sizes_.entries_max, sizes_.pages_per_layer_max, sizes_.pages_max}) {
+  const Geometry& g = plan_.geometry;
+  shape_ = AttentionShape{settings.q_heads, g.kv_heads, g.head_dim, g.dtype,
+                          1.0f / std::sqrt(static_cast<float>(g.head_dim))};
+  scheduled_.resize(sizes_.entries_max);
+  query_first_.resize(sizes_.entries_max);
+  query_count_.resize(sizes_.entries_max);
+  positions_.resize(sizes_.tokens_max);
+  rows_.resize(std::size_t{sizes_.tokens_max} * g.row_bytes());
+  state_.resize(std::size_t{sizes_.tokens_max} * settings.q_heads * (2u + g.head_dim));
+  page_mass_.resize(sizes_.pages_max);
+  scores_.resize(sizes_.pages_max);
+  uploads_.resize(sizes_.write_backs_max);
+  waits_.resize(sizes_.write_backs_max + 2);
+  regions_.resize(std::max(sizes_.copies_per_pass_max, sizes_.write_backs_max));
+  write_backs_.resize(g.dense_layers);
+  write_back_tickets_.resize(sizes_.write_backs_max);
+  pass_leases_.resize(plan_.arena.tiles);
+  pass_tickets_.resize(sizes_.copies_per_pass_max);
+  promotion_failed_.resize(sizes_.promotions_max);
+  slot_faulted_.resize(plan_.budget.concurrency);
+  deferred_cancels_.resize(plan_.budget.concurrency);
+}
+
+Status KvRuntimeImpl::warm_up() {
+  MemoryRequest request;
+  request.arena_bytes = plan_.arena.used_bytes;
+  request.host_pool_bytes = plan_.host.used_bytes;
+  request.pin_host_pool = true;
+  request.batch_tasks_max = sizes_.entries_max;
+  request.batch_pages_max = sizes_.pages_max;
+  request.batch_queries_max = sizes_.tokens_max;
+  request.q_heads_max = settings_.q_heads;
+  request.head_dim_max = plan_.geometry.head_dim;
+  request.copy_regions_max = static_cast<std::uint32_t>(regions_.size());
+  if (Status s = backend_.allocate(request); !s.ok()) return s;
+  arena_.bind_allocation(request.arena_bytes);
+  device_allocations_baseline_ = backend_.stats().device_allocations;
+  return Status::success();
+}
+
+Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& settings, Backend& backend) {
+  const Geometry& g = settings.memory.geometry;
+  if (settings.q_heads == 0 || g.kv_heads == 0 || settings.q_heads % g.kv_heads != 0) {
+    return make_error(ErrorCode::invalid_argument, "--q-heads",
+                      fmt::format("query heads ({}) must be a positive multiple of the KV heads ({})",
+                                  settings.q_heads, g.kv_heads));
+  }
+  if (backend.allocated()) {
+    return make_error(ErrorCode::invalid_argument, "--backend",
+                      "the backend has already allocated its arena: a KV runtime needs a fresh backend");
+  }
+  Result<MemoryPlan> plan = make_memory_plan(settings.memory);
+  if (!plan.ok()) return plan.error();
+  if (settings.step_entries_max > plan->budget.concurrency) {
+    return make_error(ErrorCode::invalid_argument, "--max-batch",
+                      fmt::format("{} contexts per step, but only {} can run at once under this memory plan",
+                                  settings.step_entries_max, plan->budget.concurrency));
+  }
+  auto runtime = std::make_unique<KvRuntimeImpl>(settings, plan.value(), backend);
+  if (Status s = runtime->warm_up(); !s.ok()) return s.error();
+  return std::unique_ptr<KvRuntime>(std::move(runtime));
+}
+
+// ---------------------------------------------------------------------------
+// Admission
+// ---------------------------------------------------------------------------
+
+Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::uint32_t tokens_max) {
+  if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
+  const AdmitResult result = budgets_.submit(request_id, tokens_max);
+  if (result.outcome == AdmitOutcome::refused) {
+    return make_error(ErrorCode::exhausted, "--queue-max",
+                      fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
+  }
+  if (result.outcome == AdmitOutcome::admitted) slot_faulted_[result.handle.slot] = 0;
+  return result;
+}
+
+void KvRuntimeImpl::finish(ContextId context) {
+  AK_ASSERT(!step_open_, "kv runtime: finish() during a step; use cancel()");
+  AK_ASSERT(budgets_.current(context), "kv runtime: finish() of a context that is not running");
+  policy_->forget(context.slot);
+  budgets_.finish(context);
+  slot_faulted_[context.slot] = 0;
+}
+
+void KvRuntimeImpl::cancel(ContextId context) {
+  if (!budgets_.current(context)) return;  // already gone: cancel is idempotent
+  if (step_open_) {
+    AK_ASSERT(deferred_cancel_count_ < deferred_cancels_.size(), "kv runtime: deferred cancels overflow");
+    deferred_cancels_[deferred_cancel_count_++] = context;
+    return;
+  }
+  policy_->forget(context.slot);
+  budgets_.cancel(context);
+  slot_faulted_[context.slot] = 0;
+}
+
+void KvRuntimeImpl::apply_deferred_cancels() noexcept {
+  for (std::uint32_t i = 0; i < deferred_cancel_count_; ++i) {
+    const ContextId c = deferred_cancels_[i];
+    if (!budgets_.current(c)) continue;
+    policy_->forget(c.slot);
+    budgets_.cancel(c);
+    slot_faulted_[c.slot] = 0;
+  }
+  deferred_cancel_count_ = 0;
+}
+
+std::uint32_t KvRuntimeImpl::length(ContextId context) const {
+  AK_ASSERT(budgets_.current(context), "kv runtime: length() of a context that is not running");
+  return budgets_.context(context.slot).length_tokens;
+}
+
+bool KvRuntimeImpl::faulted(ContextId context) const {
+  return budgets_.current(context) && slot_faulted_[context.slot] != 0;
+}
+
+std::span<const std::byte> KvRuntimeImpl::host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const {
+  AK_ASSERT(budgets_.current(context), "kv runtime: host_row() of a context that is not running");
+  AK_ASSERT(layer < plan_.geometry.dense_layers, "kv runtime: host_row() layer out of range");
+  AK_ASSERT(token < budgets_.context(context.slot).length_tokens, "kv runtime: host_row() token not written");
+  const std::uint64_t offset = plan_.host.row_offset(context.slot, layer, token);
+  return backend_.host_pool().subspan(offset, plan_.host.row_bytes);
+}
+
+const char* KvRuntimeImpl::check() const {
+  if (const char* broken = budgets_.check()) return broken;
+  if (!leases_.validate()) return "staging leases: counts, free list or fences disagree";
+  if (!tickets_.validate()) return "copy tickets: counts or fences disagree";
+  if (backend_.stats().device_allocations != device_allocations_baseline_) return "invariant 7: a device allocation after warm-up";
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Faults and fences
+// ---------------------------------------------------------------------------
+
+void KvRuntimeImpl::note_fault(const char* what, FenceOutcome outcome, std::uint32_t layer) noexcept {
+  if (fault_.what == nullptr) fault_ = Fault{what, outcome, layer};
+}
+
+Status KvRuntimeImpl::fault_status() const {
+  return make_error(ErrorCode::backend, "--backend",
+                    fmt::format("step {} failed at dense layer {}: {} ({}); the step's contexts are faulted: "
+                                "cancel them (their history up to the previous step is intact on the host)",
+                                planner_.step(), fault_.layer == UINT32_MAX ? 0 : fault_.layer, fault_.what,
+                                fence_outcome_name(fault_.outcome)));
+}
+
+FenceOutcome KvRuntimeImpl::wait(Fence fence, const char* what, std::uint32_t layer) noexcept {
+  if (!fence.recorded()) return FenceOutcome::signalled;  // nothing was issued
+  Result<FenceOutcome> outcome = backend_.wait_host(fence, settings_.fence_timeout);
+  const FenceOutcome o = outcome.ok() ? outcome.value() : FenceOutcome::unknown;
+  if (o != FenceOutcome::signalled) note_fault(what, o == FenceOutcome::pending ? FenceOutcome::unknown : o, layer);
+  return o;
+}
+
+void KvRuntimeImpl::release_fence(Fence& fence) noexcept {
+  if (fence.recorded()) backend_.release_fence(fence);
+  fence = Fence{};
+}
+
+// ---------------------------------------------------------------------------
+// One step
+// ---------------------------------------------------------------------------
+
+Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
+  AK_ASSERT(!step_open_, "kv runtime: begin_step() while a step is open");
+  if (entries.empty()) return make_error(ErrorCode::invalid_argument, "step", "a step needs at least one context");
+  if (entries.size() > sizes_.entries_max) {
+    return make_error(ErrorCode::invalid_argument, "--max-batch",
+                      fmt::format("{} contexts in one step; at most {} were reserved at warm-up", entries.size(),
+                                  sizes_.entries_max));
+  }
+  std::uint32_t total = 0;
+  for (std::size_t e = 0; e < entries.size(); ++e) {
+    const StepEntry& entry = entries[e];
+    if (!budgets_.current(entry.context)) {
+      return make_error(ErrorCode::invalid_argument, "step", fmt::format("entry {}: the context is not running", e));
+    }
+    if (slot_faulted_[entry.context.slot] != 0) {
+      return make_error(ErrorCode::refused, "step",
+                        fmt::format("entry {}: the context is faulted by an earlier step: cancel it", e));
+    }
+    scheduled_[e] = ScheduledContext{entry.context, entry.tokens_new};
+    query_first_[e] = total;
+    query_count_[e] = entry.tokens_new;
+    total += entry.tokens_new;
+  }
+  if (total > sizes_.tokens_max) {
+    return make_error(ErrorCode::invalid_argument, "--chunk-tokens",
+                      fmt::format("{} new tokens in one step; at most {} were reserved at warm-up", total,
+                                  sizes_.tokens_max));
+  }
+  const PlanOutcome outcome = planner_.plan_step({scheduled_.data(), entries.size()});
+  if (outcome != PlanOutcome::planned) {
+    return make_error(ErrorCode::refused, "step", fmt::format("the step cannot be planned: {}", plan_outcome_text(outcome)));
+  }
+  const StepPlan& plan = planner_.plan();
+  AK_ASSERT(plan.layers.size() == entries.size() * plan_.geometry.dense_layers,
+            "kv runtime: the plan must hold one LayerPlan per context and dense layer");
+  for (std::uint32_t e = 0; e < entries.size(); ++e) {
+    const LayerPlan& lp = layer_plan(0, e);
+    AK_ASSERT(lp.entry == e, "kv runtime: layer plans must follow the entries' order");
+    AK_ASSERT(lp.length_tokens == lp.length_before + query_count_[e], "kv runtime: plan length disagrees with the entry");
+    for (std::uint32_t i = 0; i < query_count_[e]; ++i) positions_[query_first_[e] + i] = lp.length_before + i;
+  }
+  AK_ASSERT(plan.promotions.size() <= promotion_failed_.size(), "kv runtime: more promotions than reserved");
+  std::fill_n(promotion_failed_.begin(), plan.promotions.size(), std::uint8_t{0});
+
+  step_open_ = true;
+  total_new_ = total;
+  layers_written_ = 0;
+  layers_attended_ = 0;
+  passes_issued_ = 0;
+  pass_issued_ = UINT32_MAX;
+  write_back_ticket_count_ = 0;
+  fault_ = Fault{};
+  for (Fence& f : write_backs_) f = Fence{};
+  counters_.pages_resident_last = 0;
+  counters_.pages_staged_last = 0;
+  counters_.passes_last = plan.passes.size();
+  // Layer 0's first pass copies while the engine computes layer 0's K, V and q.
+  issue_next_pass_of(0);
+  return Status::success();
+}
+
+std::uint32_t KvRuntimeImpl::position_first(std::uint32_t entry) const {
+  AK_ASSERT(step_open_, "kv runtime: position_first() outside a step");
+  AK_ASSERT(entry < entries(), "kv runtime: position_first() entry out of range");
+  return layer_plan(0, entry).length_before;
+}
+
+bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
+  const StepPlan& plan = planner_.plan();
+  AK_ASSERT(pass == passes_issued_, "kv runtime: passes are issued in plan order");
+  AK_ASSERT(pass_issued_ == UINT32_MAX, "kv runtime: a pass is issued while another holds the tiles");
+  const StagePass& sp = plan.passes[pass];
+  pass_issued_ = pass;
+  passes_issued_ = pass + 1;
+  pass_lease_count_ = 0;
+  pass_ticket_count_ = 0;
+  pass_copy_ = Fence{};
+  pass_d2d_ = Fence{};
+  AK_ASSERT(sp.copy_count <= sizes_.copies_per_pass_max, "kv runtime: more copies in a pass than reserved");
+
+  // Leases on every tile slot the pass fills (copies are grouped by tile slot order).
+  for (std::uint32_t i = 0; i < sp.copy_count; ++i) {
+    const StageCopy& c = plan.copies[sp.copy_first + i];
+    bool leased = false;
+    for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leased = leased || pass_leases_[j].slot == c.tile_slot;
+    if (leased) continue;
+    Lease lease;
+    const LeaseStatus ls = leases_.acquire_slot(c.tile_slot, &lease);
+    if (ls != LeaseStatus::ok) {
+      note_fault(ls == LeaseStatus::quarantined ? "a staging tile the plan uses is quarantined" : "a staging tile is still leased",
+                 FenceOutcome::failed, sp.layer);
+      return false;
+    }
+    pass_leases_[pass_lease_count_++] = lease;
+  }
+  // Tickets on the host ranges the copies read, then one batched h2d.
+  for (std::uint32_t i = 0; i < sp.copy_count; ++i) {
+    const StageCopy& c = plan.copies[sp.copy_first + i];
+    Ticket ticket;
+    if (tickets_.open(c.host_offset, c.bytes, HostAccess::read, &ticket) != LeaseStatus::ok) {
+      note_fault("a host range to stage is held by a quarantined or conflicting copy", FenceOutcome::failed, sp.layer);
+      return false;
+    }
+    pass_tickets_[pass_ticket_count_++] = ticket;
+    regions_[i] = CopyRegion{c.host_offset, c.device_offset, c.bytes};
+    counters_.h2d_bytes += c.bytes;
+    counters_.bytes_staged += c.bytes;
+  }
+  Result<Fence> copy = backend_.copy(CopyDirection::h2d, {regions_.data(), sp.copy_count});
+  if (!copy.ok()) {
+    note_fault("the staging copy was refused by the backend", FenceOutcome::failed, sp.layer);
+    return false;
+  }
+  pass_copy_ = copy.value();
+  ++counters_.h2d_copies;
+  for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.copy_issued(pass_leases_[j], pass_copy_);
+  for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) tickets_.attach(pass_tickets_[j], pass_copy_);
+
+  // Promotions of this pass: tile page -> pool page, after the copy, on the device.
+  std::uint32_t promotions = 0;
+  for (std::uint32_t i = 0; i < plan.promotions.size(); ++i) {
+    const Promotion& p = plan.promotions[i];
+    if (p.pass != pass) continue;
+    regions_[promotions++] = CopyRegion{p.device_offset_from, p.device_offset_to, plan.page_bytes};
+  }
+  if (promotions > 0) {
+    const Fence waits[1] = {pass_copy_};
+    Result<Fence> d2d = backend_.copy(CopyDirection::d2d, {regions_.data(), promotions}, waits);
+    if (!d2d.ok()) {
+      note_fault("the promotion copy was refused by the backend", FenceOutcome::failed, sp.layer);
+      for (std::uint32_t i = 0; i < plan.promotions.size(); ++i) promotion_failed_[i] |= plan.promotions[i].pass == pass;
+      return false;
+    }
+    pass_d2d_ = d2d.value();
+    ++counters_.d2d_copies;
+    counters_.d2d_bytes += promotions * plan.page_bytes;
+    counters_.promotions += promotions;
+    for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], pass_d2d_);
+  }
+  return true;
+}
+
+void KvRuntimeImpl::retire_pass() noexcept {
+  if (pass_issued_ == UINT32_MAX) return;
+  const StepPlan& plan = planner_.plan();
+  const std::uint32_t layer = plan.passes[pass_issued_].layer;
+  wait(pass_copy_, "a staging copy (h2d) did not signal", layer);
+  if (pass_d2d_.recorded()) {
+    const FenceOutcome o = wait(pass_d2d_, "a promotion copy (d2d) did not signal", layer);
+    if (o != FenceOutcome::signalled) {
+      for (std::uint32_t i = 0; i < plan.promotions.size(); ++i) {
+        if (plan.promotions[i].pass == pass_issued_) promotion_failed_[i] = 1;
+      }
+    }
+  }
+  for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) {
+    const LeaseStatus s = tickets_.close(pass_tickets_[j]);
+    AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a staging ticket could not close");
+  }
+  for (std::uint32_t j = 0; j < pass_lease_count_; ++j) {
+    const LeaseStatus s = leases_.release(pass_leases_[j]);
+    AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a tile lease could not be released");
+  }
+  release_fence(pass_copy_);
+  release_fence(pass_d2d_);
+  pass_ticket_count_ = 0;
+  pass_lease_count_ = 0;
+  pass_issued_ = UINT32_MAX;
+}
+
+void KvRuntimeImpl::issue_next_pass_of(std::uint32_t layer) noexcept {
+  const StepPlan& plan = planner_.plan();
+  if (fault_.what != nullptr || pass_issued_ != UINT32_MAX || passes_issued_ >= plan.passes.size()) return;
+  if (plan.passes[passes_issued_].layer == layer) issue_pass(passes_issued_);
+}
+
+Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float* v) {
+  AK_ASSERT(step_open_, "kv runtime: write_kv() outside a step");
+  AK_ASSERT(layer == layers_written_, "kv runtime: write_kv() must go layer by layer, in order");
+  AK_ASSERT(layer == layers_attended_, "kv runtime: write_kv(l) must follow attend(l - 1)");
+  ++layers_written_;
+  if (fault_.what != nullptr) return fault_status();
+  const Geometry& g = plan_.geometry;
+  const std::size_t head_elements = std::size_t{g.kv_heads} * g.head_dim;
+  const std::uint64_t row_bytes = g.row_bytes();
+  for (std::uint32_t i = 0; i < total_new_; ++i) {
+    std::byte* row = rows_.data() + i * row_bytes;
+    runtime::encode_elements(g.dtype, k + i * head_elements, head_elements, row);
+    runtime::encode_elements(g.dtype, v + i * head_elements, head_elements, row + g.half_row_bytes());
+  }
+  // Each write-back names rows of a tail page: upload exactly those rows there.
+  const StepPlan& plan = planner_.plan();
+  upload_count_ = 0;
+  std::uint32_t rows_total = 0;
+  for (std::uint32_t e = 0; e < entries(); ++e) {
+    const LayerPlan& lp = layer_plan(layer, e);
+    for (std::uint32_t w = 0; w < lp.writeback_count; ++w) {
+      const WriteBack& wb = plan.write_backs[lp.writeback_first + w];
+      const std::uint32_t token = wb.logical * plan_.arena.page_tokens + wb.row_first;
+      AK_ASSERT(token >= lp.length_before && token + wb.rows <= lp.length_tokens,
+                "kv runtime: a write-back names rows outside the step's new tokens");
+      const std::size_t row_index = query_first_[e] + (token - lp.length_before);
+      Result<Fence> up = backend_.upload(wb.device_offset, {rows_.data() + row_index * row_bytes, wb.bytes});
+      if (!up.ok()) {
+        note_fault("a new-row upload was refused by the backend", FenceOutcome::failed, layer);
+        return fault_status();
+      }
+      uploads_[upload_count_++] = up.value();
+      rows_total += wb.rows;
+      ++counters_.h2d_copies;
+      counters_.h2d_bytes += wb.bytes;
+    }
+  }
+  AK_ASSERT(rows_total == total_new_, "kv runtime: the write-backs must cover every new row exactly once");
+  counters_.rows_uploaded += rows_total;
+  return Status::success();
+}
+
+Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
+  AK_ASSERT(step_open_, "kv runtime: attend() outside a step");
+  AK_ASSERT(layer == layers_attended_ && layer + 1 == layers_written_, "kv runtime: attend(l) must follow write_kv(l)");
+  ++layers_attended_;
+  if (fault_.what != nullptr) {
+    for (std::uint32_t i = 0; i < upload_count_; ++i) {
+      wait(uploads_[i], "a new-row upload (h2d) did not signal", layer);
+      release_fence(uploads_[i]);
+    }
+    upload_count_ = 0;
+    return fault_status();
+  }
+  const StepPlan& plan = planner_.plan();
+  const Geometry& g = plan_.geometry;
+  schedule_.build(plan, layer, plan_.arena.page_tokens, {query_first_.data(), entries()},
+                  {query_count_.data(), entries()});
+  counters_.pages_resident_last += schedule_.pages_resident();
+  counters_.pages_staged_last += schedule_.pages_staged();
+  counters_.pages_resident += schedule_.pages_resident();
+  counters_.pages_staged += schedule_.pages_staged();
+
+  // Every (query, head) starts from the empty state; each call loads and stores it.
+  const std::size_t state_stride = 2u + g.head_dim;
+  const std::size_t states = std::size_t{total_new_} * settings_.q_heads;
+  for (std::size_t i = 0; i < states; ++i) {
+    float* s = state_.data() + i * state_stride;
+    s[0] = -std::numeric_limits<float>::infinity();
+    std::fill(s + 1, s + state_stride, 0.0f);
+  }
+  const std::size_t q_elements = std::size_t{total_new_} * settings_.q_heads * g.head_dim;
+  const bool scored = settings_.policy == ResidencyPolicyKind::hotness && backend_.capabilities().page_mass;
+
+  Fence attention{};
+  for (const AttentionCall& call : schedule_.calls()) {
+    std::uint32_t wait_count = 0;
+    if (!call.final()) {
+      if (pass_issued_ != call.pass) {
+        retire_pass();
+        if (!issue_pass(call.pass)) break;
+      }
+      waits_[wait_count++] = pass_copy_;
+    }
+    for (std::uint32_t i = 0; i < upload_count_; ++i) waits_[wait_count++] = uploads_[i];
+    AttentionBatch batch;
+    batch.shape = shape_;
+    batch.tasks = schedule_.tasks().subspan(call.task_first, call.task_count);
+    batch.pages = schedule_.pages().subspan(call.page_first, call.page_count);
+    batch.query_positions = {positions_.data(), total_new_};
+    batch.queries = {q, q_elements};
+    batch.output = call.final() ? std::span<float>{out, q_elements} : std::span<float>{};
+    batch.page_mass = scored ? std::span<float>{page_mass_.data(), call.page_count} : std::span<float>{};
+    batch.state = {state_.data(), states * state_stride};
+    batch.load_state = true;
+    batch.store_state = !call.final();
+    batch.write_output = call.final();
+    Result<Fence> fence = backend_.attention(batch, {waits_.data(), wait_count});
+    if (!fence.ok()) {
+      note_fault("the attention kernel was refused by the backend", FenceOutcome::failed, layer);
+      break;
+    }
+    attention = fence.value();
+    ++counters_.attention_calls;
+    if (!call.final()) {
+      for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], attention);
+      ++counters_.passes;
+    }
+    // The engine needs the output (and the next pass needs the tiles): wait for this kernel.
+    const FenceOutcome o = wait(attention, "the attention kernel did not signal", layer);
+    if (scored && o == FenceOutcome::signalled) {
+      std::uint32_t n = 0;
+      const auto keys = schedule_.keys().subspan(call.page_first, call.page_count);
+      for (std::uint32_t i = 0; i < call.page_count; ++i) {
+        if (keys[i].staged) scores_[n++] = PageScore{keys[i].slot, keys[i].layer, keys[i].logical, page_mass_[i]};
+      }
+      if (n > 0) policy_->observe({scores_.data(), n});
+    }
+    if (!call.final()) {
+      retire_pass();
+      issue_next_pass_of(layer);  // the layer's next pass, if the plan has one
+    }
+    if (o != FenceOutcome::signalled) break;
+    if (!call.final()) release_fence(attention);
+  }
+  retire_pass();
+  for (std::uint32_t i = 0; i < upload_count_; ++i) {
+    wait(uploads_[i], "a new-row upload (h2d) did not signal", layer);
+    release_fence(uploads_[i]);
+  }
+  upload_count_ = 0;
+  if (fault_.what == nullptr) write_back(layer, attention);
+  release_fence(attention);
+  if (layer + 1 < g.dense_layers) issue_next_pass_of(layer + 1);  // overlaps the engine's next layer
+  return fault_.what == nullptr ? Status::success() : fault_status();
+}
+
+bool KvRuntimeImpl::write_back(std::uint32_t layer, Fence attention) noexcept {
+  const StepPlan& plan = planner_.plan();
+  std::uint32_t n = 0;
+  const std::uint32_t ticket_first = write_back_ticket_count_;
+  for (std::uint32_t e = 0; e < entries(); ++e) {
+    const LayerPlan& lp = layer_plan(layer, e);
+    for (std::uint32_t w = 0; w < lp.writeback_count; ++w) {
+      const WriteBack& wb = plan.write_backs[lp.writeback_first + w];
+      Ticket ticket;
+      if (tickets_.open(wb.host_offset, wb.bytes, HostAccess::write, &ticket) != LeaseStatus::ok) {
+        note_fault("a host range to write back is held by a quarantined or conflicting copy", FenceOutcome::failed, layer);
+        return false;
+      }
+      write_back_tickets_[write_back_ticket_count_++] = ticket;
+      regions_[n++] = CopyRegion{wb.device_offset, wb.host_offset, wb.bytes};
+      counters_.d2h_bytes += wb.bytes;
+      counters_.bytes_written_back += wb.bytes;
+    }
+  }
+  if (n == 0) return true;
+  const Fence waits[1] = {attention};
+  Result<Fence> d2h = backend_.copy(CopyDirection::d2h, {regions_.data(), n}, waits);
+  if (!d2h.ok()) {
+    note_fault("the tail write-back (d2h) was refused by the backend", FenceOutcome::failed, layer);
+    return false;
+  }
+  ++counters_.d2h_copies;
+  write_backs_[layer] = d2h.value();
+  for (std::uint32_t i = ticket_first; i < write_back_ticket_count_; ++i) {
+    tickets_.attach(write_back_tickets_[i], write_backs_[layer]);
+  }
+  return true;
+}
+
+void KvRuntimeImpl::finish_promotions() noexcept {
+  const StepPlan& plan = planner_.plan();
+  for (std::uint32_t i = 0; i < plan.promotions.size(); ++i) {
+    const Promotion& p = plan.promotions[i];
+    // A promotion whose pass was never issued (the step failed first) never copied: quarantine
+    // its target rather than let it land holding bytes that never arrived.
+    const bool issued = p.pass < passes_issued_;
+    if ((promotion_failed_[i] != 0 || !issued) && arena_.pages().current(p.pool_page) &&
+        arena_.pages().state(p.pool_page.index) == PageState::staging) {
+      arena_.pages().quarantine_page(p.pool_page);
+      ++counters_.quarantines;
+    }
+  }
+  planner_.step_completed();
+}
+
+Status KvRuntimeImpl::end_step() {
+  AK_ASSERT(step_open_, "kv runtime: end_step() outside a step");
+  const std::uint32_t layers = plan_.geometry.dense_layers;
+  AK_ASSERT(fault_.what != nullptr || layers_attended_ == layers, "kv runtime: end_step() before every layer attended");
+  retire_pass();
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    wait(write_backs_[l], "the tail write-back (d2h) did not signal", l);
+    release_fence(write_backs_[l]);
+  }
+  for (std::uint32_t i = 0; i < write_back_ticket_count_; ++i) {
+    const LeaseStatus s = tickets_.close(write_back_tickets_[i]);
+    AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a write-back ticket could not close");
+  }
+  write_back_ticket_count_ = 0;
+  leases_.poll();
+  tickets_.poll();
+  finish_promotions();
+  const bool failed = fault_.what != nullptr || layers_attended_ < layers;
+  if (failed) {
+    if (fault_.what == nullptr) note_fault("the step ended before every dense layer was attended", FenceOutcome::failed, layers_attended_);
+    for (std::uint32_t e = 0; e < entries(); ++e) slot_faulted_[scheduled_[e].context.slot] = 1;
+    ++counters_.failed_steps;
+  }
+  counters_.quarantines = leases_.counters().quarantined + tickets_.counters().quarantined +
+                          arena_.pages().counters().quarantines;
+  counters_.pages_reclaimed = budgets_.counters().pages_reclaimed;
+  counters_.reclaim_steps = budgets_.counters().reclaim_steps;
+  counters_.device_allocations_after_warmup = backend_.stats().device_allocations - device_allocations_baseline_;
+  ++counters_.steps;
+  step_open_ = false;
+  apply_deferred_cancels();
+  return failed ? fault_status() : Status::success();
+}
+
+}  // namespace activekv
