@@ -156,6 +156,8 @@ class KvRuntime {
   // Pages held by contexts + free + staging + quarantined = pool; all free at shutdown.
   virtual std::uint32_t pages_free() const = 0;
   virtual std::uint32_t pages_total() const = 0;
+  // Pages a failed or unknown fence took out of use for good.
+  virtual std::uint32_t pages_quarantined() const = 0;
   virtual std::uint32_t histories_free() const = 0;
 };
 

@@ -114,6 +114,7 @@ class KvRuntimeImpl final : public KvRuntime {
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
+  std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
   std::uint32_t histories_free() const override { return plan_.budget.concurrency - budgets_.running(); }
 
  private:
@@ -123,6 +124,8 @@ class KvRuntimeImpl final : public KvRuntime {
     return planner_.plan().layers[std::size_t{layer} * entries() + entry];
   }
   void note_fault(const char* what, FenceOutcome outcome, std::uint32_t layer) noexcept;
+  // A call the backend refused: the fault, with the backend's message kept for the report.
+  void note_refusal(const char* what, const Error& error, std::uint32_t layer);
   Status fault_status() const;
   // Waits on the host for one fence; a failure or timeout is noted as a fault.
   FenceOutcome wait(Fence fence, const char* what, std::uint32_t layer) noexcept;
@@ -134,6 +137,8 @@ class KvRuntimeImpl final : public KvRuntime {
   // Issues the plan's next pass if it belongs to `layer` and the tiles are free.
   void issue_next_pass_of(std::uint32_t layer) noexcept;
   bool write_back(std::uint32_t layer, Fence attention) noexcept;
+  // Waits the layer's row uploads; a tail page whose upload failed is quarantined.
+  void retire_uploads(std::uint32_t layer) noexcept;
   void finish_promotions() noexcept;
   void apply_deferred_cancels() noexcept;
 
@@ -165,6 +170,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<float> page_mass_;              // [pages of one call]
   std::vector<PageScore> scores_;
   std::vector<Fence> uploads_;                // this layer's row uploads
+  std::vector<std::uint32_t> upload_pages_;   // the tail pool page each upload writes
   std::uint32_t upload_count_ = 0;
   std::vector<Fence> waits_;
   std::vector<CopyRegion> regions_;
@@ -184,6 +190,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<ContextId> deferred_cancels_;
   std::uint32_t deferred_cancel_count_ = 0;
   Fault fault_{};
+  std::string backend_error_;  // the backend's own words for a refused call (error path only)
   KvCounters counters_{};
 };
 
@@ -227,6 +234,7 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   page_mass_.resize(sizes_.pages_max);
   scores_.resize(sizes_.pages_max);
   uploads_.resize(sizes_.write_backs_max);
+  upload_pages_.resize(sizes_.write_backs_max);
   waits_.resize(sizes_.write_backs_max + 2);
   regions_.resize(std::max(sizes_.copies_per_pass_max, sizes_.write_backs_max));
   write_backs_.resize(g.dense_layers);
@@ -357,12 +365,17 @@ void KvRuntimeImpl::note_fault(const char* what, FenceOutcome outcome, std::uint
   if (fault_.what == nullptr) fault_ = Fault{what, outcome, layer};
 }
 
+void KvRuntimeImpl::note_refusal(const char* what, const Error& error, std::uint32_t layer) {
+  if (fault_.what == nullptr) backend_error_ = error.describe();
+  note_fault(what, FenceOutcome::failed, layer);
+}
+
 Status KvRuntimeImpl::fault_status() const {
   return make_error(ErrorCode::backend, "--backend",
                     fmt::format("step {} failed at dense layer {}: {} ({}); the step's contexts are faulted: "
                                 "cancel them (their history up to the previous step is intact on the host)",
                                 planner_.step(), fault_.layer == UINT32_MAX ? 0 : fault_.layer, fault_.what,
-                                fence_outcome_name(fault_.outcome)));
+                                backend_error_.empty() ? fence_outcome_name(fault_.outcome) : backend_error_));
 }
 
 FenceOutcome KvRuntimeImpl::wait(Fence fence, const char* what, std::uint32_t layer) noexcept {
@@ -434,6 +447,7 @@ Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   pass_issued_ = UINT32_MAX;
   write_back_ticket_count_ = 0;
   fault_ = Fault{};
+  backend_error_.clear();
   for (Fence& f : write_backs_) f = Fence{};
   counters_.pages_resident_last = 0;
   counters_.pages_staged_last = 0;
@@ -492,7 +506,7 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
   }
   Result<Fence> copy = backend_.copy(CopyDirection::h2d, {regions_.data(), sp.copy_count});
   if (!copy.ok()) {
-    note_fault("the staging copy was refused by the backend", FenceOutcome::failed, sp.layer);
+    note_refusal("the staging copy was refused by the backend", copy.error(), sp.layer);
     return false;
   }
   pass_copy_ = copy.value();
@@ -511,7 +525,7 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
     const Fence waits[1] = {pass_copy_};
     Result<Fence> d2d = backend_.copy(CopyDirection::d2d, {regions_.data(), promotions}, waits);
     if (!d2d.ok()) {
-      note_fault("the promotion copy was refused by the backend", FenceOutcome::failed, sp.layer);
+      note_refusal("the promotion copy was refused by the backend", d2d.error(), sp.layer);
       for (std::uint32_t i = 0; i < plan.promotions.size(); ++i) promotion_failed_[i] |= plan.promotions[i].pass == pass;
       return false;
     }
@@ -586,9 +600,10 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
       const std::size_t row_index = query_first_[e] + (token - lp.length_before);
       Result<Fence> up = backend_.upload(wb.device_offset, {rows_.data() + row_index * row_bytes, wb.bytes});
       if (!up.ok()) {
-        note_fault("a new-row upload was refused by the backend", FenceOutcome::failed, layer);
+        note_refusal("a new-row upload was refused by the backend", up.error(), layer);
         return fault_status();
       }
+      upload_pages_[upload_count_] = wb.pool_page;
       uploads_[upload_count_++] = up.value();
       rows_total += wb.rows;
       ++counters_.h2d_copies;
@@ -605,11 +620,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   AK_ASSERT(layer == layers_attended_ && layer + 1 == layers_written_, "kv runtime: attend(l) must follow write_kv(l)");
   ++layers_attended_;
   if (fault_.what != nullptr) {
-    for (std::uint32_t i = 0; i < upload_count_; ++i) {
-      wait(uploads_[i], "a new-row upload (h2d) did not signal", layer);
-      release_fence(uploads_[i]);
-    }
-    upload_count_ = 0;
+    retire_uploads(layer);
     return fault_status();
   }
   const StepPlan& plan = planner_.plan();
@@ -630,7 +641,11 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     std::fill(s + 1, s + state_stride, 0.0f);
   }
   const std::size_t q_elements = std::size_t{total_new_} * settings_.q_heads * g.head_dim;
-  const bool scored = settings_.policy == ResidencyPolicyKind::hotness && backend_.capabilities().page_mass;
+  // The hotness signal comes from decode steps (one query per context): it is what the policy
+  // needs, and it keeps the kernel's per-page scratch bounded by the page table (prefill chunks
+  // would multiply it by the chunk length).
+  const bool scored = settings_.policy == ResidencyPolicyKind::hotness && backend_.capabilities().page_mass &&
+                      total_new_ == entries();
 
   Fence attention{};
   for (const AttentionCall& call : schedule_.calls()) {
@@ -657,7 +672,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     batch.write_output = call.final();
     Result<Fence> fence = backend_.attention(batch, {waits_.data(), wait_count});
     if (!fence.ok()) {
-      note_fault("the attention kernel was refused by the backend", FenceOutcome::failed, layer);
+      note_refusal("the attention kernel was refused by the backend", fence.error(), layer);
       break;
     }
     attention = fence.value();
@@ -684,15 +699,22 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     if (!call.final()) release_fence(attention);
   }
   retire_pass();
-  for (std::uint32_t i = 0; i < upload_count_; ++i) {
-    wait(uploads_[i], "a new-row upload (h2d) did not signal", layer);
-    release_fence(uploads_[i]);
-  }
-  upload_count_ = 0;
+  retire_uploads(layer);
   if (fault_.what == nullptr) write_back(layer, attention);
   release_fence(attention);
   if (layer + 1 < g.dense_layers) issue_next_pass_of(layer + 1);  // overlaps the engine's next layer
   return fault_.what == nullptr ? Status::success() : fault_status();
+}
+
+void KvRuntimeImpl::retire_uploads(std::uint32_t layer) noexcept {
+  PagePool& pages = arena_.pages();
+  for (std::uint32_t i = 0; i < upload_count_; ++i) {
+    const FenceOutcome o = wait(uploads_[i], "a new-row upload (h2d) did not signal", layer);
+    const std::uint32_t page = upload_pages_[i];
+    if (o != FenceOutcome::signalled && pages.state(page) == PageState::owned) pages.quarantine_page(pages.id(page));
+    release_fence(uploads_[i]);
+  }
+  upload_count_ = 0;
 }
 
 bool KvRuntimeImpl::write_back(std::uint32_t layer, Fence attention) noexcept {
@@ -718,7 +740,7 @@ bool KvRuntimeImpl::write_back(std::uint32_t layer, Fence attention) noexcept {
   const Fence waits[1] = {attention};
   Result<Fence> d2h = backend_.copy(CopyDirection::d2h, {regions_.data(), n}, waits);
   if (!d2h.ok()) {
-    note_fault("the tail write-back (d2h) was refused by the backend", FenceOutcome::failed, layer);
+    note_refusal("the tail write-back (d2h) was refused by the backend", d2h.error(), layer);
     return false;
   }
   ++counters_.d2h_copies;
@@ -750,6 +772,7 @@ Status KvRuntimeImpl::end_step() {
   const std::uint32_t layers = plan_.geometry.dense_layers;
   AK_ASSERT(fault_.what != nullptr || layers_attended_ == layers, "kv runtime: end_step() before every layer attended");
   retire_pass();
+  retire_uploads(layers_written_ == 0 ? 0 : layers_written_ - 1);
   for (std::uint32_t l = 0; l < layers; ++l) {
     wait(write_backs_[l], "the tail write-back (d2h) did not signal", l);
     release_fence(write_backs_[l]);

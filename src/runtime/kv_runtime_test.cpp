@@ -23,6 +23,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "activekv/backend.hpp"
@@ -231,26 +232,32 @@ void run_scenario(const Scenario& s, Backend& backend, RunResult& result) {
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
 }
 
-// The host backend, or nullptr when this build has none (the caller skips).
-std::unique_ptr<Backend> host_backend(bool deterministic, std::uint64_t seed = 1) {
-  if (!backend_built("host")) return nullptr;
+// A backend by name, or nullptr when this build has none or it has no device (the caller skips).
+std::unique_ptr<Backend> backend_named(const char* name, bool deterministic) {
+  if (!backend_built(name)) return nullptr;
   BackendOptions options;
   options.deterministic = deterministic;
-  options.seed = seed;
+  options.seed = 1;
   options.compute_threads = 2;
-  auto made = make_backend("host", options);
-  EXPECT_TRUE(made.ok()) << (made.ok() ? "" : made.error().describe());
+  auto made = make_backend(name, options);
   return made.ok() ? std::move(made.value()) : nullptr;
 }
+
+std::unique_ptr<Backend> host_backend(bool deterministic) { return backend_named("host", deterministic); }
 
 bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class KvRuntimeBudgets : public ::testing::TestWithParam<bool> {};  // param: deterministic host backend
+struct BackendParam {
+  const char* name;
+  bool deterministic;
+};
+
+class KvRuntimeBudgets : public ::testing::TestWithParam<BackendParam> {};
 
 TEST_P(KvRuntimeBudgets, OutputsAreBitIdenticalAcrossBudgetsAndPoliciesWhileStagingDiffers) {
-  const bool deterministic = GetParam();
+  const BackendParam param = GetParam();
   std::vector<RunResult> runs;
   struct Variant {
     double fraction;
@@ -263,8 +270,8 @@ TEST_P(KvRuntimeBudgets, OutputsAreBitIdenticalAcrossBudgetsAndPoliciesWhileStag
     Scenario s;
     s.pool_fraction = variant.fraction;
     s.policy = variant.policy;
-    auto backend = host_backend(deterministic);
-    if (backend == nullptr) GTEST_SKIP() << "the host backend is not built";
+    auto backend = backend_named(param.name, param.deterministic);
+    if (backend == nullptr) GTEST_SKIP() << "backend " << param.name << " is not built here or has no device";
     runs.emplace_back();
     run_scenario(s, *backend, runs.back());
     ASSERT_FALSE(HasFailure()) << "pool fraction " << variant.fraction;
@@ -279,7 +286,11 @@ TEST_P(KvRuntimeBudgets, OutputsAreBitIdenticalAcrossBudgetsAndPoliciesWhileStag
                 static_cast<unsigned long long>(r.counters.promotions),
                 static_cast<unsigned long long>(r.counters.pages_reclaimed),
                 static_cast<unsigned long long>(r.counters.bytes_written_back), r.outputs.size());
-    EXPECT_EQ(r.heap_allocations_in_steps, 0u) << "pool fraction " << variant.fraction;
+    // The host backend allocates nothing per step either, so the count is the runtime's own.
+    // An OpenCL driver (PoCL) allocates inside its enqueue calls: outside ActiveKV's control.
+    if (std::string_view(param.name) == "host") {
+      EXPECT_EQ(r.heap_allocations_in_steps, 0u) << "pool fraction " << variant.fraction;
+    }
     EXPECT_EQ(r.counters.failed_steps, 0u);
     EXPECT_EQ(r.counters.quarantines, 0u);
   }
@@ -297,8 +308,13 @@ TEST_P(KvRuntimeBudgets, OutputsAreBitIdenticalAcrossBudgetsAndPoliciesWhileStag
   EXPECT_EQ(runs[0].counters.bytes_written_back, runs[2].counters.bytes_written_back);
 }
 
-INSTANTIATE_TEST_SUITE_P(HostBackend, KvRuntimeBudgets, ::testing::Values(false, true),
-                         [](const auto& param_info) { return param_info.param ? "deterministic" : "threaded"; });
+INSTANTIATE_TEST_SUITE_P(Backends, KvRuntimeBudgets,
+                         ::testing::Values(BackendParam{"host", false}, BackendParam{"host", true},
+                                           BackendParam{"opencl", false}),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.name) +
+                                  (param_info.param.deterministic ? "_deterministic" : "");
+                         });
 
 TEST(KvRuntime, RefusesBadSettingsNamingTheSetting) {
   auto backend = host_backend(true);

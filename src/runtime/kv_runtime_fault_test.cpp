@@ -1,0 +1,208 @@
+// kv_runtime_fault_test.cpp — failed, unknown and torn work is reported, quarantined, never silently used.
+//
+// The deterministic host backend injects faults from a seed (failed fences,
+// unknown fences, failed copies that land only a prefix) and can lose the
+// device. Over many seeds the runtime drives a synthetic model with staging
+// (the pool holds 25% of the pages). For every step it reports as good, the
+// outputs equal the reference and the host rows equal the rows written: no
+// silent wrong output. A step that touched a faulted fence reports an error,
+// its contexts are marked faulted and refused until cancelled, and what the
+// fence touched is quarantined (tile leases, host ranges, tail or promoted
+// pages) and never comes back. After cancelling, every page that is not
+// quarantined and every history is returned.
+#include "activekv/kv_runtime.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "activekv/backend.hpp"
+#include "backends/host/host_backend.hpp"
+#include "runtime/reference_kv.hpp"
+
+namespace activekv {
+namespace {
+
+using runtime::ReferenceKv;
+
+constexpr float reference_tolerance = 2e-5f;
+
+Geometry small_geometry() {
+  Geometry g;
+  g.dense_layers = 2;
+  g.kv_heads = 2;
+  g.head_dim = 16;
+  g.dtype = DType::f16;
+  return g;
+}
+
+KvRuntimeSettings fault_settings(std::uint32_t contexts, std::uint32_t tokens, double pool_fraction) {
+  KvRuntimeSettings settings;
+  MemorySettings& m = settings.memory;
+  m.geometry = small_geometry();
+  m.page_tokens = 4;
+  m.tile_tokens = 16;
+  m.tiles = 2;
+  m.max_context_tokens = 256;
+  m.max_seqs = contexts;
+  m.chunk_tokens = 8;
+  const std::uint64_t row_bytes = m.geometry.row_bytes();
+  m.host_pool_bytes = std::uint64_t{contexts} * m.geometry.dense_layers * m.max_context_tokens * row_bytes;
+  const std::uint64_t pages_needed = std::uint64_t{contexts} * m.geometry.dense_layers * ((tokens + 3) / 4);
+  const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(pages_needed) * pool_fraction));
+  m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * row_bytes + pages * 4 * row_bytes;
+  settings.q_heads = 4;
+  return settings;
+}
+
+void fill_random(std::vector<float>& v, std::size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  v.resize(n);
+  for (auto& x : v) x = normal(rng);
+}
+
+struct FaultRun {
+  std::uint64_t good_steps = 0;
+  std::uint64_t failed_steps = 0;
+  std::uint64_t quarantines = 0;
+  std::uint64_t faults_injected = 0;
+};
+
+// Drives two contexts until a step fails or both reach `tokens`; checks every good step.
+void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std::uint64_t seed, bool lose_device_midway,
+           FaultRun& run) {
+  const Geometry g = small_geometry();
+  const std::uint32_t q_heads = 4;
+  ReferenceKv reference(g, q_heads, 4);
+  std::vector<ContextId> contexts;
+  for (std::uint32_t c = 0; c < 2; ++c) {
+    auto admitted = rt.open_context(c + 1, tokens);
+    ASSERT_TRUE(admitted.ok());
+    ASSERT_EQ(admitted->outcome, AdmitOutcome::admitted);
+    contexts.push_back(admitted->handle);
+    reference.open();
+  }
+  const std::size_t kv_elems = std::size_t{g.kv_heads} * g.head_dim;
+  const std::size_t q_elems = std::size_t{q_heads} * g.head_dim;
+  std::mt19937_64 rng(seed);
+  std::vector<float> k, v, q, expected, out(16 * q_elems);
+  std::uint32_t fed = 0;
+  std::uint64_t step = 0;
+  while (fed < tokens) {
+    const std::uint32_t n = fed < tokens / 2 ? 8u : 1u;
+    const StepEntry entries[2] = {{contexts[0], n}, {contexts[1], n}};
+    ASSERT_TRUE(rt.begin_step(entries).ok());
+    bool good = true;
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      if (lose_device_midway && step == 20 && l == 1) backend.lose_device();
+      fill_random(k, 2 * n * kv_elems, rng);
+      fill_random(v, 2 * n * kv_elems, rng);
+      fill_random(q, 2 * n * q_elems, rng);
+      const bool written = rt.write_kv(l, k.data(), v.data()).ok();
+      const Status attended = rt.attend(l, q.data(), out.data());
+      if (!written || !attended.ok()) {
+        good = false;
+        EXPECT_FALSE(attended.ok()) << "a failed write must fail the layer's attention too";
+        EXPECT_EQ(attended.error().code, ErrorCode::backend);
+        break;
+      }
+      for (std::uint32_t c = 0; c < 2; ++c) {
+        reference.append(c, l, k.data() + c * n * kv_elems, v.data() + c * n * kv_elems, n);
+        expected.resize(n * q_elems);
+        reference.attend(c, l, q.data() + c * n * q_elems, n, fed, expected.data());
+        for (std::size_t i = 0; i < n * q_elems; ++i) {
+          ASSERT_NEAR(out[c * n * q_elems + i], expected[i], reference_tolerance)
+              << "a step reported as good returned a wrong output (seed " << seed << ", step " << step << ")";
+        }
+      }
+    }
+    const Status ended = rt.end_step();
+    if (!good || !ended.ok()) {
+      EXPECT_FALSE(ended.ok()) << "the step must report the fault at its end too";
+      ++run.failed_steps;
+      for (const ContextId c : contexts) EXPECT_TRUE(rt.faulted(c));
+      // A faulted context is refused until cancelled.
+      const StepEntry again{contexts[0], 1};
+      EXPECT_FALSE(rt.begin_step({&again, 1}).ok());
+      break;
+    }
+    ++run.good_steps;
+    for (std::uint32_t c = 0; c < 2; ++c) {
+      for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+        for (std::uint32_t t = fed; t < fed + n; ++t) {
+          const auto host = rt.host_row(contexts[c], l, t);
+          ASSERT_EQ(std::memcmp(host.data(), reference.encoded_row(c, l, t).data(), host.size()), 0)
+              << "a good step left a wrong row on the host (seed " << seed << ")";
+        }
+      }
+    }
+    fed += n;
+    ++step;
+  }
+  for (const ContextId c : contexts) rt.cancel(c);
+  run.quarantines = rt.counters().quarantines;
+  const auto injected = backend.faults_injected();
+  run.faults_injected = injected.failed_fences + injected.unknown_fences + injected.failed_copies + injected.torn_copies;
+  // Every page that is not quarantined and every history came back.
+  EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency);
+  EXPECT_EQ(rt.pages_free() + rt.pages_quarantined(), rt.pages_total());
+  EXPECT_EQ(rt.check(), nullptr);
+}
+
+TEST(KvRuntimeFaults, InjectedFaultsAreReportedQuarantinedAndNeverSilentlyUsed) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const std::uint32_t tokens = 160;
+  FaultRun total;
+  std::uint32_t seeds_failed = 0;
+  const std::uint64_t seeds = 24;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    BackendOptions options;
+    options.deterministic = true;
+    options.seed = seed;
+    options.faults.failed_fence = 0.0002;
+    options.faults.unknown_fence = 0.0001;
+    options.faults.failed_copy = 0.0002;
+    options.faults.late_fence = 0.05;
+    host::HostBackend backend(options);
+    auto rt = KvRuntime::create(fault_settings(2, tokens, 0.25), backend);
+    ASSERT_TRUE(rt.ok()) << rt.error().describe();
+    FaultRun run;
+    drive(**rt, backend, tokens, seed, false, run);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(run.failed_steps > 0, run.faults_injected > 0)
+        << "seed " << seed << ": a step fails exactly when a fault was injected into its work";
+    EXPECT_EQ((*rt)->counters().failed_steps, run.failed_steps);
+    seeds_failed += run.failed_steps > 0 ? 1u : 0u;
+    total.good_steps += run.good_steps;
+    total.quarantines += run.quarantines;
+    total.faults_injected += run.faults_injected;
+  }
+  // The rates are set so that most seeds see a fault and some do not.
+  EXPECT_GT(seeds_failed, 0u);
+  EXPECT_GT(total.quarantines, 0u);
+  EXPECT_GT(total.good_steps, 0u);
+  std::printf("fault seeds: %u of %llu failed a step; %llu good steps; %llu quarantines; %llu faults injected\n",
+              seeds_failed, static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(total.good_steps),
+              static_cast<unsigned long long>(total.quarantines), static_cast<unsigned long long>(total.faults_injected));
+}
+
+TEST(KvRuntimeFaults, DeviceLossMidStepFailsTheStepAndEverythingElseDrains) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  BackendOptions options;
+  options.deterministic = true;
+  options.seed = 3;
+  host::HostBackend backend(options);
+  auto rt = KvRuntime::create(fault_settings(2, 96, 0.25), backend);
+  ASSERT_TRUE(rt.ok()) << rt.error().describe();
+  FaultRun run;
+  drive(**rt, backend, 96, 3, true, run);
+  EXPECT_EQ(run.good_steps, 20u) << "every step before the loss is good";
+  EXPECT_EQ(run.failed_steps, 1u);
+}
+
+}  // namespace
+}  // namespace activekv
