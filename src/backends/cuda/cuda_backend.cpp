@@ -438,10 +438,14 @@ Result<Fence> CudaBackend::do_attention(const AttentionBatch& batch, std::span<c
   const std::uint64_t state_bytes = queries * batch.shape.q_heads * (2ull + batch.shape.head_dim) * 4;
   std::memcpy(base + table_bytes_max_, batch.queries.data(), io_bytes);
   if (batch.load_state) std::memcpy(base + table_bytes_max_ + q_bytes_max_, batch.state.data(), state_bytes);
-  const std::uint64_t upload_bytes = batch.load_state ? table_bytes_max_ + q_bytes_max_ + state_bytes
-                                                      : table_bytes_max_ + io_bytes;
+  // Three uploads of exactly the bytes this call uses (the slot's regions are sized for the limits).
+  const std::uint64_t table_bytes = gpu::packed_slot_bytes(params.pages, params.queries, params.tasks);
   cudaStream_t compute = stream(QueueKind::compute);
-  cudaError_t s = cudaMemcpyAsync(table_device_, base, upload_bytes, cudaMemcpyHostToDevice, compute);
+  cudaError_t s = cudaMemcpyAsync(table_device_, base, table_bytes, cudaMemcpyHostToDevice, compute);
+  if (s == cudaSuccess) s = cudaMemcpyAsync(q_, base + table_bytes_max_, io_bytes, cudaMemcpyHostToDevice, compute);
+  if (s == cudaSuccess && batch.load_state) {
+    s = cudaMemcpyAsync(state_, base + table_bytes_max_ + q_bytes_max_, state_bytes, cudaMemcpyHostToDevice, compute);
+  }
   if (s != cudaSuccess) return lose(fence, cuda_error("cudaMemcpyAsync(attention inputs)", s));
 
   const AttentionBuffers buffers{arena_, table_device_, q_, out_, state_, pair_ms_, final_ms_, mass_};

@@ -556,7 +556,8 @@ Result<Fence> OpenClBackend::do_attention(const AttentionBatch& batch, std::span
   clSetKernelArg(kernel, 6, sizeof(cl_mem), &pair_ms);
   clSetKernelArg(kernel, 7, sizeof(cl_mem), &final_ms);
   const std::size_t global[2] = {static_cast<std::size_t>(queries), batch.shape.q_heads};
-  status = clEnqueueNDRangeKernel(compute, kernel, 2, nullptr, global, nullptr, upload_count, uploads.data(), &attention_done);
+  const std::size_t local[2] = {1, 1};
+  status = clEnqueueNDRangeKernel(compute, kernel, 2, nullptr, global, local, upload_count, uploads.data(), &attention_done);
   if (status != CL_SUCCESS) return fail("clEnqueueNDRangeKernel(ak_attention)", status);
 
   if (wants_mass) {
