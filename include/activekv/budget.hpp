@@ -78,6 +78,7 @@ struct LayerResidency {
   std::uint32_t run_count = 0;
   std::uint32_t ring_head = 0;          // ring index of run_first's pool page
   std::uint32_t promoted_count = 0;
+  std::uint32_t tail_page = page_none;  // pool page of the run's newest page (cached: a step reads it without the ring)
   std::uint32_t pages_held() const noexcept { return (sink_page != page_none ? 1u : 0u) + run_count + promoted_count; }
 };
 
@@ -146,9 +147,10 @@ class BudgetManager {
   }
   ContextState& context(std::uint32_t slot) noexcept { return contexts_[slot]; }
   const ContextState& context(std::uint32_t slot) const noexcept { return contexts_[slot]; }
-  LayerResidency& layer(std::uint32_t slot, std::uint32_t layer) noexcept { return layers_[slot * dense_layers_ + layer]; }
+  // Layer-major: a step walks one layer across all contexts, so that walk is sequential in memory.
+  LayerResidency& layer(std::uint32_t slot, std::uint32_t layer) noexcept { return layers_[layer * slot_count_ + slot]; }
   const LayerResidency& layer(std::uint32_t slot, std::uint32_t layer) const noexcept {
-    return layers_[slot * dense_layers_ + layer];
+    return layers_[layer * slot_count_ + slot];
   }
   // Pool page of the run's i-th page (i = 0 is run_first).
   std::uint32_t run_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t i) const noexcept;
@@ -230,8 +232,9 @@ class BudgetManager {
   DecisionLog& log_;
   std::uint32_t dense_layers_ = 0;
   std::uint32_t ring_capacity_ = 0;
+  std::uint32_t slot_count_ = 0;
   std::vector<ContextState> contexts_;        // one per slot (= host history), concurrency of them
-  std::vector<LayerResidency> layers_;        // slot × dense_layers
+  std::vector<LayerResidency> layers_;        // dense_layers × slots (layer-major)
   std::vector<std::uint32_t> ring_;           // slot × dense_layers × ring_capacity pool pages
   std::vector<std::uint32_t> promoted_logical_;  // slot × dense_layers × promoted_pages_per_layer
   std::vector<std::uint32_t> promoted_page_;

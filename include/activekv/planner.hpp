@@ -5,7 +5,8 @@
 //   - the page table: the sink page, the newest run (ring view into the budget
 //     manager's tables) and the promoted pages — which logical page is in which pool page;
 //   - the staging copies: every non-resident page, as contiguous host ranges packed
-//     into tile slots (adjacent pages coalesce into one copy), in passes: a pass fills
+//     into tile slots (adjacent pages coalesce into one copy; a range that fits in one
+//     tile is never split across two — it starts a fresh tile), in passes: a pass fills
 //     at most `tiles` tiles, and the runtime runs copy → attend → release per pass.
 //     A pass never mixes dense layers (layer l+1's queries exist only after layer l);
 //   - the promotions the policy chose: tile page → pool page, device to device;
@@ -196,6 +197,7 @@ class ResidencyPlanner {
   std::vector<std::uint32_t> chosen_;    // scratch: the policy's choices
   std::vector<std::uint8_t> seen_;       // scratch: slot scheduled this step
   std::vector<std::uint32_t> length_before_;  // per entry
+  std::vector<std::uint8_t> may_grow_;        // per entry: the context can take a page this step
   std::vector<std::uint32_t> promoted_logical_snapshot_;  // the promoted sets as attention sees them this step
   std::vector<std::uint32_t> promoted_page_snapshot_;
   std::uint32_t promoted_snapshot_count_ = 0;

@@ -47,6 +47,7 @@ BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& 
   AK_ASSERT(arena.pages().pages_total() == plan.arena.pages, "the arena was built from another plan");
   AK_ASSERT(dense_layers_ > 0, "a plan has at least one dense layer");
   const std::uint32_t slots = plan.host.concurrency;
+  slot_count_ = slots;
   const std::size_t layer_slots = static_cast<std::size_t>(slots) * dense_layers_;
   contexts_.resize(slots);
   layers_.resize(layer_slots);

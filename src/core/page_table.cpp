@@ -68,6 +68,7 @@ void BudgetManager::push_run_back(std::uint32_t slot, std::uint32_t l, std::uint
   AK_ASSERT(r.run_count < ring_capacity_, "the run ring holds at most layer_pages_max pages");
   ring_[ring_offset(slot, l) + (r.ring_head + r.run_count) % ring_capacity_] = pool_page;
   ++r.run_count;
+  r.tail_page = pool_page;
 }
 
 void BudgetManager::push_run_front(std::uint32_t slot, std::uint32_t l, std::uint32_t pool_page) noexcept {
@@ -195,6 +196,7 @@ const char* BudgetManager::check() const noexcept {
       for (std::uint32_t i = 0; i < r.run_count; ++i) {
         if (!owned_by(run_page(s, l, i), r.run_first + i)) return "a run page is not owned by its context and logical page";
       }
+      if (r.run_count > 0 && r.tail_page != run_page(s, l, r.run_count - 1)) return "the cached tail page is not the run's newest";
       const auto logicals = promoted_logical(s, l);
       const auto pages = promoted_pages(s, l);
       for (std::uint32_t i = 0; i < r.promoted_count; ++i) {

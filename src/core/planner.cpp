@@ -45,6 +45,7 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   chosen_.resize(std::max(1u, promotions_per_layer_max_));
   seen_.assign(slots, 0);
   length_before_.resize(slots);
+  may_grow_.resize(slots);
   promoted_logical_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   promoted_page_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   plan_.ring_storage = budgets.ring_storage();
@@ -86,8 +87,14 @@ PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> schedu
     c.tail_first_logical = c.length_tokens / mp_.arena.page_tokens;
     budgets_.touch(scheduled_[e].context.slot, step_);
   }
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    for (std::uint32_t e = 0; e < entries; ++e) place_tail_pages(e, l);
+  }
+  // A context that can take no page now (nothing reserved, nothing free below its burst) cannot
+  // later in this step either: promotions only consume pages. Decided once per context.
   for (std::uint32_t e = 0; e < entries; ++e) {
-    for (std::uint32_t l = 0; l < layers; ++l) place_tail_pages(e, l);
+    const ContextState& c = budgets_.context(scheduled_[e].context.slot);
+    may_grow_[e] = c.pages_reserved > 0 || (c.pages_held() < c.budget.burst_pages && budgets_.pages_unreserved() > 0);
   }
   for (std::uint32_t l = 0; l < layers; ++l) {
     for (std::uint32_t e = 0; e < entries; ++e) plan_layer(e, l);
@@ -126,7 +133,6 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
   const std::uint32_t P = mp_.arena.page_tokens;
   const std::uint32_t before = length_before_[entry];
   const std::uint32_t after = before + scheduled_[entry].tokens_appended;
-  const ContextState& c = budgets_.context(slot);
   for (std::uint32_t p = before / P; p <= (after - 1) / P; ++p) {
     LayerResidency& r = budgets_.layer(slot, l);
     if (p == 0) {
@@ -137,7 +143,7 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
     } else {
       AK_ASSERT(p * P >= before || r.run_count > 0, "a partly written tail page is resident");
     }
-    if (r.pages_held() >= c.layer_cap) {
+    if (r.pages_held() >= budgets_.context(slot).layer_cap) {
       const bool freed = budgets_.evict_one(slot, l, Reason::run_slides);
       AK_ASSERT(freed, "a layer at its cap has a page below its tail");
     }
@@ -197,12 +203,15 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l) noexcept
 void ResidencyPlanner::emit_write_backs(LayerPlan& lp) noexcept {
   const std::uint32_t P = mp_.arena.page_tokens;
   const std::uint64_t row = mp_.host.row_bytes;
+  const std::uint32_t run_last = lp.run_first + lp.run_count - 1;
+  const std::uint32_t tail_page = budgets_.layer(lp.slot, lp.layer).tail_page;
   lp.writeback_first = write_back_count_;
   for (std::uint32_t p = lp.length_before / P; p <= (lp.length_tokens - 1) / P; ++p) {
     const std::uint32_t first = std::max(lp.length_before, p * P);
     const std::uint32_t end = std::min(lp.length_tokens, (p + 1) * P);
-    const std::uint32_t pool_page = p == 0 ? lp.sink_page : plan_.ring_storage[lp.ring_offset + (lp.ring_head + p - lp.run_first) % plan_.ring_capacity];
     AK_ASSERT(p == 0 || (p >= lp.run_first && p < lp.run_first + lp.run_count), "a written page is in the run");
+    // Decode writes only the run's newest page: its pool page is cached, so the ring is not read.
+    const std::uint32_t pool_page = p == 0 ? lp.sink_page : p == run_last ? tail_page : plan_.run_page(lp, p - lp.run_first);
     AK_ASSERT(write_back_count_ < write_backs_.size(), "write-backs sized for every slot, layer and chunk");
     WriteBack& w = write_backs_[write_back_count_++];
     w.slot = lp.slot;
@@ -229,6 +238,11 @@ void ResidencyPlanner::open_pass(std::uint32_t layer) noexcept {
 void ResidencyPlanner::stage_range(LayerPlan& lp, std::uint32_t first, std::uint32_t count) noexcept {
   const ArenaPlan& a = mp_.arena;
   if (pass_count_ == 0 || passes_[pass_count_ - 1].layer != lp.layer) open_pass(lp.layer);
+  // A range that fits in one tile but not in what is left of the current one starts a fresh
+  // tile rather than splitting: one large copy beats two, at the price of a partly empty tile.
+  if (count <= a.tile_pages && tile_cursor_page_ > 0 && count > a.tile_pages - tile_cursor_page_) {
+    tile_cursor_page_ = a.tile_pages;
+  }
   while (count > 0) {
     if (tile_cursor_page_ == a.tile_pages) {
       ++tile_cursor_slot_;
@@ -264,11 +278,9 @@ void ResidencyPlanner::stage_history(LayerPlan& lp) noexcept {
   const std::uint32_t pages_total = (lp.length_tokens + P - 1) / P;
   const std::uint32_t stage_end = lp.run_count > 0 ? lp.run_first : std::min(pages_total, 1u);
   lp.copy_first = copy_count_;
-  std::uint32_t range_count = 0;
   std::uint32_t cursor = 1;
   auto add = [&](std::uint32_t first, std::uint32_t end) {
     if (end <= first) return;
-    ranges_[range_count++] = PageRange{first, end - first};
     stage_range(lp, first, end - first);
     lp.pages_staged += end - first;
   };
@@ -279,11 +291,10 @@ void ResidencyPlanner::stage_history(LayerPlan& lp) noexcept {
   }
   add(cursor, stage_end);
   lp.copy_count = copy_count_ - lp.copy_first;
-  (void)range_count;
 }
 
 void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
-  if (lp.pages_staged == 0 || promotions_per_layer_max_ == 0) return;
+  if (lp.pages_staged == 0 || promotions_per_layer_max_ == 0 || may_grow_[lp.entry] == 0) return;
   ContextState& c = budgets_.context(lp.slot);
   const LayerResidency& r = budgets_.layer(lp.slot, lp.layer);
   if (r.pages_held() >= c.layer_cap) return;
