@@ -81,6 +81,7 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
     Status status = s.advance();
     heap += activekv::testing::heap_allocations() - before;
     if (!status) return status.error();
+    s.sample_pages();
     const double now_s = clock.now_s();
     if (now_s - last_print_s >= (options.terminal ? 0.25 : options.progress_interval_s) || s.ended() != last_ended) {
       print_progress(s, now_s, options, false);

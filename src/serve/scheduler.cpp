@@ -401,8 +401,12 @@ void Scheduler::record_step(double start_s, double end_s, std::size_t entries, c
   sample.running = static_cast<std::uint32_t>(running_count_);
   sample.queued = static_cast<std::uint32_t>(queue_count_);
   sample.delta = counters_delta(engine_.counters(), before);
-  const auto step = static_cast<std::uint32_t>(steps_.size());
   steps_.push_back(sample);
+}
+
+void Scheduler::sample_pages() {
+  if (steps_.empty()) return;
+  const auto step = static_cast<std::uint32_t>(steps_.size() - 1);
   for (std::size_t k = 0; k < running_count_ && pages_samples_.size() < pages_samples_.capacity(); ++k) {
     const std::uint32_t i = running_[k];
     pages_samples_.push_back(PagesSample{step, i, engine_.pages(requests_[i].context)});

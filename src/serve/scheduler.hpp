@@ -158,6 +158,11 @@ class Scheduler {
   // When nothing can run it waits for the next arrival instead. Allocation-free.
   Status advance();
 
+  // Records the device pages of every running context after the last step (for
+  // the report's chart). Instrumentation, not the step path: the real engine
+  // builds an explanation to answer, so callers keep it outside allocation counts.
+  void sample_pages();
+
   // Cancels a request wherever it is (queued, prefill, decode); no-op once ended.
   void cancel(std::uint32_t request);
 

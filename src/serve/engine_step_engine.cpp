@@ -1,0 +1,238 @@
+// engine_step_engine.cpp — the model, the KV runtime and the backend behind StepEngine.
+#include "serve/engine_step_engine.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "activekv/backend.hpp"
+#include "activekv/kv_runtime.hpp"
+#include "activekv/memory_plan.hpp"
+#include "engine/engine.hpp"
+#include "engine/kv_access.hpp"
+#include "engine/model.hpp"
+#include "engine/sampler.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace activekv::serve {
+
+namespace {
+
+// The forward pass's door to the KV, straight onto the runtime.
+class RuntimeAccess final : public engine::KvAccess {
+ public:
+  explicit RuntimeAccess(KvRuntime& runtime) : runtime_(runtime) {}
+  std::uint32_t length(ContextId context) const override { return runtime_.length(context); }
+  Status begin_step(std::span<const StepEntry> entries) override { return runtime_.begin_step(entries); }
+  Status write_kv(std::uint32_t layer, const float* k, const float* v) override { return runtime_.write_kv(layer, k, v); }
+  Status attend(std::uint32_t layer, const float* q, float* out) override { return runtime_.attend(layer, q, out); }
+  Status end_step() override { return runtime_.end_step(); }
+
+ private:
+  KvRuntime& runtime_;
+};
+
+activekv::ContextHandle to_runtime(serve::ContextHandle c) { return activekv::ContextHandle{c.index, c.generation}; }
+serve::ContextHandle to_serve(activekv::ContextHandle c) { return serve::ContextHandle{c.slot, c.generation}; }
+
+// Why the runtime queued the scheduler's head (queue_not_empty cannot happen:
+// the head is the only request ever submitted while one waits).
+AdmitOutcome outcome_of(Reason reason) {
+  return reason == Reason::no_free_history ? AdmitOutcome::no_free_history : AdmitOutcome::floor_does_not_fit;
+}
+
+}  // namespace
+
+struct EngineStepEngine::Parts {
+  std::unique_ptr<Backend> backend;          // destroyed last
+  std::unique_ptr<KvRuntime> runtime;
+  std::unique_ptr<engine::Engine> engine;    // destroyed first
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  EnginePlan plan;
+  std::string model_name;
+  std::string backend_name;
+  std::uint64_t next_request_id = 1;
+  std::uint64_t pending_request_id = 0;      // queued inside the runtime; 0: none
+  std::vector<AdmitResult> admitted_scratch; // take_admitted() buffer, sized at warm-up
+  std::vector<engine::StepInput> inputs;     // step scratch, sized at warm-up
+  std::uint64_t device_allocations_at_warmup = 0;
+};
+
+EngineStepEngine::EngineStepEngine(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+EngineStepEngine::~EngineStepEngine() {
+  if (parts_ == nullptr) return;
+  parts_->engine.reset();  // the forward pass holds a reference into the runtime
+  parts_->runtime.reset();
+  parts_->backend.reset();
+}
+
+Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineStepEngineSettings& s) {
+  auto parts = std::make_unique<Parts>();
+  auto model = engine::Model::load(s.model_path);
+  if (!model) return model.error();
+  auto tok = tokenizer::Tokenizer::from_gguf((*model)->file());
+  if (!tok) return tok.error();
+  parts->tokenizer = std::make_unique<tokenizer::Tokenizer>(std::move(tok).value());
+  const engine::ModelConfig& mc = (*model)->config();
+  parts->model_name = mc.name.empty() ? s.model_path : mc.name;
+
+  const RunConfig& c = s.config;
+  MemorySettings memory;
+  memory.geometry = (*model)->geometry();
+  memory.host_pool_bytes = c.host_pool_bytes;
+  memory.device_pool_bytes = c.device_pool_bytes;
+  memory.page_tokens = c.page_tokens;
+  memory.tile_tokens = c.tile_tokens;
+  memory.tiles = c.tiles;
+  memory.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : mc.context_tokens;
+  memory.max_seqs = c.max_seqs;
+  memory.chunk_tokens = c.prefill_chunk_tokens;
+  if (memory.max_context_tokens > mc.context_tokens) {
+    return make_error(ErrorCode::invalid_argument, "max_context",
+                      fmt::format("{} exceeds the model's context length {}", memory.max_context_tokens, mc.context_tokens));
+  }
+  KvRuntimeSettings kvs;
+  kvs.memory = memory;
+  kvs.q_heads = mc.q_heads;
+  kvs.step_entries_max = c.max_seqs;
+  kvs.step_tokens_max = c.step_tokens;
+
+  BackendOptions options;
+  options.compute_threads = 1;
+  auto backend = make_backend(s.backend, options);
+  if (!backend) return backend.error();
+  parts->backend = std::move(backend).value();
+  parts->backend_name = s.backend;
+  auto runtime = KvRuntime::create(kvs, *parts->backend);
+  if (!runtime) return runtime.error();
+  parts->runtime = std::move(runtime).value();
+
+  engine::EngineSettings es;
+  es.threads = c.threads;
+  es.limits.step_tokens_max = c.step_tokens;
+  es.limits.step_entries_max = c.max_seqs;
+  auto eng = engine::Engine::create(std::move(model).value(), std::make_unique<RuntimeAccess>(*parts->runtime), es);
+  if (!eng) return eng.error();
+  parts->engine = std::move(eng).value();
+
+  const MemoryPlan& mp = parts->runtime->plan();
+  EnginePlan& p = parts->plan;
+  p.max_context_tokens = mp.host.max_context_tokens;
+  p.histories = static_cast<std::uint32_t>(mp.host.histories);
+  p.max_seqs = mp.host.max_seqs;
+  p.concurrency = std::min<std::uint32_t>(mp.host.concurrency, mp.budget.concurrency);
+  p.pool_pages = mp.arena.pages;
+  p.page_tokens = mp.arena.page_tokens;
+  p.host_pool_bytes = mp.host.used_bytes;
+  p.device_arena_bytes = mp.arena.used_bytes;
+  p.eos_token = parts->tokenizer->eos().value_or(-1);
+  parts->admitted_scratch.resize(std::max<std::size_t>(p.histories, 1) + 8);
+  parts->inputs.resize(c.max_seqs);
+  parts->device_allocations_at_warmup = parts->runtime->counters().device_allocations_after_warmup;
+  return std::unique_ptr<EngineStepEngine>(new EngineStepEngine(std::move(parts)));
+}
+
+const EnginePlan& EngineStepEngine::plan() const { return parts_->plan; }
+
+std::string EngineStepEngine::plan_text() const {
+  return fmt::format("model {} ({} backend, {} threads)\n{}", parts_->model_name, parts_->backend_name,
+                     parts_->engine->threads(), format_memory_plan(parts_->runtime->plan()));
+}
+
+std::string EngineStepEngine::description() const { return parts_->model_name; }
+
+Result<std::vector<std::int32_t>> EngineStepEngine::encode(std::string_view text) {
+  return parts_->tokenizer->encode(text, tokenizer::Special::allow);
+}
+
+std::string EngineStepEngine::decode(std::span<const std::int32_t> tokens) { return parts_->tokenizer->decode(tokens); }
+
+Admission EngineStepEngine::admit(std::uint32_t tokens_max) {
+  Parts& p = *parts_;
+  if (p.pending_request_id != 0) {
+    const std::uint32_t n = p.runtime->take_admitted(p.admitted_scratch);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      AK_ASSERT(p.admitted_scratch[i].request_id == p.pending_request_id,
+                "EngineStepEngine::admit: the runtime admitted a request the scheduler did not submit");
+      p.pending_request_id = 0;
+      return {AdmitOutcome::admitted, to_serve(p.admitted_scratch[i].handle)};
+    }
+    return {AdmitOutcome::floor_does_not_fit, {}};
+  }
+  if (p.runtime->histories_free() == 0) return {AdmitOutcome::no_free_history, {}};
+  const std::uint64_t id = p.next_request_id++;
+  auto result = p.runtime->open_context(id, tokens_max);
+  AK_ASSERT(result.ok(), "EngineStepEngine::admit: the scheduler checks max context before admission");
+  switch (result->outcome) {
+    case activekv::AdmitOutcome::admitted: return {AdmitOutcome::admitted, to_serve(result->handle)};
+    case activekv::AdmitOutcome::queued:
+      p.pending_request_id = id;
+      return {outcome_of(result->reason), {}};
+    case activekv::AdmitOutcome::refused: break;
+  }
+  AK_ASSERT(false, "EngineStepEngine::admit: the runtime refused a request that fits max context");
+  return {AdmitOutcome::floor_does_not_fit, {}};
+}
+
+void EngineStepEngine::finish(ContextHandle context) { parts_->runtime->finish(to_runtime(context)); }
+void EngineStepEngine::cancel(ContextHandle context) { parts_->runtime->cancel(to_runtime(context)); }
+
+Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) {
+  Parts& p = *parts_;
+  AK_ASSERT(batch.size() <= p.inputs.size(), "EngineStepEngine::step: more entries than max_seqs");
+  for (std::size_t e = 0; e < batch.size(); ++e) {
+    const auto* ids = reinterpret_cast<const engine::TokenId*>(batch[e].tokens.data());
+    p.inputs[e] = engine::StepInput{to_runtime(batch[e].context), {ids, batch[e].tokens.size()}, batch[e].want_token};
+  }
+  static_assert(sizeof(engine::TokenId) == sizeof(std::int32_t), "token ids are 32-bit");
+  Status status = p.engine->step(std::span<const engine::StepInput>(p.inputs.data(), batch.size()));
+  if (!status) return status;
+  for (std::size_t e = 0; e < batch.size(); ++e) {
+    if (!batch[e].want_token) continue;
+    tokens_out[e] = static_cast<std::int32_t>(engine::Sampler::argmax(p.engine->logits(static_cast<std::uint32_t>(e))));
+  }
+  return {};
+}
+
+ContextPages EngineStepEngine::pages(ContextHandle context) const {
+  // explain() builds vectors: the scheduler samples pages outside the step path.
+  const Explanation x = parts_->runtime->explain(to_runtime(context));
+  return ContextPages{static_cast<std::uint32_t>(x.pages_assigned + x.pages_reserved),
+                      static_cast<std::uint32_t>(x.budget.floor_pages), static_cast<std::uint32_t>(x.budget.target_pages),
+                      static_cast<std::uint32_t>(x.budget.burst_pages)};
+}
+
+EngineCounters EngineStepEngine::counters() const {
+  const Parts& p = *parts_;
+  const KvCounters& k = p.runtime->counters();
+  const MemoryPlan& mp = p.runtime->plan();
+  EngineCounters c;
+  c.bytes_h2d = k.h2d_bytes;
+  c.bytes_d2h = k.d2h_bytes;
+  c.bytes_d2d = k.d2d_bytes;
+  c.copies_h2d = k.h2d_copies;
+  c.copies_d2h = k.d2h_copies;
+  c.copies_d2d = k.d2d_copies;
+  c.page_reads_resident = k.pages_resident;
+  c.page_reads_staged = k.pages_staged;
+  c.promotions = k.promotions;
+  c.reclaimed_pages = k.pages_reclaimed;
+  c.reclaim_steps = k.reclaim_steps;
+  c.quarantines = k.quarantines;
+  c.device_allocations_after_warmup = k.device_allocations_after_warmup - p.device_allocations_at_warmup;
+  c.host_bytes_in_use = (mp.host.histories - p.runtime->histories_free()) * mp.host.history_bytes;
+  c.device_bytes_in_use = std::uint64_t{p.runtime->pages_total() - p.runtime->pages_free()} * mp.arena.page_bytes +
+                          mp.arena.staging_tiles.size_bytes;
+  const engine::PhaseTimes& t = p.engine->times();
+  c.planning_ns = t.planning_ns;
+  c.step_ns = t.total_ns();
+  return c;
+}
+
+bool EngineStepEngine::all_returned() const {
+  const Parts& p = *parts_;
+  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.histories &&
+         p.runtime->check() == nullptr;
+}
+
+}  // namespace activekv::serve
