@@ -102,6 +102,13 @@ struct KvCounters {
   std::uint64_t quarantines = 0;                 // tiles, host ranges and pages quarantined by failed/unknown fences
   std::uint64_t failed_steps = 0;                // steps that reported a fault
   std::uint64_t device_allocations_after_warmup = 0;  // from the backend's own counter: must stay 0
+  // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
+  std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
+  std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)
+  std::uint64_t attention_ns = 0;     // the host waiting for attention kernels
+  std::uint64_t copy_wait_ns = 0;     // the host waiting for staging, promotion, upload and write-back fences
+  // step_ns − plan_ns − attention_ns − copy_wait_ns is the runtime's own issuing work:
+  // encoding rows, building page tables, enqueueing, leases and tickets.
 };
 
 class KvRuntime {
@@ -141,6 +148,10 @@ class KvRuntime {
   // q, out: total_new × q_heads × head_dim fp32, entries concatenated. Returns when
   // out is written; an error when a fence failed (out is then not to be used).
   virtual Status attend(std::uint32_t layer, const float* q, float* out) = 0;
+  // The new rows of this layer land without attention: K/V computed elsewhere
+  // (a restored prefix, a prompt whose logits are not needed). Staging passes
+  // still run, so promotions land; the rows are written back to the host.
+  virtual Status attend_none(std::uint32_t layer) = 0;
   // Write-back waited, leases released. Every dense layer must have been attended.
   virtual Status end_step() = 0;
 

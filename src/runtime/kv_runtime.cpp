@@ -28,6 +28,7 @@
 #include "activekv/kv_runtime.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -50,6 +51,24 @@ namespace {
 using runtime::AttentionCall;
 using runtime::AttentionSchedule;
 using runtime::AttentionScheduleLimits;
+
+std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Adds the scope's duration to a counter.
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(std::uint64_t& sink) noexcept : sink_(sink), start_(now_ns()) {}
+  ~ScopedTimer() { sink_ += now_ns() - start_; }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+ private:
+  std::uint64_t& sink_;
+  std::uint64_t start_;
+};
 
 // What went wrong in a step, as static text (no allocation until reported).
 struct Fault {
@@ -106,6 +125,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t position_first(std::uint32_t entry) const override;
   Status write_kv(std::uint32_t layer, const float* k, const float* v) override;
   Status attend(std::uint32_t layer, const float* q, float* out) override;
+  Status attend_none(std::uint32_t layer) override;
   Status end_step() override;
 
   std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
@@ -128,7 +148,8 @@ class KvRuntimeImpl final : public KvRuntime {
   void note_refusal(const char* what, const Error& error, std::uint32_t layer);
   Status fault_status() const;
   // Waits on the host for one fence; a failure or timeout is noted as a fault.
-  FenceOutcome wait(Fence fence, const char* what, std::uint32_t layer) noexcept;
+  // The time waited goes to attention_ns (kernels) or copy_wait_ns (copies).
+  FenceOutcome wait(Fence fence, const char* what, std::uint32_t layer, bool kernel = false) noexcept;
   void release_fence(Fence& fence) noexcept;
   // Pass p: tickets on the host ranges, leases on the tiles, one batched h2d, the promotions.
   bool issue_pass(std::uint32_t pass) noexcept;
@@ -136,7 +157,8 @@ class KvRuntimeImpl final : public KvRuntime {
   void retire_pass() noexcept;
   // Issues the plan's next pass if it belongs to `layer` and the tiles are free.
   void issue_next_pass_of(std::uint32_t layer) noexcept;
-  bool write_back(std::uint32_t layer, Fence attention) noexcept;
+  // The layer's tail rows, device to host, after `waits` (the kernel, or the uploads) on the device.
+  bool write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept;
   // Waits the layer's row uploads; a tail page whose upload failed is quarantined.
   void retire_uploads(std::uint32_t layer) noexcept;
   void finish_promotions() noexcept;
@@ -378,8 +400,9 @@ Status KvRuntimeImpl::fault_status() const {
                                 backend_error_.empty() ? fence_outcome_name(fault_.outcome) : backend_error_));
 }
 
-FenceOutcome KvRuntimeImpl::wait(Fence fence, const char* what, std::uint32_t layer) noexcept {
+FenceOutcome KvRuntimeImpl::wait(Fence fence, const char* what, std::uint32_t layer, bool kernel) noexcept {
   if (!fence.recorded()) return FenceOutcome::signalled;  // nothing was issued
+  ScopedTimer timer(kernel ? counters_.attention_ns : counters_.copy_wait_ns);
   Result<FenceOutcome> outcome = backend_.wait_host(fence, settings_.fence_timeout);
   const FenceOutcome o = outcome.ok() ? outcome.value() : FenceOutcome::unknown;
   if (o != FenceOutcome::signalled) note_fault(what, o == FenceOutcome::pending ? FenceOutcome::unknown : o, layer);
@@ -397,6 +420,7 @@ void KvRuntimeImpl::release_fence(Fence& fence) noexcept {
 
 Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   AK_ASSERT(!step_open_, "kv runtime: begin_step() while a step is open");
+  ScopedTimer timer(counters_.step_ns);
   if (entries.empty()) return make_error(ErrorCode::invalid_argument, "step", "a step needs at least one context");
   if (entries.size() > sizes_.entries_max) {
     return make_error(ErrorCode::invalid_argument, "--max-batch",
@@ -423,7 +447,9 @@ Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
                       fmt::format("{} new tokens in one step; at most {} were reserved at warm-up", total,
                                   sizes_.tokens_max));
   }
+  const std::uint64_t plan_start = now_ns();
   const PlanOutcome outcome = planner_.plan_step({scheduled_.data(), entries.size()});
+  counters_.plan_ns += now_ns() - plan_start;
   if (outcome != PlanOutcome::planned) {
     return make_error(ErrorCode::refused, "step", fmt::format("the step cannot be planned: {}", plan_outcome_text(outcome)));
   }
@@ -576,6 +602,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
   AK_ASSERT(step_open_, "kv runtime: write_kv() outside a step");
   AK_ASSERT(layer == layers_written_, "kv runtime: write_kv() must go layer by layer, in order");
   AK_ASSERT(layer == layers_attended_, "kv runtime: write_kv(l) must follow attend(l - 1)");
+  ScopedTimer timer(counters_.step_ns);
   ++layers_written_;
   if (fault_.what != nullptr) return fault_status();
   const Geometry& g = plan_.geometry;
@@ -618,6 +645,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
 Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   AK_ASSERT(step_open_, "kv runtime: attend() outside a step");
   AK_ASSERT(layer == layers_attended_ && layer + 1 == layers_written_, "kv runtime: attend(l) must follow write_kv(l)");
+  ScopedTimer timer(counters_.step_ns);
   ++layers_attended_;
   if (fault_.what != nullptr) {
     retire_uploads(layer);
@@ -682,7 +710,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       ++counters_.passes;
     }
     // The engine needs the output (and the next pass needs the tiles): wait for this kernel.
-    const FenceOutcome o = wait(attention, "the attention kernel did not signal", layer);
+    const FenceOutcome o = wait(attention, "the attention kernel did not signal", layer, true);
     if (scored && o == FenceOutcome::signalled) {
       std::uint32_t n = 0;
       const auto keys = schedule_.keys().subspan(call.page_first, call.page_count);
@@ -700,7 +728,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   }
   retire_pass();
   retire_uploads(layer);
-  if (fault_.what == nullptr) write_back(layer, attention);
+  if (fault_.what == nullptr) write_back(layer, {&attention, 1});
   release_fence(attention);
   if (layer + 1 < g.dense_layers) issue_next_pass_of(layer + 1);  // overlaps the engine's next layer
   return fault_.what == nullptr ? Status::success() : fault_status();
@@ -717,7 +745,30 @@ void KvRuntimeImpl::retire_uploads(std::uint32_t layer) noexcept {
   upload_count_ = 0;
 }
 
-bool KvRuntimeImpl::write_back(std::uint32_t layer, Fence attention) noexcept {
+Status KvRuntimeImpl::attend_none(std::uint32_t layer) {
+  AK_ASSERT(step_open_, "kv runtime: attend_none() outside a step");
+  AK_ASSERT(layer == layers_attended_ && layer + 1 == layers_written_, "kv runtime: attend_none(l) must follow write_kv(l)");
+  ScopedTimer timer(counters_.step_ns);
+  ++layers_attended_;
+  const StepPlan& plan = planner_.plan();
+  // The layer's passes still run: their promotions read the tiles they fill.
+  for (;;) {
+    if (pass_issued_ != UINT32_MAX) {
+      AK_ASSERT(plan.passes[pass_issued_].layer == layer, "kv runtime: a pass of another layer holds the tiles");
+      ++counters_.passes;
+      retire_pass();
+      continue;
+    }
+    if (fault_.what != nullptr || passes_issued_ >= plan.passes.size() || plan.passes[passes_issued_].layer != layer) break;
+    if (!issue_pass(passes_issued_)) break;
+  }
+  if (fault_.what == nullptr) write_back(layer, {uploads_.data(), upload_count_});
+  retire_uploads(layer);
+  if (layer + 1 < plan_.geometry.dense_layers) issue_next_pass_of(layer + 1);
+  return fault_.what == nullptr ? Status::success() : fault_status();
+}
+
+bool KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept {
   const StepPlan& plan = planner_.plan();
   std::uint32_t n = 0;
   const std::uint32_t ticket_first = write_back_ticket_count_;
@@ -737,7 +788,6 @@ bool KvRuntimeImpl::write_back(std::uint32_t layer, Fence attention) noexcept {
     }
   }
   if (n == 0) return true;
-  const Fence waits[1] = {attention};
   Result<Fence> d2h = backend_.copy(CopyDirection::d2h, {regions_.data(), n}, waits);
   if (!d2h.ok()) {
     note_refusal("the tail write-back (d2h) was refused by the backend", d2h.error(), layer);
@@ -771,6 +821,7 @@ Status KvRuntimeImpl::end_step() {
   AK_ASSERT(step_open_, "kv runtime: end_step() outside a step");
   const std::uint32_t layers = plan_.geometry.dense_layers;
   AK_ASSERT(fault_.what != nullptr || layers_attended_ == layers, "kv runtime: end_step() before every layer attended");
+  ScopedTimer timer(counters_.step_ns);
   retire_pass();
   retire_uploads(layers_written_ == 0 ? 0 : layers_written_ - 1);
   for (std::uint32_t l = 0; l < layers; ++l) {

@@ -55,6 +55,7 @@ struct Scenario {
   std::uint32_t decode_extra_first = 24;
   double pool_fraction = 1.0;  // of the pages every context needs at its final length
   ResidencyPolicyKind policy = ResidencyPolicyKind::exact;
+  bool prefill_without_attention = false;  // prompts land through attend_none()
   std::uint64_t seed = 1;
 
   Geometry geometry() const {
@@ -165,9 +166,21 @@ void run_scenario(const Scenario& s, Backend& backend, RunResult& result) {
       fill_random(q, total * q_elems, seed * 3 + 2);
       const Status written = counted([&] { return rt.write_kv(l, k.data(), v.data()); });
       EXPECT_TRUE(written.ok()) << (written.ok() ? "" : written.error().describe());
-      const Status attended = counted([&] { return rt.attend(l, q.data(), out.data()); });
+      const bool prefill = std::all_of(entries.begin(), entries.end(), [](const StepEntry& e) { return e.tokens_new > 1; });
+      const bool no_queries = s.prefill_without_attention && prefill;
+      const Status attended = counted([&] { return no_queries ? rt.attend_none(l) : rt.attend(l, q.data(), out.data()); });
       EXPECT_TRUE(attended.ok()) << (attended.ok() ? "" : attended.error().describe());
       if (!attended.ok()) return;
+      if (no_queries) {
+        std::uint32_t row = 0;
+        for (std::size_t e = 0; e < entries.size(); ++e) {
+          const auto c = static_cast<std::uint32_t>(
+              std::find(contexts.begin(), contexts.end(), entries[e].context) - contexts.begin());
+          reference.append(c, l, k.data() + row * kv_elems, v.data() + row * kv_elems, entries[e].tokens_new);
+          row += entries[e].tokens_new;
+        }
+        continue;
+      }
       // The oracle.
       std::uint32_t row = 0;
       for (std::size_t e = 0; e < entries.size(); ++e) {
@@ -315,6 +328,24 @@ INSTANTIATE_TEST_SUITE_P(Backends, KvRuntimeBudgets,
                            return std::string(param_info.param.name) +
                                   (param_info.param.deterministic ? "_deterministic" : "");
                          });
+
+TEST(KvRuntime, PromptsLandedWithoutAttentionServeExactDecode) {
+  std::vector<RunResult> runs;
+  for (const double fraction : {1.0, 0.05}) {
+    auto backend = host_backend(false);
+    if (backend == nullptr) GTEST_SKIP() << "the host backend is not built";
+    Scenario s;
+    s.pool_fraction = fraction;
+    s.prefill_without_attention = true;
+    runs.emplace_back();
+    run_scenario(s, *backend, runs.back());
+    ASSERT_FALSE(HasFailure()) << "pool fraction " << fraction;
+    EXPECT_EQ(runs.back().heap_allocations_in_steps, 0u);
+  }
+  EXPECT_TRUE(bit_identical(runs[0].outputs, runs[1].outputs));
+  EXPECT_FALSE(runs[0].outputs.empty());
+  EXPECT_GT(runs[1].counters.bytes_staged, 0u);
+}
 
 TEST(KvRuntime, RefusesBadSettingsNamingTheSetting) {
   auto backend = host_backend(true);

@@ -1,0 +1,154 @@
+// kv_runtime_bench.cpp — what a decode step costs the runtime itself, against the attention it runs.
+//
+// For the smollm2-135m geometry (30 dense layers, 3 KV heads × 64, f16, 9
+// query heads) it lands a prompt of 2K or 8K tokens (attend_none: the rows
+// only), then times decode steps with the device pool holding 100% or 25% of
+// the context's pages, on the threaded host backend. Per step it reports the
+// medians of:
+//   step      wall time inside the runtime's step calls (begin_step .. end_step)
+//   plan      the core's planner
+//   attention the host waiting for the paged kernels (the kernel's own time)
+//   copies    the host waiting for staging / promotion / upload / write-back fences
+//   issue     step − plan − attention − copies: encoding rows, page tables,
+//             enqueueing, leases and tickets — the runtime's own overhead
+// and the heap allocations inside the step calls (must be 0).
+//
+//   activekv_runtime_bench [--steps N] [--batch B]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "activekv/backend.hpp"
+#include "activekv/kv_runtime.hpp"
+#include "testing/alloc_counter.hpp"
+
+namespace activekv {
+namespace {
+
+struct Sample {
+  double step_us, plan_us, attention_us, copies_us, issue_us;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std::uint32_t steps) {
+  const Preset preset = find_preset("smollm2-135m").value();
+  const Geometry g = preset.geometry;
+  const std::uint32_t q_heads = 9;
+  const std::uint32_t page_tokens = 16;
+  const std::uint32_t final_tokens = context_tokens + steps + 8;
+  KvRuntimeSettings settings;
+  MemorySettings& m = settings.memory;
+  m.geometry = g;
+  m.page_tokens = page_tokens;
+  m.tiles = 2;
+  m.max_context_tokens = preset.max_context_tokens;
+  m.max_seqs = batch;
+  m.chunk_tokens = 256;
+  m.host_pool_bytes = std::uint64_t{batch} * g.dense_layers * m.max_context_tokens * g.row_bytes();
+  const std::uint64_t pages = static_cast<std::uint64_t>(
+      std::ceil(fraction * batch * g.dense_layers * ((final_tokens + page_tokens - 1) / page_tokens)));
+  const std::uint64_t tile_bytes = std::uint64_t{m.max_context_tokens} * g.row_bytes();
+  m.device_pool_bytes = 4 * arena_alignment_bytes + m.tiles * tile_bytes + pages * page_tokens * g.row_bytes();
+  settings.q_heads = q_heads;
+
+  BackendOptions options;
+  options.compute_threads = 2;
+  auto backend = make_backend("host", options);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "%s\n", backend.error().describe().c_str());
+    return 1;
+  }
+  auto created = KvRuntime::create(settings, *backend.value());
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.error().describe().c_str());
+    return 1;
+  }
+  KvRuntime& rt = *created.value();
+  std::vector<ContextId> contexts;
+  for (std::uint32_t c = 0; c < batch; ++c) contexts.push_back(rt.open_context(c, final_tokens)->handle);
+
+  const std::size_t kv = std::size_t{g.kv_heads} * g.head_dim;
+  const std::size_t qe = std::size_t{q_heads} * g.head_dim;
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(std::size_t{256} * batch * kv), v(k.size()), q(std::size_t{batch} * qe), out(q.size());
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
+  for (auto& x : q) x = normal(rng);
+  std::vector<StepEntry> entries(batch);
+
+  auto step = [&](std::uint32_t tokens, bool attention) {
+    for (std::uint32_t c = 0; c < batch; ++c) entries[c] = StepEntry{contexts[c], tokens};
+    Status s = rt.begin_step(entries);
+    for (std::uint32_t l = 0; s.ok() && l < g.dense_layers; ++l) {
+      s = rt.write_kv(l, k.data(), v.data());
+      if (s.ok()) s = attention ? rt.attend(l, q.data(), out.data()) : rt.attend_none(l);
+    }
+    const Status ended = rt.end_step();
+    if (!s.ok() || !ended.ok()) {
+      std::fprintf(stderr, "step failed: %s\n", (s.ok() ? ended : s).error().describe().c_str());
+      std::exit(1);
+    }
+  };
+  for (std::uint32_t fed = 0; fed < context_tokens; fed += 256) step(std::min(256u, context_tokens - fed), false);
+  for (int i = 0; i < 3; ++i) step(1, true);  // warm the decode path
+
+  std::vector<double> step_us, plan_us, attention_us, copies_us, issue_us;
+  std::uint64_t allocations = 0;
+  const KvCounters before_all = rt.counters();
+  for (std::uint32_t i = 0; i < steps; ++i) {
+    const KvCounters before = rt.counters();
+    const std::uint64_t heap_before = testing::heap_allocations();
+    step(1, true);
+    allocations += testing::heap_allocations() - heap_before;
+    const KvCounters& after = rt.counters();
+    const double s_us = static_cast<double>(after.step_ns - before.step_ns) / 1e3;
+    const double p_us = static_cast<double>(after.plan_ns - before.plan_ns) / 1e3;
+    const double a_us = static_cast<double>(after.attention_ns - before.attention_ns) / 1e3;
+    const double c_us = static_cast<double>(after.copy_wait_ns - before.copy_wait_ns) / 1e3;
+    step_us.push_back(s_us);
+    plan_us.push_back(p_us);
+    attention_us.push_back(a_us);
+    copies_us.push_back(c_us);
+    issue_us.push_back(s_us - p_us - a_us - c_us);
+  }
+  const KvCounters& end = rt.counters();
+  const double staged_mib = static_cast<double>(end.bytes_staged - before_all.bytes_staged) / steps / (1024.0 * 1024.0);
+  const double issue = median(issue_us), plan = median(plan_us), step_med = median(step_us);
+  std::printf("| %5u | %4.0f%% | %5u | %9.0f | %7.1f | %9.0f | %7.0f | %7.1f | %5.1f%% | %8.2f | %u |\n", context_tokens,
+              fraction * 100, batch, step_med, plan, median(attention_us), median(copies_us), issue,
+              100.0 * (plan + issue) / step_med, staged_mib, static_cast<unsigned>(allocations));
+  for (const ContextId c : contexts) rt.finish(c);
+  return rt.pages_free() == rt.pages_total() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace activekv
+
+int main(int argc, char** argv) {
+  std::uint32_t steps = 32;
+  std::uint32_t batch = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--steps") == 0) steps = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--batch") == 0) batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+  }
+  std::printf("smollm2-135m geometry, host backend (threaded, 2 compute threads), batch %u, %u decode steps, medians in us\n\n",
+              batch, steps);
+  std::printf("| context | pool | batch | step | plan | attention | copies | issue | overhead | staged MiB/step | heap allocs |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int rc = 0;
+  for (const std::uint32_t context : {2048u, 8192u - 64u}) {
+    for (const double fraction : {1.0, 0.25}) rc |= activekv::run(context, fraction, batch, steps);
+  }
+  return rc;
+}
