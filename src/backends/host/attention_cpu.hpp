@@ -1,8 +1,12 @@
 // attention_cpu.hpp — exact paged attention on the CPU, the host backend's kernel.
 //
-// The unit of work is one (query row, kv head): it owns the G = q_heads /
-// kv_heads query heads that read that kv head, so each K/V row is widened to
-// fp32 once and used G times. A unit walks its task's pages in ascending order:
+// The unit of work is one query row and a contiguous range of its kv heads
+// (all of them unless a decode step has fewer queries than threads): each K/V
+// row's bytes for those heads are read front to back once, widened to fp32,
+// and used by the G = q_heads / kv_heads query heads of each kv head. Rows a
+// few ahead are prefetched: pages are scattered through the arena, so the
+// hardware's stride prefetcher cannot follow. A unit walks its task's pages in
+// ascending order, per head:
 //
 //   page partial  rows in ascending token order, in blocks of 64 rows:
 //                 block max, then (m, s, acc) rescaled to the new max and the
@@ -46,21 +50,27 @@ struct AttentionJob {
   bool load_state = false;
   bool store_state = false;
   bool write_output = true;
+  // Units split each query's kv heads into this many contiguous ranges (1 when
+  // there are enough queries to keep the threads busy). Outputs do not depend on it.
+  std::uint32_t kv_splits = 1;
 
   // Reserves every array for the warm-up limits (no allocation afterwards).
   void reserve(const MemoryRequest& limits);
   // Copies `batch` in (sizes within the reserved limits; no allocation).
   void assign(const AttentionBatch& batch);
-  std::uint32_t units() const noexcept {
-    return static_cast<std::uint32_t>(positions.size()) * shape.kv_heads;
-  }
+  std::uint32_t units() const noexcept { return static_cast<std::uint32_t>(positions.size()) * kv_splits; }
 };
 
-// Scratch one thread needs: log-mass per (page, head of the group) and its own
-// per-page mass sums. Sized at warm-up.
+// Scratch one thread needs, sized at warm-up for the limits (no allocation later).
 struct AttentionScratch {
-  std::vector<float> log_mass;  // [batch_pages_max][q_heads_max]
-  std::vector<float> mass;      // [batch_pages_max]
+  std::vector<float> run_m, run_s;    // [q_heads_max]: the unit's running state
+  std::vector<float> run_acc;         // [q_heads_max][head_dim_max]
+  std::vector<float> page_m, page_s;  // [q_heads_max]: the current page's partial
+  std::vector<float> page_acc;        // [q_heads_max][head_dim_max]
+  std::vector<float> scores;          // [q_heads_max][64 rows]
+  std::vector<float> row;             // [q_heads_max][head_dim_max]: K or V widened
+  std::vector<float> log_mass;        // [batch_pages_max][q_heads_max]
+  std::vector<float> mass;            // [batch_pages_max]
   void reserve(const MemoryRequest& limits);
 };
 

@@ -347,10 +347,6 @@ Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<c
                       fmt::format("{} attention calls are in flight on the host backend; wait for one to complete",
                                   attention_jobs_in_flight));
   }
-  if (batch.shape.q_heads / batch.shape.kv_heads > 16 || batch.shape.head_dim > 512) {
-    return make_error(ErrorCode::unsupported, "",
-                      "the host kernel handles at most 16 query heads per kv head and head_dim 512");
-  }
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
   if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::attention);
@@ -418,8 +414,11 @@ void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t per
 
 void HostBackend::apply_attention(const Command& command, bool threaded) {
   AttentionJob& job = jobs_[command.job];
-  const std::uint32_t units = job.units();
   const std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
+  // Enough units for the threads: split each query's kv heads when queries are few.
+  const auto queries = static_cast<std::uint32_t>(job.positions.size());
+  job.kv_splits = queries >= threads ? 1 : std::min(job.shape.kv_heads, (threads + queries - 1) / queries);
+  const std::uint32_t units = job.units();
   const std::size_t pages = job.pages.size();
   const bool mass = job.page_mass != nullptr;
   // A static split of the units over the threads: deterministic per thread count.
