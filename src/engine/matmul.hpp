@@ -13,7 +13,7 @@
 //
 // Kernels, chosen once at start-up (best_isa) and overridable for tests:
 //   avx512  fused dequantise-in-register kernels for F32, F16, Q4_0, Q4_1, Q8_0;
-//           16 lanes; the weight block is unpacked once per group of 8 vectors
+//           16 lanes; tiles of 4 rows × 4 vectors
 //   avx2    the same with 8 lanes (needs AVX2, FMA, F16C), groups of 4 vectors
 //   portable dequantise the row once into scratch, then plain fp32 dots
 // Other types (BF16, Q5_0, Q5_1, Q4_K, Q6_K) take the scratch route on every

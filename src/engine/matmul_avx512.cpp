@@ -1,10 +1,13 @@
 // matmul_avx512.cpp — the AVX-512 kernels (compiled with -mavx512f -mavx512bw
 // -mavx512vl -mfma -mf16c; called only where isa_available(Isa::avx512)).
 //
-// A fused kernel unpacks one 32-element weight block into two registers of 16
-// floats and multiplies it into the accumulators of up to 8 activation vectors
-// at once, so a prefill chunk or a decode batch pays for the unpacking once per
-// 8 vectors. Everything here has internal linkage (see quant_blocks.hpp).
+// A fused kernel works on tiles of 4 rows × 4 activation vectors: it unpacks
+// each row's 32-element weight block into two registers of 16 floats once, and
+// each vector's 32 activations are loaded once and used by all 4 rows — 32
+// FMAs per 8 weight registers and 8 activation loads, so a prefill chunk is
+// bound by the FMA units rather than by loads. A decode step (one vector) runs
+// 4 rows at a time: 4 independent accumulator chains. 16 + 8 + 2 of the 32
+// vector registers. Everything here has internal linkage (see quant_blocks.hpp).
 #include <immintrin.h>
 
 #include "engine/matmul_isa.hpp"
@@ -76,43 +79,53 @@ struct LoadQ8_0 {
   }
 };
 
-// out[g] = dot(row, x + g × x_stride) for g < G.
-template <class L, int G>
-static inline void row_group(const std::uint8_t* row, std::size_t blocks_per_row, const float* x, std::size_t x_stride,
-                             float* out, std::size_t out_stride) {
-  __m512 acc0[G];
-  __m512 acc1[G];
-  for (int g = 0; g < G; ++g) {
-    acc0[g] = _mm512_setzero_ps();
-    acc1[g] = _mm512_setzero_ps();
-  }
+// A tile of R rows × G vectors: y[g × y_stride + r] = dot(row r, x + g × x_stride).
+// Each (row, vector) pair has its own accumulator, summed in block order
+// (low half, then high half of each block) and reduced at the end — the same
+// order for every tile shape, so how rows and vectors are grouped (chunking,
+// batching, thread split) never changes a bit of the result.
+template <class L, int R, int G>
+static inline void tile(const std::uint8_t* row, std::size_t row_bytes, std::size_t blocks_per_row, const float* x,
+                        std::size_t x_stride, float* y, std::size_t y_stride) {
+  __m512 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
   for (std::size_t k = 0; k < blocks_per_row; ++k) {
-    __m512 w0;
-    __m512 w1;
-    L::load(row + k * L::block_bytes, w0, w1);
+    __m512 w0[R];
+    __m512 w1[R];
+    for (int r = 0; r < R; ++r) L::load(row + r * row_bytes + k * L::block_bytes, w0[r], w1[r]);
     const float* xk = x + k * 32;
     for (int g = 0; g < G; ++g) {
-      acc0[g] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xk + g * x_stride), acc0[g]);
-      acc1[g] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xk + g * x_stride + 16), acc1[g]);
+      const __m512 xa = _mm512_loadu_ps(xk + g * x_stride);
+      const __m512 xb = _mm512_loadu_ps(xk + g * x_stride + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][g] = _mm512_fmadd_ps(w0[r], xa, acc[r][g]);
+        acc[r][g] = _mm512_fmadd_ps(w1[r], xb, acc[r][g]);
+      }
     }
   }
-  for (int g = 0; g < G; ++g) out[g * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[g], acc1[g]));
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < G; ++g) y[g * y_stride + r] = _mm512_reduce_add_ps(acc[r][g]);
+}
+
+// Rows [r, r + R) against every vector: groups of 4 vectors, then one at a time.
+template <class L, int R>
+static inline void rows_all_vectors(const MatmulArgs& a, std::uint32_t r, std::size_t blocks_per_row) {
+  const MatrixView& w = *a.w;
+  const std::uint8_t* row = w.data + r * w.row_bytes;
+  std::size_t b = 0;
+  for (; b + 4 <= a.batch; b += 4)
+    tile<L, R, 4>(row, w.row_bytes, blocks_per_row, a.x + b * a.x_stride, a.x_stride, a.y + b * a.y_stride + r, a.y_stride);
+  for (; b < a.batch; ++b)
+    tile<L, R, 1>(row, w.row_bytes, blocks_per_row, a.x + b * a.x_stride, a.x_stride, a.y + b * a.y_stride + r, a.y_stride);
 }
 
 template <class L>
 static void matmul_fused(const MatmulArgs& a) {
-  const MatrixView& w = *a.w;
-  const std::size_t blocks_per_row = w.cols / 32;
-  for (std::uint32_t r = a.row_begin; r < a.row_end; ++r) {
-    const std::uint8_t* row = w.data + r * w.row_bytes;
-    std::size_t b = 0;
-    for (; b + 8 <= a.batch; b += 8)
-      row_group<L, 8>(row, blocks_per_row, a.x + b * a.x_stride, a.x_stride, a.y + b * a.y_stride + r, a.y_stride);
-    for (; b + 4 <= a.batch; b += 4)
-      row_group<L, 4>(row, blocks_per_row, a.x + b * a.x_stride, a.x_stride, a.y + b * a.y_stride + r, a.y_stride);
-    for (; b < a.batch; ++b)
-      row_group<L, 1>(row, blocks_per_row, a.x + b * a.x_stride, a.x_stride, a.y + b * a.y_stride + r, a.y_stride);
-  }
+  const std::size_t blocks_per_row = a.w->cols / 32;
+  std::uint32_t r = a.row_begin;
+  for (; r + 4 <= a.row_end; r += 4) rows_all_vectors<L, 4>(a, r, blocks_per_row);
+  for (; r < a.row_end; ++r) rows_all_vectors<L, 1>(a, r, blocks_per_row);
 }
 
 static inline float dot_f32(const float* w, const float* x, std::size_t n) {

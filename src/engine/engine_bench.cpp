@@ -1,0 +1,179 @@
+// engine_bench.cpp — prefill and decode speed of the reference engine on the
+// default model, its KV in the ActiveKV runtime (host backend), and where a
+// step's time goes. A small program rather than Google Benchmark: one run is
+// seconds long and the figures wanted are rates and shares, not ns/iteration.
+//
+//   engine_bench [--context N] [--decode M] [--pool FRACTION] [--threads T] [--chunk C] [--kv runtime|reference]
+//
+// Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
+// steps after it, the decode step's time shares (matmul, attention, copies,
+// planning, other), bytes staged, and the weights' memory-traffic floor:
+// weight bytes read per token ÷ measured memcpy bandwidth.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "activekv/backend.hpp"
+#include "activekv/memory_plan.hpp"
+#include "engine/engine.hpp"
+#include "engine/model_path.hpp"
+#include "engine/reference_kv_access.hpp"
+#include "engine/runtime_kv.hpp"
+#include "engine/sampler.hpp"
+
+using namespace activekv;
+using namespace activekv::engine;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Best of 5 copies of a 256 MiB buffer: GB/s of read + write traffic counted as bytes read.
+double memcpy_read_gbps() {
+  const std::size_t bytes = 256ull << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 0.0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double s = seconds_since(t0);
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+    a[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(i) + 1];
+  }
+  return best;
+}
+
+void print_shares(const char* what, const PhaseTimes& t) {
+  const double total = static_cast<double>(t.total_ns());
+  fmt::print("{} time shares: matmul {:.1f}%  attention {:.1f}%  copies {:.1f}%  planning {:.1f}%  other {:.1f}%\n", what,
+             100.0 * t.matmul_ns / total, 100.0 * t.attention_ns / total, 100.0 * t.copies_ns / total,
+             100.0 * t.planning_ns / total, 100.0 * t.other_ns / total);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::uint32_t context = 512, decode = 32, threads = 2, chunk = 128;
+  double pool = 1.0;
+  std::string kv_kind = "runtime";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--context") context = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--decode") decode = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--pool") pool = std::atof(v);
+    else if (k == "--threads") threads = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--kv") kv_kind = v;
+    else {
+      fmt::print(stderr, "unknown option {}\n", k);
+      return 2;
+    }
+  }
+  Result<std::string> path = find_default_model();
+  if (!path) {
+    fmt::print(stderr, "{}\n", path.error().describe());
+    return 1;
+  }
+  Result<std::unique_ptr<Model>> loaded = Model::load(*path);
+  if (!loaded) {
+    fmt::print(stderr, "{}\n", loaded.error().describe());
+    return 1;
+  }
+  std::unique_ptr<Model> model = std::move(loaded).value();
+  const ModelConfig cfg = model->config();
+  const std::uint64_t weight_bytes = model->weight_bytes_per_token();
+  const ForwardLimits limits{chunk, 1};
+  const std::uint32_t page_tokens = 16;
+  const std::uint32_t final_length = (context + decode + 1 + page_tokens - 1) / page_tokens * page_tokens;
+
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<KvRuntime> runtime;
+  std::unique_ptr<KvAccess> kv;
+  ContextId ctx;
+  if (kv_kind == "runtime") {
+    MemorySettings memory;
+    memory.page_tokens = page_tokens;
+    memory.tile_tokens = 1024;
+    memory.tiles = 2;
+    memory.max_context_tokens = final_length;
+    memory.max_seqs = 1;
+    KvRuntimeSettings settings = runtime_settings(*model, memory, limits);
+    const std::uint64_t row = settings.memory.geometry.row_bytes();
+    const std::uint64_t pages = static_cast<std::uint64_t>(
+        std::ceil(pool * cfg.layers * (final_length / page_tokens)));
+    settings.memory.host_pool_bytes = std::uint64_t{cfg.layers} * final_length * row;
+    settings.memory.device_pool_bytes = 4 * arena_alignment_bytes + 2ull * 1024 * row + pages * page_tokens * row;
+    BackendOptions options;
+    options.compute_threads = threads;
+    Result<std::unique_ptr<Backend>> b = make_backend("host", options);
+    if (!b) return fmt::print(stderr, "{}\n", b.error().describe()), 1;
+    backend = std::move(b).value();
+    Result<std::unique_ptr<KvRuntime>> r = KvRuntime::create(settings, *backend);
+    if (!r) return fmt::print(stderr, "{}\n", r.error().describe()), 1;
+    runtime = std::move(r).value();
+    Result<AdmitResult> a = runtime->open_context(1, final_length);
+    if (!a || a->outcome != AdmitOutcome::admitted) return fmt::print(stderr, "not admitted\n"), 1;
+    ctx = a->handle;
+    kv = std::make_unique<RuntimeKv>(*runtime);
+  } else {
+    auto r = std::make_unique<ReferenceKvAccess>(model->geometry(), cfg.q_heads, page_tokens);
+    ctx = r->open(final_length);
+    kv = std::move(r);
+  }
+  EngineSettings es;
+  es.threads = threads;
+  es.limits = limits;
+  Result<std::unique_ptr<Engine>> created = Engine::create(std::move(model), std::move(kv), es);
+  if (!created) return fmt::print(stderr, "{}\n", created.error().describe()), 1;
+  Engine& eng = **created;
+
+  std::vector<TokenId> prompt(context);
+  std::uint64_t x = 12345;
+  for (TokenId& t : prompt) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t = static_cast<TokenId>(200 + (x >> 33) % 20000);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t fed = 0; fed < prompt.size(); fed += chunk) {
+    const std::size_t n = std::min<std::size_t>(chunk, prompt.size() - fed);
+    const StepInput in{ctx, std::span<const TokenId>(prompt).subspan(fed, n), fed + n == prompt.size()};
+    if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+  }
+  const double prefill_s = seconds_since(t0);
+  const PhaseTimes prefill_times = eng.times();
+  eng.reset_times();
+  const std::uint64_t staged_before = runtime ? runtime->counters().bytes_staged : 0;
+  t0 = std::chrono::steady_clock::now();
+  for (std::uint32_t i = 0; i < decode; ++i) {
+    const TokenId t = Sampler::argmax(eng.logits(0));
+    const StepInput in{ctx, {&t, 1}, true};
+    if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+  }
+  const double decode_s = seconds_since(t0);
+  const double gbps = memcpy_read_gbps();
+  fmt::print("model {}, {} kernels, {} threads, kv {}, pool {:.0f}% of the context\n", cfg.name, isa_name(eng.isa()),
+             threads, kv_kind, pool * 100);
+  fmt::print("prefill {} tokens (chunks of {}): {:.2f} s, {:.1f} tokens/s\n", context, chunk, prefill_s,
+             context / prefill_s);
+  fmt::print("decode {} tokens at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/token)\n", decode, context,
+             context + decode, decode_s, decode / decode_s, 1e3 * decode_s / decode);
+  print_shares("prefill", prefill_times);
+  print_shares("decode", eng.times());
+  if (runtime)
+    fmt::print("bytes staged during decode: {}\n", runtime->counters().bytes_staged - staged_before);
+  const double floor_ms = static_cast<double>(weight_bytes) / (gbps * 1e9) * 1e3;
+  fmt::print("weights read per token {:.1f} MiB; memcpy {:.1f} GB/s; traffic floor {:.2f} ms/token ({:.0f} tokens/s); "
+             "decode at {:.0f}% of the floor's speed\n",
+             weight_bytes / 1048576.0, gbps, floor_ms, 1e3 / floor_ms, 100.0 * floor_ms / (1e3 * decode_s / decode));
+  created->reset();
+  return 0;
+}

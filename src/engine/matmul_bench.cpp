@@ -1,0 +1,51 @@
+// matmul_bench.cpp — the quantised matrix products alone (Google Benchmark):
+// one Q4_1 and one Q8_0 matrix of the default model's shapes, batch 1 (decode)
+// and 64 (prefill chunk), every available instruction set, one thread.
+// Counters: weight bytes/s (the decode limit is memory) and GFLOP/s.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/matmul.hpp"
+
+namespace activekv::engine {
+namespace {
+
+void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
+  if (!isa_available(isa)) {
+    state.SkipWithError("instruction set not available");
+    return;
+  }
+  const std::uint32_t cols = 576, rows = 1536;
+  const std::size_t batch = static_cast<std::size_t>(state.range(0));
+  const std::size_t row_bytes = quant_row_bytes(type, cols);
+  std::vector<std::uint8_t> w(rows * row_bytes);
+  std::mt19937 rng(1);
+  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
+  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
+  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
+    const std::uint16_t half_one = 0x3c00;  // scales of 1.0: finite values
+    std::memcpy(&w[k], &half_one, 2);
+  }
+  const MatrixView m{type, w.data(), cols, rows, row_bytes};
+  std::vector<float> x(batch * cols, 0.5f), y(batch * rows), scratch(cols);
+  for (auto _ : state) {
+    matmul_rows(isa, m, x.data(), cols, batch, y.data(), rows, 0, rows, scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight_bytes/s"] = benchmark::Counter(static_cast<double>(w.size()) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["flop/s"] = benchmark::Counter(2.0 * cols * rows * batch * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK_CAPTURE(BM_matmul, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul, q4_1_avx2, GgmlType::q4_1, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul, q4_1_portable, GgmlType::q4_1, Isa::portable)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul, q8_0_avx512, GgmlType::q8_0, Isa::avx512)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul, q8_0_avx2, GgmlType::q8_0, Isa::avx2)->Arg(1)->Arg(64);
+
+}  // namespace
+}  // namespace activekv::engine
+
+BENCHMARK_MAIN();

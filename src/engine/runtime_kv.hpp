@@ -1,0 +1,42 @@
+// runtime_kv.hpp — KvAccess over the ActiveKV runtime: the production path.
+//
+// The forward pass's rows go to the tail pages on the device, attention runs
+// through the backend's paged kernel over resident pages and staged tiles,
+// and end_step writes the tail rows back to the authoritative host history.
+// This adapter adds nothing to the runtime: it only narrows it to the five
+// calls the arithmetic needs. The runtime (and its backend) stay owned by the
+// caller, who also does admission; they must outlive the adapter.
+//
+// runtime_settings() maps a model and the operator's memory settings onto the
+// runtime's: the geometry (every layer dense, f16 rows) and q_heads come from
+// the model, the sizes from the operator, the step limits from the engine.
+#pragma once
+
+#include "activekv/kv_runtime.hpp"
+#include "engine/forward.hpp"
+#include "engine/kv_access.hpp"
+#include "engine/model.hpp"
+
+namespace activekv::engine {
+
+KvRuntimeSettings runtime_settings(const Model& model, MemorySettings memory, const ForwardLimits& limits);
+
+class RuntimeKv final : public KvAccess {
+ public:
+  explicit RuntimeKv(KvRuntime& runtime) : runtime_(runtime) {}
+
+  std::uint32_t length(ContextId context) const override { return runtime_.length(context); }
+  Status begin_step(std::span<const StepEntry> entries) override { return runtime_.begin_step(entries); }
+  Status write_kv(std::uint32_t layer, const float* k, const float* v) override {
+    return runtime_.write_kv(layer, k, v);
+  }
+  Status attend(std::uint32_t layer, const float* q, float* out) override { return runtime_.attend(layer, q, out); }
+  Status end_step() override { return runtime_.end_step(); }
+
+  KvRuntime& runtime() noexcept { return runtime_; }
+
+ private:
+  KvRuntime& runtime_;
+};
+
+}  // namespace activekv::engine
