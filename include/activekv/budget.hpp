@@ -106,6 +106,7 @@ struct BudgetCounters {
   std::uint64_t reclaim_steps = 0;      // contexts visited by reclamation
   std::uint64_t pages_evicted = 0;      // a context's own pages giving way to its new tail/promotion
   std::uint64_t pages_promoted = 0;
+  std::uint64_t pages_quarantined = 0;  // taken out of page tables by quarantine()
 };
 
 class BudgetManager {
@@ -188,6 +189,14 @@ class BudgetManager {
   bool evict_one(std::uint32_t slot, std::uint32_t layer, Reason reason) noexcept;
   // Pages of `layer` that reclamation or eviction may take (promoted + run pages below the tail).
   std::uint32_t evictable(std::uint32_t slot, std::uint32_t layer) const noexcept;
+  // A fence that touched `page` failed or its outcome is unknown: the page is quarantined for
+  // good and leaves its context's page table (a promoted page, the sink, or a run page below the
+  // tail — the older part of the run goes with it, to keep the run contiguous); the history is
+  // re-staged from the host from the next step on. The context keeps its floor (a free page is
+  // reserved in its place, reclaiming if needed). Returns false when that cannot be done — the
+  // page was a tail page (it holds rows the step is writing) or no page is left to keep the floor —
+  // and the caller must cancel the context. Call between steps (after step_completed()).
+  bool quarantine(PageId page) noexcept;
   // Marks a context active in `step` (reclamation order).
   void touch(std::uint32_t slot, std::uint64_t step) noexcept { contexts_[slot].last_active_step = step; }
   void set_step(std::uint64_t step) noexcept { step_ = step; }

@@ -165,6 +165,54 @@ bool BudgetManager::evict_one(std::uint32_t slot, std::uint32_t l, Reason reason
   return true;
 }
 
+bool BudgetManager::quarantine(PageId page) noexcept {
+  PagePool& pool = arena_.pages();
+  AK_ASSERT(pool.current(page), "quarantine of a stale page handle");
+  const PageOwner owner = pool.owner(page.index);
+  pool.quarantine_page(page);
+  ++counters_.pages_quarantined;
+  if (owner.slot >= contexts_.size() || !contexts_[owner.slot].running) return true;
+  const std::uint32_t slot = owner.slot;
+  ContextState& c = contexts_[slot];
+  LayerResidency& r = layer(slot, owner.layer);
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const bool is_tail = owner.logical >= c.tail_first_logical || owner.logical == (c.length_tokens == 0 ? 0 : (c.length_tokens - 1) / P);
+  if (is_tail) return false;  // the page stays in the table, quarantined; the context must be cancelled
+  record(DecisionKind::reclaim, Reason::cancelled, slot, owner.layer, owner.logical, page.index, 1);
+  if (owner.logical == 0) {
+    AK_ASSERT(r.sink_page == page.index, "a page owning logical page 0 is the sink");
+    r.sink_page = page_none;
+    --c.pages_assigned;
+  } else if (r.run_count > 0 && owner.logical >= r.run_first) {
+    AK_ASSERT(owner.logical < r.run_first + r.run_count - 1, "the run's newest page is a tail page");
+    while (r.run_first < owner.logical) drop_run_oldest(slot, owner.layer, DecisionKind::evict, Reason::run_slides, UINT32_MAX);
+    // Now the quarantined page is the run's oldest: drop it without releasing it to the pool.
+    r.ring_head = (r.ring_head + 1) % ring_capacity_;
+    ++r.run_first;
+    --r.run_count;
+    --c.pages_assigned;
+    // The pages dropped above went back to the pool; keep them as this context's reservation.
+  } else {
+    std::uint32_t* logicals = promoted_logical_.data() + promoted_offset(slot, owner.layer);
+    std::uint32_t* pages = promoted_page_.data() + promoted_offset(slot, owner.layer);
+    std::uint32_t at = 0;
+    while (at < r.promoted_count && logicals[at] != owner.logical) ++at;
+    AK_ASSERT(at < r.promoted_count, "a quarantined page of a running context is in its page table");
+    std::copy(logicals + at + 1, logicals + r.promoted_count, logicals + at);
+    std::copy(pages + at + 1, pages + r.promoted_count, pages + at);
+    --r.promoted_count;
+    --c.pages_assigned;
+  }
+  // Hold the floor: a free page replaces the one lost, reclaimed from others if needed.
+  while (c.pages_held() < c.budget.floor_pages) {
+    if (pages_unreserved() == 0 && reclaim(1, slot, /*down_to_floor=*/true) == 0) return false;
+    ++c.pages_reserved;
+    ++reserved_total_;
+  }
+  AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after quarantine");
+  return true;
+}
+
 const char* BudgetManager::check() const noexcept {
   const PagePool& pool = arena_.pages();
   if (const char* broken = pool.check()) return broken;
@@ -215,7 +263,6 @@ const char* BudgetManager::check() const noexcept {
   const std::uint64_t in_use = static_cast<std::uint64_t>(pool.pages_owned()) + pool.pages_staging();
   if (assigned < in_use) return "a page in use belongs to no running context";
   if (assigned > in_use + pool.pages_quarantined()) return "a context holds a page that is free";
-  if (floors_committed_ > pool.pages_total() - pool.pages_quarantined()) return "committed floors exceed the usable pool";
   if (free_slot_count_ + running_ != contexts_.size()) return "free slots + running contexts differ from the slots";
   return nullptr;
 }

@@ -32,7 +32,7 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
     : budgets_(budgets), policy_(policy), mp_(budgets.plan()), promotions_per_layer_max_(promotions_per_layer_step) {
   const std::size_t slots = budgets.slots();
   const std::size_t layer_plans = slots * mp_.geometry.dense_layers;
-  const std::size_t ranges_max = mp_.promoted_pages_per_layer + 1;
+  const std::size_t ranges_max = mp_.promoted_pages_per_layer + 2;  // + page 0 while the sink is missing
   // Each range splits at most once per tile it crosses, plus once where a layer's first pass opens.
   const std::size_t copies_per_layer_plan = ranges_max + mp_.budget.pages_per_layer_max / std::max(1u, mp_.arena.tile_pages) + 2;
   scheduled_.resize(slots);
@@ -277,8 +277,11 @@ void ResidencyPlanner::stage_history(LayerPlan& lp) noexcept {
   const std::uint32_t P = mp_.arena.page_tokens;
   const std::uint32_t pages_total = (lp.length_tokens + P - 1) / P;
   const std::uint32_t stage_end = lp.run_count > 0 ? lp.run_first : std::min(pages_total, 1u);
+  AK_ASSERT(lp.sink_page != page_none || lp.length_before == 0 || lp.length_before >= P,
+            "a missing sink is never the page a step writes");
   lp.copy_first = copy_count_;
-  std::uint32_t cursor = 1;
+  // Page 0 is staged too while the sink is missing (its page was quarantined).
+  std::uint32_t cursor = lp.sink_page == page_none ? 0 : 1;
   auto add = [&](std::uint32_t first, std::uint32_t end) {
     if (end <= first) return;
     stage_range(lp, first, end - first);
@@ -321,14 +324,26 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
   query.run_first = r.run_first;
   query.pages_grantable = static_cast<std::uint32_t>(std::min<std::uint64_t>(grantable, promotions_per_layer_max_));
   query.promoted_room = mp_.promoted_pages_per_layer - r.promoted_count;
-  const std::uint32_t n = policy_.choose_promotions(query, {ranges_.data(), range_count}, chosen_);
+  std::uint32_t n = 0;
+  if (lp.sink_page == page_none) {
+    chosen_[n++] = 0;  // a missing sink (quarantined) is restored first, whatever the policy
+    --query.pages_grantable;
+  }
+  if (query.pages_grantable > 0) {
+    n += policy_.choose_promotions(query, {ranges_.data(), range_count}, {chosen_.data() + n, chosen_.size() - n});
+  }
   AK_ASSERT(n <= chosen_.size(), "a policy chooses at most the room it was given");
   lp.promotion_first = promotion_count_;
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint32_t q = chosen_[i];
     const LayerResidency& now = budgets_.layer(lp.slot, lp.layer);
     const bool extends = now.run_count > 0 && q + 1 == now.run_first;
-    if (!extends && (now.promoted_count == mp_.promoted_pages_per_layer || (now.run_count > 0 && q >= now.run_first))) continue;
+    const bool sink = q == 0;
+    if (sink && now.sink_page != page_none) continue;
+    if (!sink && !extends &&
+        (now.promoted_count == mp_.promoted_pages_per_layer || (now.run_count > 0 && q >= now.run_first))) {
+      continue;
+    }
     const StageCopy* from = nullptr;
     for (std::uint32_t k = 0; k < lp.copy_count && from == nullptr; ++k) {
       const StageCopy& copy = copies_[lp.copy_first + k];
@@ -338,7 +353,9 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
     const std::uint32_t page =
         budgets_.acquire_page(lp.slot, lp.layer, q, PageState::staging, policy_.promotion_reason(), /*allow_reclaim=*/false);
     if (page == page_none) break;
-    if (extends) {
+    if (sink) {
+      budgets_.set_sink(lp.slot, lp.layer, page);
+    } else if (extends) {
       budgets_.push_run_front(lp.slot, lp.layer, page);
     } else {
       const bool added = budgets_.add_promoted(lp.slot, lp.layer, q, page);
@@ -372,8 +389,7 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
 
 PageLocation StepPlan::locate(const LayerPlan& lp, std::uint32_t logical) const noexcept {
   PageLocation at;
-  if (logical == 0) {
-    if (lp.sink_page == page_none) return at;
+  if (logical == 0 && lp.sink_page != page_none) {
     at.kind = PageLocation::Kind::pool;
     at.pool_page = lp.sink_page;
   } else if (lp.run_count > 0 && logical >= lp.run_first && logical < lp.run_first + lp.run_count) {

@@ -267,8 +267,9 @@ TEST(Planner, ExplainListsPagesWithReasonsAndTheLastStepsDecisions) {
 }
 
 // Random schedules over many seeds: several contexts, prefill chunks and decode, finishes, both
-// policies, random budgets. The emulated device checks every byte after every step.
+// policies, random budgets, quarantined pages. The emulated device checks every byte after every step.
 TEST(PlannerProperty, RandomSchedulesExecuteExactlyOnAnEmulatedDevice) {
+  std::uint64_t quarantined = 0, cancelled = 0;
   for (std::uint64_t seed = 1; seed <= 300; ++seed) {
     std::mt19937_64 rng(seed);
     MemorySettings s = small(8 + static_cast<std::uint32_t>(rng() % 40), 1 + static_cast<std::uint32_t>(rng() % 4));
@@ -309,8 +310,37 @@ TEST(PlannerProperty, RandomSchedulesExecuteExactlyOnAnEmulatedDevice) {
                           static_cast<float>(rng() % 100) / 100.0f});
       }
       rig.planner.policy().observe(scores);
+      // A failed fence now and then: quarantine one resident page of a live context. A tail page
+      // cannot leave its table: the context is cancelled, as a runtime would.
+      if (rng() % 8 == 0 && !live.empty()) {
+        const std::size_t i = rng() % live.size();
+        const std::uint32_t slot = live[i].slot;
+        const std::uint32_t l = static_cast<std::uint32_t>(rng() % rig.plan.geometry.dense_layers);
+        const LayerResidency& r = rig.budgets.layer(slot, l);
+        std::uint32_t victim = page_none;
+        const auto which = rng() % 3;
+        if (which == 0) victim = r.sink_page;
+        if (which == 1 && r.run_count > 0) victim = rig.budgets.run_page(slot, l, static_cast<std::uint32_t>(rng() % r.run_count));
+        if (which == 2 && r.promoted_count > 0) victim = rig.budgets.promoted_pages(slot, l)[0];
+        if (victim != page_none) {
+          ++quarantined;
+          if (!rig.budgets.quarantine(rig.arena.pages().id(victim))) {
+            ++cancelled;
+            rig.budgets.cancel(live[i]);
+            rig.planner.policy().forget(slot);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+          }
+          ASSERT_EQ(rig.budgets.check(), nullptr) << "seed " << seed << " op " << op;
+          const PagePool& pool = rig.arena.pages();
+          ASSERT_EQ(pool.pages_free() + pool.pages_owned() + pool.pages_staging() + pool.pages_quarantined(),
+                    pool.pages_total());
+        }
+      }
     }
   }
+  EXPECT_GT(quarantined, 100u);
+  EXPECT_GT(cancelled, 10u);
+  EXPECT_GT(quarantined, cancelled);  // most quarantines re-stage the page and the context runs on
 }
 
 }  // namespace
