@@ -53,21 +53,47 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
     AttentionPage* pages = context_pages_.data() + std::size_t{i} * limits_.pages_per_layer_max;
     PageKey* keys = context_keys_.data() + std::size_t{i} * limits_.pages_per_layer_max;
     std::uint32_t* calls = context_call_.data() + std::size_t{i} * limits_.pages_per_layer_max;
+    // One ascending walk over the layer plan's four sources (sink, promoted set, newest run,
+    // staged copies), each sorted by logical page: O(pages + copies), no search per page.
+    const std::uint32_t* promoted_logical = plan.promoted_logical_storage.data() + lp.promoted_offset;
+    const std::uint32_t* promoted_page = plan.promoted_page_storage.data() + lp.promoted_offset;
+    std::uint32_t promoted = 0;
+    std::uint32_t copy = 0;
     for (std::uint32_t g = 0; g < n; ++g) {
-      const PageLocation loc = plan.locate(lp, g);
-      AK_ASSERT(loc.kind != PageLocation::Kind::absent, "attention schedule: a page is neither resident nor staged");
+      std::uint32_t pool_page = page_none;
+      if (g == 0 && lp.sink_page != page_none) {
+        pool_page = lp.sink_page;
+      } else if (lp.run_count > 0 && g >= lp.run_first && g < lp.run_first + lp.run_count) {
+        pool_page = plan.run_page(lp, g - lp.run_first);
+      } else if (promoted < lp.promoted_count && promoted_logical[promoted] == g) {
+        pool_page = promoted_page[promoted++];
+      }
       const std::uint32_t first = g * page_tokens;
-      pages[g] = AttentionPage{loc.device_offset, first, std::min(page_tokens, lp.length_tokens - first)};
-      const bool staged = loc.kind == PageLocation::Kind::tile;
-      keys[g] = PageKey{lp.slot, layer, g, staged};
-      if (staged) {
-        AK_ASSERT(loc.pass >= pass_first_ && loc.pass < pass_first_ + pass_count_,
-                  "attention schedule: a page is staged in another layer's pass");
-        calls[g] = loc.pass - pass_first_;
-        ++pages_staged_;
-      } else {
+      const std::uint32_t tokens = std::min(page_tokens, lp.length_tokens - first);
+      if (pool_page != page_none) {
+        pages[g] = AttentionPage{plan.page_pool_offset + std::uint64_t{pool_page} * plan.page_bytes, first, tokens};
+        keys[g] = PageKey{lp.slot, layer, g, false};
         calls[g] = UINT32_MAX;  // decided below: the call of the next staged page above
         ++pages_resident_;
+      } else {
+        while (copy < lp.copy_count && plan.copies[lp.copy_first + copy].logical_first +
+                                               plan.copies[lp.copy_first + copy].pages <= g) {
+          ++copy;
+        }
+        AK_ASSERT(copy < lp.copy_count, "attention schedule: a page is neither resident nor staged");
+        const StageCopy& c = plan.copies[lp.copy_first + copy];
+        AK_ASSERT(g >= c.logical_first, "attention schedule: staged copies must ascend by logical page");
+        AK_ASSERT(c.pass >= pass_first_ && c.pass < pass_first_ + pass_count_,
+                  "attention schedule: a page is staged in another layer's pass");
+        pages[g] = AttentionPage{c.device_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens};
+        keys[g] = PageKey{lp.slot, layer, g, true};
+        calls[g] = c.pass - pass_first_;
+        ++pages_staged_;
+      }
+      if constexpr (ak_expensive_asserts) {
+        [[maybe_unused]] const PageLocation loc = plan.locate(lp, g);
+        AK_EXPENSIVE_ASSERT(loc.kind != PageLocation::Kind::absent && loc.device_offset == pages[g].arena_offset,
+                            "attention schedule: the walk disagrees with StepPlan::locate");
       }
     }
     // A resident page joins the call of the nearest staged page above it, or the final call.
