@@ -179,6 +179,10 @@ __global__ void page_mass(gpu::PackedParams a, Buffers b) {
   if (page >= a.pages) return;
   const auto* words = reinterpret_cast<const std::uint32_t*>(b.table);
   const std::uint32_t task = words[a.off_page_task + page];
+  if (task >= a.tasks) {  // a page no task names
+    b.mass[page] = 0.0f;
+    return;
+  }
   const std::uint32_t page_begin = words[a.off_task_page_begin + task];
   const std::uint32_t page_count = words[a.off_task_page_count + task];
   const std::uint32_t query_begin = words[a.off_task_query_begin + task];

@@ -5,16 +5,26 @@
 // pool page or a page inside a staged tile: the kernel cannot tell and must
 // not care), the token index of that row and how many rows are valid.
 //
-//   ak_attention  one work-item per (query row, q_head). Walks its task's pages
-//                 in ascending order. For each page it computes the page's
-//                 partial softmax state in fp32 — pass 1 the maximum m_p of the
-//                 visible scores, pass 2 s_p = Σ exp(score − m_p) and
-//                 acc_p = Σ exp(score − m_p)·v over rows in ascending token
-//                 order, K/V widened to fp32 first — and merges it into the
-//                 running state (m, s, acc). out = acc / s.
-//   ak_page_mass  one work-item per page: the page's share of softmax mass over
-//                 all (query, head) pairs of its task, from the (m_p, s_p) each
-//                 pair wrote and the pair's final (m, s). Fixed summation order.
+//   a page's partial  (ak_page_partial) in fp32: pass 1 the maximum m_p of the
+//                     visible scores, pass 2 s_p = Σ exp(score − m_p) and
+//                     acc_p = Σ exp(score − m_p)·v over rows in ascending token
+//                     order, K/V widened to fp32 first.
+//   the merge         (ak_merge) of a page's partial into the running state
+//                     (m, s, acc), pages in ascending order; out = acc / s.
+//
+// Two schedules compute exactly this, bit for bit:
+//   ak_attention       sequential: one work-item per (query row, q_head) computes
+//                      and merges each page in turn (no scratch beyond page mass).
+//   ak_page_partials + page-parallel: one work-item per (page, q_head, query of
+//   ak_merge_partials  the page's task) writes the page's partial to scratch;
+//                      then one work-item per (query row, q_head) merges them in
+//                      ascending page order. Same helper functions, same order,
+//                      FP_CONTRACT off: the scratch round trip is exact, so the
+//                      two schedules agree bit for bit (tested). The host picks
+//                      the parallel one when the scratch holds the batch.
+//   ak_page_mass       one work-item per page: the page's share of softmax mass
+//                      over all (query, head) pairs of its task, from each pair's
+//                      (m_p, s_p) and final (m, s). Fixed summation order.
 //
 // A page's partial is computed by the same code from the same bytes wherever
 // they live, and the merge order is fixed, so outputs are bit-identical between
@@ -30,12 +40,16 @@
 //   q      [queries][q_heads][head_dim]            fp32
 //   out    [queries][q_heads][head_dim]            fp32
 //   state  [queries][q_heads][2 + head_dim]        m, s, acc
-//   pair_ms[task_mass_first[t] + (qi·q_heads + h)·page_count + p][2]   m_p, s_p
+//   pair_ms[task_mass_first[t] + (k·q_heads + h)·page_count + p][ms_stride]  m_p, s_p
+//            (k: the query's row within its task; ms_stride 2 in the sequential
+//            schedule, 2 + head_dim when the page-parallel partials double as it)
 //   final_ms [queries][q_heads][2]                 the pair's final m, s
 //   mass   [pages]
 // dtype codes follow activekv::DType: 0 f32, 1 f16, 2 bf16. bf16 is widened by
 // a 16-bit shift (exact); f16 by vload_half (exact; needs no cl_khr_fp16).
 // AK_HEAD_DIM_MAX is defined by the host at build time (MemoryRequest::head_dim_max).
+
+#pragma OPENCL FP_CONTRACT OFF
 
 #define AK_DTYPE_F32 0u
 #define AK_DTYPE_F16 1u
@@ -93,81 +107,52 @@ inline float ak_dot(__global const float* qv, __global const uchar* base, ulong 
   return dot;
 }
 
-__kernel void ak_attention(const ak_params a,
-                           __global const uchar* arena,
-                           __global const ulong* page_offsets,  // the parameter slot; uint arrays follow
-                           __global const float* q,
-                           __global float* out,
-                           __global float* state,
-                           __global float* pair_ms,
-                           __global float* final_ms) {
-  const uint qi = (uint)get_global_id(0);
-  const uint head = (uint)get_global_id(1);
-  if (qi >= a.queries || head >= a.q_heads) return;
-  __global const uint* words = (__global const uint*)page_offsets;
-  __global const uint* page_first = words + a.off_page_first;
-  __global const uint* page_tokens = words + a.off_page_tokens;
-  const uint task = words[a.off_query_task + qi];
-  if (task >= a.tasks) return;  // a row no task owns
-  const uint position = words[a.off_positions + qi];
-  const uint page_begin = words[a.off_task_page_begin + task];
-  const uint page_count = words[a.off_task_page_count + task];
-  const uint query_begin = words[a.off_task_query_begin + task];
-  const uint mass_first = words[a.off_task_mass_first + task];
+// The page's partial for one (query, head): m_p, s_p and acc_p[head_dim].
+inline void ak_page_partial(__global const float* qv, __global const uchar* base, uint visible, ulong row_elements,
+                            ulong k_first, ulong v_first, uint head_dim, uint dtype, float scale,
+                            float* m_out, float* s_out, float* acc_p) {
+  float m_p = -INFINITY;
+  for (uint r = 0; r < visible; ++r) {
+    m_p = fmax(m_p, ak_dot(qv, base, (ulong)r * row_elements + k_first, head_dim, dtype) * scale);
+  }
+  float s_p = 0.0f;
+  for (uint d = 0; d < head_dim; ++d) acc_p[d] = 0.0f;
+  for (uint r = 0; r < visible; ++r) {
+    const ulong row = (ulong)r * row_elements;
+    const float w = exp(ak_dot(qv, base, row + k_first, head_dim, dtype) * scale - m_p);
+    s_p += w;
+    for (uint d = 0; d < head_dim; ++d) acc_p[d] += w * ak_load(base, row + v_first + d, dtype);
+  }
+  *m_out = m_p;
+  *s_out = s_p;
+}
 
-  const uint kv_head = head / (a.q_heads / a.kv_heads);
-  const ulong row_elements = 2ul * a.kv_heads * a.head_dim;
-  const ulong k_first = (ulong)kv_head * a.head_dim;
-  const ulong v_first = (ulong)a.kv_heads * a.head_dim + k_first;
-  const ulong pair = (ulong)qi * a.q_heads + head;
-  __global const float* qv = q + pair * a.head_dim;
+// Merges a page's partial into the running state.
+inline void ak_merge(float* m, float* s, float* acc, float m_p, float s_p, const float* acc_p, uint head_dim) {
+  if (s_p == 0.0f) return;  // no visible token in this page
+  const float mm = fmax(*m, m_p);
+  const float x = (*s == 0.0f) ? 0.0f : exp(*m - mm);
+  const float y = exp(m_p - mm);
+  *s = *s * x + s_p * y;
+  for (uint d = 0; d < head_dim; ++d) acc[d] = acc[d] * x + acc_p[d] * y;
+  *m = mm;
+}
 
-  float m = -INFINITY;
-  float s = 0.0f;
-  float acc[AK_HEAD_DIM_MAX];
-  float acc_p[AK_HEAD_DIM_MAX];
+inline void ak_start(const ak_params a, __global const float* state, ulong pair, float* m, float* s, float* acc) {
+  *m = -INFINITY;
+  *s = 0.0f;
   if ((a.flags & AK_LOAD_STATE) != 0u) {
     __global const float* st = state + pair * (2ul + a.head_dim);
-    m = st[0];
-    s = st[1];
+    *m = st[0];
+    *s = st[1];
     for (uint d = 0; d < a.head_dim; ++d) acc[d] = st[2 + d];
   } else {
     for (uint d = 0; d < a.head_dim; ++d) acc[d] = 0.0f;
   }
+}
 
-  for (uint i = 0; i < page_count; ++i) {
-    const uint page = page_begin + i;
-    const uint first_token = page_first[page];
-    uint visible = 0;
-    if (position >= first_token) visible = min(page_tokens[page], position - first_token + 1u);
-    __global const uchar* base = arena + page_offsets[page];
-
-    float m_p = -INFINITY;
-    for (uint r = 0; r < visible; ++r) {
-      m_p = fmax(m_p, ak_dot(qv, base, (ulong)r * row_elements + k_first, a.head_dim, a.dtype) * a.scale);
-    }
-    float s_p = 0.0f;
-    for (uint d = 0; d < a.head_dim; ++d) acc_p[d] = 0.0f;
-    for (uint r = 0; r < visible; ++r) {
-      const ulong row = (ulong)r * row_elements;
-      const float w = exp(ak_dot(qv, base, row + k_first, a.head_dim, a.dtype) * a.scale - m_p);
-      s_p += w;
-      for (uint d = 0; d < a.head_dim; ++d) acc_p[d] += w * ak_load(base, row + v_first + d, a.dtype);
-    }
-    if ((a.flags & AK_PAGE_MASS) != 0u) {
-      __global float* ms = pair_ms + 2ul * (mass_first + ((ulong)(qi - query_begin) * a.q_heads + head) * page_count + i);
-      ms[0] = m_p;
-      ms[1] = s_p;
-    }
-    if (s_p == 0.0f) continue;  // no visible token in this page
-    const float mm = fmax(m, m_p);
-    const float x = (s == 0.0f) ? 0.0f : exp(m - mm);
-    const float y = exp(m_p - mm);
-    s = s * x + s_p * y;
-    for (uint d = 0; d < a.head_dim; ++d) acc[d] = acc[d] * x + acc_p[d] * y;
-    m = mm;
-  }
-
+inline void ak_finish(const ak_params a, ulong pair, float m, float s, const float* acc, __global float* out,
+                      __global float* state, __global float* final_ms) {
   if ((a.flags & AK_STORE_STATE) != 0u) {
     __global float* st = state + pair * (2ul + a.head_dim);
     st[0] = m;
@@ -184,15 +169,136 @@ __kernel void ak_attention(const ak_params a,
   }
 }
 
+// Rows of a page a query at `position` may see.
+inline uint ak_visible(uint position, uint first_token, uint tokens) {
+  return position >= first_token ? min(tokens, position - first_token + 1u) : 0u;
+}
+
+__kernel void ak_attention(const ak_params a,
+                           __global const uchar* arena,
+                           __global const ulong* page_offsets,  // the parameter slot; uint arrays follow
+                           __global const float* q,
+                           __global float* out,
+                           __global float* state,
+                           __global float* pair_ms,
+                           __global float* final_ms) {
+  const uint qi = (uint)get_global_id(0);
+  const uint head = (uint)get_global_id(1);
+  if (qi >= a.queries || head >= a.q_heads) return;
+  __global const uint* words = (__global const uint*)page_offsets;
+  const uint task = words[a.off_query_task + qi];
+  if (task >= a.tasks) return;  // a row no task owns
+  const uint position = words[a.off_positions + qi];
+  const uint page_begin = words[a.off_task_page_begin + task];
+  const uint page_count = words[a.off_task_page_count + task];
+  const uint query_begin = words[a.off_task_query_begin + task];
+  const uint mass_first = words[a.off_task_mass_first + task];
+  const uint kv_head = head / (a.q_heads / a.kv_heads);
+  const ulong row_elements = 2ul * a.kv_heads * a.head_dim;
+  const ulong k_first = (ulong)kv_head * a.head_dim;
+  const ulong v_first = (ulong)a.kv_heads * a.head_dim + k_first;
+  const ulong pair = (ulong)qi * a.q_heads + head;
+  __global const float* qv = q + pair * a.head_dim;
+
+  float m, s;
+  float acc[AK_HEAD_DIM_MAX];
+  float acc_p[AK_HEAD_DIM_MAX];
+  ak_start(a, state, pair, &m, &s, acc);
+  for (uint i = 0; i < page_count; ++i) {
+    const uint page = page_begin + i;
+    const uint visible = ak_visible(position, words[a.off_page_first + page], words[a.off_page_tokens + page]);
+    float m_p, s_p;
+    ak_page_partial(qv, arena + page_offsets[page], visible, row_elements, k_first, v_first, a.head_dim, a.dtype,
+                    a.scale, &m_p, &s_p, acc_p);
+    if ((a.flags & AK_PAGE_MASS) != 0u) {
+      __global float* ms = pair_ms + 2ul * (mass_first + ((ulong)(qi - query_begin) * a.q_heads + head) * page_count + i);
+      ms[0] = m_p;
+      ms[1] = s_p;
+    }
+    ak_merge(&m, &s, acc, m_p, s_p, acc_p, a.head_dim);
+  }
+  ak_finish(a, pair, m, s, acc, out, state, final_ms);
+}
+
+// Page-parallel schedule, step 1: global (pages, q_heads, largest query_count).
+__kernel void ak_page_partials(const ak_params a,
+                               __global const uchar* arena,
+                               __global const ulong* page_offsets,
+                               __global const float* q,
+                               __global float* partials) {
+  const uint page = (uint)get_global_id(0);
+  const uint head = (uint)get_global_id(1);
+  const uint k = (uint)get_global_id(2);
+  if (page >= a.pages || head >= a.q_heads) return;
+  __global const uint* words = (__global const uint*)page_offsets;
+  const uint task = words[a.off_page_task + page];
+  if (task >= a.tasks || k >= words[a.off_task_query_count + task]) return;
+  const uint page_begin = words[a.off_task_page_begin + task];
+  const uint page_count = words[a.off_task_page_count + task];
+  const uint qi = words[a.off_task_query_begin + task] + k;
+  const uint mass_first = words[a.off_task_mass_first + task];
+  const uint kv_head = head / (a.q_heads / a.kv_heads);
+  const ulong row_elements = 2ul * a.kv_heads * a.head_dim;
+  const ulong k_first = (ulong)kv_head * a.head_dim;
+  const ulong v_first = (ulong)a.kv_heads * a.head_dim + k_first;
+  __global const float* qv = q + ((ulong)qi * a.q_heads + head) * a.head_dim;
+  const uint visible = ak_visible(words[a.off_positions + qi], words[a.off_page_first + page], words[a.off_page_tokens + page]);
+
+  float m_p, s_p;
+  float acc_p[AK_HEAD_DIM_MAX];
+  ak_page_partial(qv, arena + page_offsets[page], visible, row_elements, k_first, v_first, a.head_dim, a.dtype, a.scale,
+                  &m_p, &s_p, acc_p);
+  __global float* part = partials + (2ul + a.head_dim) *
+                                        (mass_first + ((ulong)k * a.q_heads + head) * page_count + (page - page_begin));
+  part[0] = m_p;
+  part[1] = s_p;
+  for (uint d = 0; d < a.head_dim; ++d) part[2 + d] = acc_p[d];
+}
+
+// Page-parallel schedule, step 2: global (queries, q_heads).
+__kernel void ak_merge_partials(const ak_params a,
+                                __global const ulong* page_offsets,
+                                __global const float* partials,
+                                __global float* out,
+                                __global float* state,
+                                __global float* final_ms) {
+  const uint qi = (uint)get_global_id(0);
+  const uint head = (uint)get_global_id(1);
+  if (qi >= a.queries || head >= a.q_heads) return;
+  __global const uint* words = (__global const uint*)page_offsets;
+  const uint task = words[a.off_query_task + qi];
+  if (task >= a.tasks) return;
+  const uint page_count = words[a.off_task_page_count + task];
+  const uint k = qi - words[a.off_task_query_begin + task];
+  const uint mass_first = words[a.off_task_mass_first + task];
+  const ulong pair = (ulong)qi * a.q_heads + head;
+
+  float m, s;
+  float acc[AK_HEAD_DIM_MAX];
+  float acc_p[AK_HEAD_DIM_MAX];
+  ak_start(a, state, pair, &m, &s, acc);
+  for (uint i = 0; i < page_count; ++i) {
+    __global const float* part = partials + (2ul + a.head_dim) * (mass_first + ((ulong)k * a.q_heads + head) * page_count + i);
+    for (uint d = 0; d < a.head_dim; ++d) acc_p[d] = part[2 + d];
+    ak_merge(&m, &s, acc, part[0], part[1], acc_p, a.head_dim);
+  }
+  ak_finish(a, pair, m, s, acc, out, state, final_ms);
+}
+
 __kernel void ak_page_mass(const ak_params a,
                            __global const ulong* page_offsets,
                            __global const float* pair_ms,
+                           const uint ms_stride,
                            __global const float* final_ms,
                            __global float* mass) {
   const uint page = (uint)get_global_id(0);
   if (page >= a.pages) return;
   __global const uint* words = (__global const uint*)page_offsets;
   const uint task = words[a.off_page_task + page];
+  if (task >= a.tasks) {  // a page no task names
+    mass[page] = 0.0f;
+    return;
+  }
   const uint page_begin = words[a.off_task_page_begin + task];
   const uint page_count = words[a.off_task_page_count + task];
   const uint query_begin = words[a.off_task_query_begin + task];
@@ -206,7 +312,7 @@ __kernel void ak_page_mass(const ak_params a,
       const ulong pair = (ulong)(query_begin + k) * a.q_heads + head;
       const float m = final_ms[2ul * pair];
       const float s = final_ms[2ul * pair + 1ul];
-      __global const float* ms = pair_ms + 2ul * (mass_first + ((ulong)k * a.q_heads + head) * page_count + i);
+      __global const float* ms = pair_ms + (ulong)ms_stride * (mass_first + ((ulong)k * a.q_heads + head) * page_count + i);
       if (s == 0.0f || ms[1] == 0.0f) continue;
       sum += ms[1] * exp(ms[0] - m) / s;
     }

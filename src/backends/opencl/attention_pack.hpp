@@ -106,6 +106,7 @@ inline PackedParams pack_attention(const AttentionBatch& batch, std::span<std::b
     offsets[i] = batch.pages[i].arena_offset;
     words[p.off_page_first + i] = batch.pages[i].first_token;
     words[p.off_page_tokens + i] = batch.pages[i].tokens;
+    words[p.off_page_task + i] = kNoTask;  // pages no task names are skipped (mass 0)
   }
   for (std::uint32_t i = 0; i < queries; ++i) {
     words[p.off_positions + i] = batch.query_positions[i];

@@ -51,8 +51,8 @@ std::uint64_t round_up(std::uint64_t value, std::uint64_t multiple) noexcept {
 
 class OpenClBackend final : public Backend {
  public:
-  OpenClBackend(const BackendOptions& options, DeviceInfo device)
-      : Backend(options.fences_max), device_(std::move(device)), slot_events_(options.fences_max, nullptr),
+  OpenClBackend(const BackendOptions& options, const OpenClTuning& tuning, DeviceInfo device)
+      : Backend(options.fences_max), device_(std::move(device)), tuning_(tuning), slot_events_(options.fences_max, nullptr),
         slot_generations_(options.fences_max, 0) {
     capabilities_.can_pin = true;
     capabilities_.batched_copies = false;  // a loop of enqueues under one fence
@@ -173,6 +173,7 @@ class OpenClBackend final : public Backend {
   Status build_program(const MemoryRequest& request);
 
   DeviceInfo device_;
+  OpenClTuning tuning_;
   Capabilities capabilities_{};
   ContextHandle context_;
   std::array<QueueHandle, kQueues> queues_;
@@ -185,6 +186,9 @@ class OpenClBackend final : public Backend {
   ProgramHandle program_;
   KernelHandle attention_kernel_;
   KernelHandle mass_kernel_;
+  KernelHandle partials_kernel_;  // page-parallel schedule
+  KernelHandle merge_kernel_;
+  MemHandle partials_;            // tuning_.split_scratch_bytes; empty when 0
   MemHandle params_device_;
   std::vector<MemHandle> param_slots_;    // sub-buffers of params_device_, one per slot
   MemHandle params_host_;
@@ -235,6 +239,10 @@ Status OpenClBackend::build_program(const MemoryRequest& request) {
   if (status != CL_SUCCESS) return cl_error("clCreateKernel(ak_attention)", status);
   mass_kernel_ = KernelHandle(clCreateKernel(program_.get(), "ak_page_mass", &status));
   if (status != CL_SUCCESS) return cl_error("clCreateKernel(ak_page_mass)", status);
+  partials_kernel_ = KernelHandle(clCreateKernel(program_.get(), "ak_page_partials", &status));
+  if (status != CL_SUCCESS) return cl_error("clCreateKernel(ak_page_partials)", status);
+  merge_kernel_ = KernelHandle(clCreateKernel(program_.get(), "ak_merge_partials", &status));
+  if (status != CL_SUCCESS) return cl_error("clCreateKernel(ak_merge_partials)", status);
   return Status::success();
 }
 
@@ -274,6 +282,9 @@ Status OpenClBackend::do_allocate(const MemoryRequest& request) {
   if (Status s = create_buffer(pair_ms_, CL_MEM_READ_WRITE, pair_ms_capacity_ * 8, "page-mass partials"); !s.ok()) return s;
   if (Status s = create_buffer(final_ms_, CL_MEM_READ_WRITE, head_floats * 8, "page-mass totals"); !s.ok()) return s;
   if (Status s = create_buffer(mass_, CL_MEM_WRITE_ONLY, std::uint64_t{request.batch_pages_max} * 4, "page mass"); !s.ok()) return s;
+  if (tuning_.split_scratch_bytes > 0) {
+    if (Status s = create_buffer(partials_, CL_MEM_READ_WRITE, tuning_.split_scratch_bytes, "page-parallel partials"); !s.ok()) return s;
+  }
 
   cl_uint align_bits = 0;
   clGetDeviceInfo(device_.device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(align_bits), &align_bits, nullptr);
@@ -467,7 +478,9 @@ Result<Fence> OpenClBackend::do_download(std::uint64_t arena_offset, std::span<s
 
 Result<Fence> OpenClBackend::do_attention(const AttentionBatch& batch, std::span<const Fence> waits) {
   const bool wants_mass = !batch.page_mass.empty();
-  if (wants_mass && gpu::pair_page_count(batch) > pair_ms_capacity_) {
+  const std::uint64_t triples = gpu::pair_page_count(batch);
+  const bool split = partials_ && triples * (2ull + batch.shape.head_dim) * 4 <= tuning_.split_scratch_bytes;
+  if (wants_mass && !split && triples > pair_ms_capacity_) {
     return make_error(ErrorCode::exhausted, "page_mass",
                       fmt::format("page mass for {} (query, head, page) triples exceeds the scratch sized at warm-up "
                                   "({} = batch_pages_max x q_heads_max); ask for page mass on decode batches or split the batch",
@@ -485,7 +498,7 @@ Result<Fence> OpenClBackend::do_attention(const AttentionBatch& batch, std::span
     }
     release_event(param_uploads_[slot]);
   }
-  if (!make_room(8)) {
+  if (!make_room(12)) {
     return make_error(ErrorCode::exhausted, "opencl", "too many unresolved OpenCL commands in flight; wait on earlier fences");
   }
   Result<Fence> opened = open_fence(QueueKind::compute);
@@ -544,29 +557,60 @@ Result<Fence> OpenClBackend::do_attention(const AttentionBatch& batch, std::span
     ++upload_count;
   }
 
-  cl_kernel kernel = attention_kernel_.get();
   cl_mem arena = arena_.get(), table = param_slots_[slot].get(), q = q_.get(), out = out_.get(), state = state_.get(),
-         pair_ms = pair_ms_.get(), final_ms = final_ms_.get(), mass = mass_.get();
-  clSetKernelArg(kernel, 0, sizeof(params), &params);
-  clSetKernelArg(kernel, 1, sizeof(cl_mem), &arena);
-  clSetKernelArg(kernel, 2, sizeof(cl_mem), &table);
-  clSetKernelArg(kernel, 3, sizeof(cl_mem), &q);
-  clSetKernelArg(kernel, 4, sizeof(cl_mem), &out);
-  clSetKernelArg(kernel, 5, sizeof(cl_mem), &state);
-  clSetKernelArg(kernel, 6, sizeof(cl_mem), &pair_ms);
-  clSetKernelArg(kernel, 7, sizeof(cl_mem), &final_ms);
-  const std::size_t global[2] = {static_cast<std::size_t>(queries), batch.shape.q_heads};
-  const std::size_t local[2] = {1, 1};
-  status = clEnqueueNDRangeKernel(compute, kernel, 2, nullptr, global, local, upload_count, uploads.data(), &attention_done);
-  if (status != CL_SUCCESS) return fail("clEnqueueNDRangeKernel(ak_attention)", status);
-
-  if (wants_mass) {
-    cl_kernel mk = mass_kernel_.get();
+         pair_ms = pair_ms_.get(), final_ms = final_ms_.get(), mass = mass_.get(), partials = partials_.get();
+  // CPU devices run one work-group per thread: single work-items spread the pairs over
+  // every core. GPUs choose their own work-group shape.
+  const std::size_t local_one[2] = {1, 1};
+  const std::size_t* local_2d = device_.is_gpu ? nullptr : local_one;
+  const std::size_t global_pairs[2] = {static_cast<std::size_t>(queries), batch.shape.q_heads};
+  if (split) {
+    std::uint32_t rows_max = 0;
+    for (const AttentionTask& task : batch.tasks) rows_max = std::max(rows_max, task.query_count);
+    cl_kernel pk = partials_kernel_.get();
+    clSetKernelArg(pk, 0, sizeof(params), &params);
+    clSetKernelArg(pk, 1, sizeof(cl_mem), &arena);
+    clSetKernelArg(pk, 2, sizeof(cl_mem), &table);
+    clSetKernelArg(pk, 3, sizeof(cl_mem), &q);
+    clSetKernelArg(pk, 4, sizeof(cl_mem), &partials);
+    const std::size_t global_triples[3] = {batch.pages.size(), batch.shape.q_heads, rows_max};
+    cl_event partials_done = nullptr;
+    status = clEnqueueNDRangeKernel(compute, pk, 3, nullptr, global_triples, nullptr, upload_count, uploads.data(), &partials_done);
+    if (status != CL_SUCCESS) return fail("clEnqueueNDRangeKernel(ak_page_partials)", status);
+    retire(partials_done);
+    cl_kernel mk = merge_kernel_.get();
     clSetKernelArg(mk, 0, sizeof(params), &params);
     clSetKernelArg(mk, 1, sizeof(cl_mem), &table);
-    clSetKernelArg(mk, 2, sizeof(cl_mem), &pair_ms);
-    clSetKernelArg(mk, 3, sizeof(cl_mem), &final_ms);
-    clSetKernelArg(mk, 4, sizeof(cl_mem), &mass);
+    clSetKernelArg(mk, 2, sizeof(cl_mem), &partials);
+    clSetKernelArg(mk, 3, sizeof(cl_mem), &out);
+    clSetKernelArg(mk, 4, sizeof(cl_mem), &state);
+    clSetKernelArg(mk, 5, sizeof(cl_mem), &final_ms);
+    status = clEnqueueNDRangeKernel(compute, mk, 2, nullptr, global_pairs, local_2d, 1, &partials_done, &attention_done);
+    if (status != CL_SUCCESS) return fail("clEnqueueNDRangeKernel(ak_merge_partials)", status);
+  } else {
+    cl_kernel kernel = attention_kernel_.get();
+    clSetKernelArg(kernel, 0, sizeof(params), &params);
+    clSetKernelArg(kernel, 1, sizeof(cl_mem), &arena);
+    clSetKernelArg(kernel, 2, sizeof(cl_mem), &table);
+    clSetKernelArg(kernel, 3, sizeof(cl_mem), &q);
+    clSetKernelArg(kernel, 4, sizeof(cl_mem), &out);
+    clSetKernelArg(kernel, 5, sizeof(cl_mem), &state);
+    clSetKernelArg(kernel, 6, sizeof(cl_mem), &pair_ms);
+    clSetKernelArg(kernel, 7, sizeof(cl_mem), &final_ms);
+    status = clEnqueueNDRangeKernel(compute, kernel, 2, nullptr, global_pairs, local_2d, upload_count, uploads.data(), &attention_done);
+    if (status != CL_SUCCESS) return fail("clEnqueueNDRangeKernel(ak_attention)", status);
+  }
+
+  if (wants_mass) {
+    // The page-parallel partials hold (m_p, s_p) at the same index, with a wider stride.
+    cl_kernel mk = mass_kernel_.get();
+    const cl_uint ms_stride = split ? 2u + batch.shape.head_dim : 2u;
+    clSetKernelArg(mk, 0, sizeof(params), &params);
+    clSetKernelArg(mk, 1, sizeof(cl_mem), &table);
+    clSetKernelArg(mk, 2, sizeof(cl_mem), split ? &partials : &pair_ms);
+    clSetKernelArg(mk, 3, sizeof(cl_uint), &ms_stride);
+    clSetKernelArg(mk, 4, sizeof(cl_mem), &final_ms);
+    clSetKernelArg(mk, 5, sizeof(cl_mem), &mass);
     const std::size_t pages = batch.pages.size();
     status = clEnqueueNDRangeKernel(compute, mk, 1, nullptr, &pages, nullptr, 1, &attention_done, &mass_done);
     if (status != CL_SUCCESS) return fail("clEnqueueNDRangeKernel(ak_page_mass)", status);
@@ -705,12 +749,16 @@ std::string describe_devices() {
 namespace activekv {
 
 Result<std::unique_ptr<Backend>> make_opencl_backend(const BackendOptions& options) {
+  return opencl::make_opencl_backend_tuned(options, opencl::OpenClTuning{});
+}
+
+Result<std::unique_ptr<Backend>> opencl::make_opencl_backend_tuned(const BackendOptions& options, const OpenClTuning& tuning) {
   if (options.device_index < 0) {
     return make_error(ErrorCode::invalid_argument, "--device", "the OpenCL device index must be 0 or more");
   }
   auto device = opencl::choose_device(std::to_string(options.device_index), "--device");
   if (!device) return device.error();
-  auto backend = std::make_unique<opencl::OpenClBackend>(options, std::move(device).value());
+  auto backend = std::make_unique<opencl::OpenClBackend>(options, tuning, std::move(device).value());
   if (Status s = backend->open(); !s.ok()) return s.error();
   return std::unique_ptr<Backend>(std::move(backend));
 }

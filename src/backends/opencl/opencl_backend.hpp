@@ -33,6 +33,17 @@
 
 namespace activekv::opencl {
 
+// Choices the OpenCL backend makes that BackendOptions does not carry.
+struct OpenClTuning {
+  // Scratch for the page-parallel attention schedule: (2 + head_dim) floats per
+  // (query, head, page) triple of a batch. A batch that fits runs page-parallel;
+  // one that does not runs the sequential schedule — the results are the same
+  // bit for bit, only the speed differs. 0 always runs sequentially.
+  std::uint64_t split_scratch_bytes = 64ull << 20;
+};
+
+Result<std::unique_ptr<Backend>> make_opencl_backend_tuned(const BackendOptions& options, const OpenClTuning& tuning);
+
 // Test hook, OpenCL only: completes the user event of a held queue with an
 // error status, so every command gated by it reports a negative execution
 // status. Refused when the queue is not held.

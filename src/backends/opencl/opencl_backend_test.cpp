@@ -40,12 +40,12 @@ using namespace std::chrono_literals;
 
 constexpr auto kWait = std::chrono::nanoseconds(30s);
 
-std::unique_ptr<Backend> make_or_skip(const MemoryRequest& request) {
+std::unique_ptr<Backend> make_or_skip(const MemoryRequest& request, opencl::OpenClTuning tuning = {}) {
   auto devices = opencl::list_devices();
   if (!devices || devices->empty()) return nullptr;
   BackendOptions options;
   options.fences_max = 256;
-  auto backend = make_opencl_backend(options);
+  auto backend = opencl::make_opencl_backend_tuned(options, tuning);
   EXPECT_TRUE(backend.ok()) << (backend.ok() ? "" : backend.error().describe());
   if (!backend) return nullptr;
   Status allocated = (*backend)->allocate(request);
@@ -384,7 +384,9 @@ TEST(OpenClAttentionState, RefusesPageMassBeyondTheScratch) {
   MemoryRequest request = small_request();
   request.batch_pages_max = 4;
   request.q_heads_max = 1;
-  auto backend = make_or_skip(request);
+  // The sequential schedule: its page-mass scratch is the warm-up limit. (The
+  // page-parallel one keeps (m_p, s_p) in its own scratch and has no such limit.)
+  auto backend = make_or_skip(request, opencl::OpenClTuning{0});
   SKIP_WITHOUT_DEVICE(backend);
   AttentionShape shape{1, 1, 16, DType::f32, 0.25f};
   std::vector<AttentionPage> pages = {{0, 0, 4}, {1024, 4, 4}, {2048, 8, 4}};
@@ -443,6 +445,87 @@ TEST(OpenClBackend, NoHeapAllocationOnTheStepPath) {
       (void)backend->wait_host(f, kWait);
       backend->release_fence(f);
     }
+  }
+}
+
+}  // namespace
+}  // namespace activekv
+
+namespace activekv {
+namespace {
+
+// The page-parallel schedule and the sequential one give the same bits: a batch
+// of several tasks (contexts) with several query rows each, f16 and bf16,
+// outputs, carried state and page mass compared bytewise.
+TEST(OpenClAttentionSchedules, PageParallelEqualsSequentialBitForBit) {
+  auto devices = opencl::list_devices();
+  if (!devices || devices->empty()) GTEST_SKIP() << "no OpenCL device";
+  std::unique_ptr<Backend> backends[2];
+  for (int i = 0; i < 2; ++i) {
+    opencl::OpenClTuning tuning;
+    tuning.split_scratch_bytes = i == 0 ? 0 : 16 * MiB;
+    auto made = opencl::make_opencl_backend_tuned(BackendOptions{}, tuning);
+    ASSERT_TRUE(made.ok()) << made.error().describe();
+    ASSERT_TRUE((*made)->allocate(small_request(8 * MiB, MiB)).ok());
+    backends[i] = std::move(made).value();
+  }
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const AttentionShape shape{8, 2, 64, dtype, 0.125f};
+    std::mt19937_64 rng(static_cast<std::uint64_t>(dtype) + 11);
+    // Three contexts side by side in one arena image: each gets its own region.
+    std::vector<std::byte> image(8 * MiB);
+    std::vector<AttentionPage> pages;
+    std::vector<AttentionTask> tasks;
+    std::vector<std::uint32_t> positions;
+    std::uint64_t region = 0;
+    for (std::uint32_t t = 0; t < 3; ++t) {
+      const std::uint32_t tokens = 20 + static_cast<std::uint32_t>(rng() % 120);
+      auto layouts = gpu_testing::make_layouts(rng, shape, tokens, 8, 32);
+      ASSERT_LE(region + layouts.mixed.size(), image.size());
+      std::memcpy(image.data() + region, layouts.mixed.data(), layouts.mixed.size());
+      AttentionTask task{static_cast<std::uint32_t>(pages.size()), static_cast<std::uint32_t>(layouts.mixed_pages.size()),
+                         static_cast<std::uint32_t>(positions.size()), 1 + t};
+      for (AttentionPage page : layouts.mixed_pages) {
+        page.arena_offset += region;
+        pages.push_back(page);
+      }
+      for (std::uint32_t k = 0; k < task.query_count; ++k) positions.push_back(tokens - 1 - k * 3);
+      tasks.push_back(task);
+      region += (layouts.mixed.size() + 4095) / 4096 * 4096;
+    }
+    std::vector<float> q(positions.size() * shape.q_heads * shape.head_dim);
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    for (float& x : q) x = value(rng);
+    std::vector<float> out[2], state[2], mass[2];
+    for (int i = 0; i < 2; ++i) {
+      Backend& b = *backends[i];
+      auto up = b.upload(0, image);
+      ASSERT_TRUE(up.ok());
+      const Fence up_fence = up.value();
+      out[i].assign(q.size(), 0.0f);
+      state[i].assign(positions.size() * shape.q_heads * (2 + shape.head_dim), 0.0f);
+      mass[i].assign(pages.size(), 0.0f);
+      AttentionBatch batch;
+      batch.shape = shape;
+      batch.tasks = tasks;
+      batch.pages = pages;
+      batch.query_positions = positions;
+      batch.queries = q;
+      batch.output = out[i];
+      batch.state = state[i];
+      batch.store_state = true;
+      batch.page_mass = mass[i];
+      auto fence = b.attention(batch, std::span(&up_fence, 1));
+      ASSERT_TRUE(fence.ok()) << fence.error().describe();
+      ASSERT_EQ(wait(b, fence.value()), FenceOutcome::signalled);
+    }
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0) << dtype_name(dtype);
+    EXPECT_EQ(std::memcmp(state[0].data(), state[1].data(), state[0].size() * 4), 0) << dtype_name(dtype);
+    EXPECT_EQ(std::memcmp(mass[0].data(), mass[1].data(), mass[0].size() * 4), 0) << dtype_name(dtype);
+    // And not trivially: the outputs are finite and not all zero.
+    double norm = 0.0;
+    for (float x : out[0]) norm += std::fabs(x);
+    EXPECT_GT(norm, 0.0);
   }
 }
 
