@@ -51,6 +51,28 @@ TEST(ElementCodec, F16MatchesTheCompilersConversionOnRandomFloats) {
 }
 #endif
 
+TEST(ElementCodec, SpanConversionsAgreeWithScalarsOnEveryKindOfValue) {
+  // Random bit patterns: normals, subnormals, infinities, NaNs, both signs; a
+  // count that is not a multiple of any vector width.
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint32_t> any;
+  std::vector<float> src(100'003);
+  for (auto& x : src) x = std::bit_cast<float>(any(rng));
+  src[5] = std::ldexp(1.0f, -20);   // f16 subnormal
+  src[6] = 70000.0f;                // overflows f16
+  src[7] = -std::numeric_limits<float>::infinity();
+  std::vector<std::uint16_t> encoded(src.size());
+  encode_elements(DType::f16, src.data(), src.size(), encoded.data());
+  for (std::size_t i = 0; i < src.size(); ++i) ASSERT_EQ(encoded[i], f32_to_f16(src[i])) << i;
+  std::vector<std::uint16_t> halves(65536);
+  for (std::uint32_t b = 0; b < 65536; ++b) halves[b] = static_cast<std::uint16_t>(b);
+  std::vector<float> decoded(halves.size());
+  decode_elements(DType::f16, halves.data(), halves.size(), decoded.data());
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(decoded[b]), std::bit_cast<std::uint32_t>(f16_to_f32(halves[b]))) << b;
+  }
+}
+
 TEST(ElementCodec, Bf16RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie, even stays
