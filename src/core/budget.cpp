@@ -58,7 +58,7 @@ BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& 
   for (std::uint32_t i = 0; i < slots; ++i) free_slots_[i] = slots - 1 - i;  // slot 0 is used first
   free_slot_count_ = slots;
   queue_.resize(std::max(1u, plan.queue_max));
-  admitted_.resize(std::max(1u, plan.queue_max));
+  admitted_.resize(std::max(1u, slots));  // entries are running contexts (finish removes theirs)
   order_.resize(slots);
 }
 
@@ -203,6 +203,12 @@ void BudgetManager::release_all(std::uint32_t slot) noexcept {
   c.running = false;
   --running_;
   free_slots_[free_slot_count_++] = slot;
+  // A context admitted from the queue may finish before anyone took the news.
+  std::uint32_t kept = 0;
+  for (std::uint32_t i = 0; i < admitted_count_; ++i) {
+    if (admitted_[i].handle.slot != slot) admitted_[kept++] = admitted_[i];
+  }
+  admitted_count_ = kept;
 }
 
 void BudgetManager::finish(ContextHandle context) noexcept {
@@ -254,7 +260,7 @@ void BudgetManager::admit_from_queue() noexcept {
     --queue_size_;
     const Reason why = pages_unreserved() >= request.budget.floor_pages ? Reason::floor_fits : Reason::floor_fits_after_reclaim;
     const AdmitResult result = admit(request, why);
-    AK_ASSERT(admitted_count_ < admitted_.size(), "admitted-from-queue list holds at most queue_max entries");
+    AK_ASSERT(admitted_count_ < admitted_.size(), "admitted-from-queue entries are running contexts: at most the slots");
     admitted_[admitted_count_++] = result;
   }
 }

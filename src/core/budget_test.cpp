@@ -73,6 +73,23 @@ TEST(Budget, AdmitsWhileFloorsFitThenQueuesFifoWithReasons) {
   EXPECT_EQ(f.budgets.check(), nullptr);
 }
 
+TEST(Budget, AdmissionsFromTheQueueWaitUntilTakenAndVanishWhenFinished) {
+  MemorySettings s = small_settings(64, 1);
+  s.queue_max = 1;
+  Fixture f(s);
+  ContextHandle running = f.budgets.submit(1, 64).handle;
+  for (std::uint64_t id = 2; id < 40; ++id) {  // never taken: the list must not overflow
+    EXPECT_EQ(f.budgets.submit(id, 64).outcome, AdmitOutcome::queued);
+    f.budgets.finish(running);
+    running = ContextHandle{0, f.budgets.context(0).generation};
+    ASSERT_TRUE(f.budgets.current(running));
+  }
+  AdmitResult out[4];
+  ASSERT_EQ(f.budgets.take_admitted(out), 1u);  // only the one still running
+  EXPECT_EQ(out[0].request_id, 39u);
+  EXPECT_EQ(out[0].handle, running);
+}
+
 TEST(Budget, QueuesWhenNoHistoryIsFreeAndRefusesWhatCanNeverRun) {
   Fixture f(small_settings(64, 1));
   EXPECT_EQ(f.budgets.submit(1, 64).outcome, AdmitOutcome::admitted);

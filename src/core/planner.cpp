@@ -33,8 +33,10 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   const std::size_t slots = budgets.slots();
   const std::size_t layer_plans = slots * mp_.geometry.dense_layers;
   const std::size_t ranges_max = mp_.promoted_pages_per_layer + 2;  // + page 0 while the sink is missing
-  // Each range splits at most once per tile it crosses, plus once where a layer's first pass opens.
-  const std::size_t copies_per_layer_plan = ranges_max + mp_.budget.pages_per_layer_max / std::max(1u, mp_.arena.tile_pages) + 2;
+  // A range of n pages becomes at most ceil(n / tile_pages) + 1 copies (a partial first tile), so a
+  // layer plan's copies are at most 2 × ranges + pages / tile_pages.
+  const std::size_t copies_per_layer_plan =
+      2 * ranges_max + mp_.budget.pages_per_layer_max / std::max(1u, mp_.arena.tile_pages) + 2;
   scheduled_.resize(slots);
   layers_.resize(layer_plans);
   copies_.resize(layer_plans * copies_per_layer_plan);
