@@ -111,6 +111,10 @@ class StagingLeases {
   // Returns how many leases changed state.
   std::uint32_t poll();
 
+  // Fences the lease can still take (0 for a stale handle): check before
+  // enqueuing work whose fence must be attached — work whose fence cannot be
+  // attached touches a buffer the table does not know is busy.
+  std::uint32_t fence_room(Lease lease) const;
   // state(stale handle) answers free.
   LeaseState state(Lease lease) const;
   LeaseState slot_state(std::uint32_t slot) const;

@@ -130,6 +130,11 @@ bool StagingLeases::current(Lease lease) const {
   return status == LeaseStatus::ok || status == LeaseStatus::quarantined;
 }
 
+std::uint32_t StagingLeases::fence_room(Lease lease) const {
+  if (check(lease) != LeaseStatus::ok) return 0;
+  return fences_max_ - slots_[lease.slot].fence_count;
+}
+
 LeaseState StagingLeases::state(Lease lease) const {
   return current(lease) ? slots_[lease.slot].state : LeaseState::free;
 }

@@ -204,6 +204,7 @@ TEST(StagingLeases, FenceLimitPerLeaseIsAnOrdinaryResult) {
   const Fence a = backend.make(), b = backend.make(), c = backend.make();
   ASSERT_EQ(leases.copy_issued(lease, a), LeaseStatus::ok);
   ASSERT_EQ(leases.copy_issued(lease, b), LeaseStatus::ok);
+  EXPECT_EQ(leases.fence_room(lease), 0u);
   EXPECT_EQ(leases.copy_issued(lease, c), LeaseStatus::too_many_fences);
   backend.resolve(a, FenceOutcome::signalled);
   EXPECT_EQ(leases.copy_issued(lease, c), LeaseStatus::ok) << "a signalled fence makes room";

@@ -306,6 +306,7 @@ TEST(HostDeterministic, PropertyFaultsQuarantineExactlyWhatTheyTouchedAndTheRest
         const Lease lease = it->second.lease;
         const LeaseState state = leases.state(lease);
         if (it->second.releasing) continue;
+        if (leases.fence_room(lease) == 0) continue;  // attach would fail: do not enqueue
         if (state != LeaseState::copy_issued && state != LeaseState::ready && state != LeaseState::in_use) continue;
         const Fence fence = copy(*backend, CopyDirection::d2d, std::uint64_t{lease.slot} * tile_bytes,
                                  (tiles + lease.slot) * tile_bytes, tile_bytes, std::span<const Fence>(&recent.back(), 1));
