@@ -244,6 +244,32 @@ TEST(TokenizerLoad, RefusesBrokenMetadataNamingTheKey) {
             std::string::npos);
 }
 
+// Random damage to a tokenizer's GGUF: the file or the tokenizer is refused with a
+// message, or it loads and still encodes and decodes without fault. (Run under
+// the asan preset, this is the memory-safety check of loading outside input.)
+TEST(TokenizerLoad, RandomDamageIsRefusedOrHarmless) {
+  const std::vector<std::byte> good = Vocab().builder().build();
+  int loaded = 0;
+  for (std::uint32_t seed = 0; seed < 400; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<std::byte> bytes = good;
+    for (int i = 0; i < 3; ++i) bytes[rng() % bytes.size()] = std::byte(rng());
+    const auto file = gguf::File::parse(bytes, "damaged.gguf");
+    if (!file) continue;
+    const auto tok = Tokenizer::from_gguf(*file);
+    if (!tok) {
+      EXPECT_FALSE(tok.error().message.empty());
+      continue;
+    }
+    ++loaded;
+    const std::string text = "abc <|im_end|> aaa 12 \xE4\xB8\xAD it's";
+    const std::vector<TokenId> ids = tok->encode(text);
+    for (const TokenId id : ids) ASSERT_TRUE(tok->valid(id)) << "seed " << seed;
+    (void)tok->decode(ids);
+  }
+  EXPECT_GT(loaded, 0) << "damage inside token texts leaves a loadable vocabulary";
+}
+
 // ---- chat template --------------------------------------------------------------
 
 constexpr std::string_view kSmolTemplate =

@@ -92,6 +92,30 @@ def random_corpus(count, seed):
     return out
 
 
+def real_text_corpus(bytes_max, chunk_chars=4000):
+    """Real code and prose: the running Python's standard library sources, in
+    sorted file order, cut at line ends into chunks of about chunk_chars."""
+    import glob
+    import sysconfig
+    out, total = [], 0
+    for path in sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines(keepends=True)
+        chunk = ""
+        for line in lines:
+            chunk += line
+            if len(chunk) >= chunk_chars:
+                out.append(chunk)
+                total += len(chunk)
+                chunk = ""
+        if chunk:
+            out.append(chunk)
+            total += len(chunk)
+        if total >= bytes_max:
+            break
+    return out
+
+
 def run_tool(tool, model, strings, mode):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
         for s in strings:
@@ -119,6 +143,8 @@ def main():
     ap.add_argument("--model", help="overrides --find-model")
     ap.add_argument("--random", type=int, default=3000, help="random strings added to the corpus")
     ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--real-text", type=int, default=300000,
+                    help="characters of Python standard library source added to the corpus")
     args = ap.parse_args()
 
     model = args.model or os.environ.get("ACTIVEKV_MODEL")
@@ -130,7 +156,8 @@ def main():
 
     with open(args.corpus, encoding="utf-8") as f:
         corpus = [json.loads(line) for line in f if line.strip()]
-    strings = corpus + random_corpus(args.random, args.seed)
+    real = real_text_corpus(args.real_text) if args.real_text > 0 else []
+    strings = corpus + random_corpus(args.random, args.seed) + real
 
     with_specials, plain, special_count, unk_id = reference_tokenizers(model)
     mismatches = 0
@@ -149,8 +176,9 @@ def main():
                 fail(f"the reference does not round-trip {json.dumps(s)}")
     total = 2 * len(strings)
     tokens = sum(len(e.ids) for e in with_specials.encode_batch(strings, add_special_tokens=False))
-    print(f"compare_with_hf: {len(strings)} strings ({len(corpus)} fixed, {args.random} random, seed {args.seed}), "
-          f"{tokens} tokens, {special_count} special tokens, tokenizers {tokenizers.__version__}: "
+    print(f"compare_with_hf: {len(strings)} strings ({len(corpus)} fixed, {args.random} random, seed {args.seed}, "
+          f"{len(real)} chunks of standard library source), {tokens} tokens, {special_count} special tokens, "
+          f"tokenizers {tokenizers.__version__}: "
           f"{total - mismatches}/{total} encodings equal")
     if mismatches:
         fail(f"{mismatches} of {total} encodings differ")
