@@ -87,44 +87,60 @@ typedef struct {
   uint off_task_mass_first;
 } ak_params;
 
-inline float ak_load(__global const uchar* base, ulong element, uint dtype) {
-  if (dtype == AK_DTYPE_F16) {
-    return vload_half(0, (__global const half*)(base + element * 2ul));
-  }
-  if (dtype == AK_DTYPE_BF16) {
-    __global const uchar* p = base + element * 2ul;
-    uint bits = ((uint)p[0] | ((uint)p[1] << 8)) << 16;
-    return as_float(bits);
-  }
-  __global const uchar* p = base + element * 4ul;
-  uint bits = (uint)p[0] | ((uint)p[1] << 8) | ((uint)p[2] << 16) | ((uint)p[3] << 24);
-  return as_float(bits);
+// Typed loads: `element` counts elements of the row's dtype from `base`. The host
+// refuses page offsets that are not a multiple of the element size, so the
+// typed pointers are aligned.
+inline float ak_load_f32(__global const uchar* base, ulong element) {
+  return ((__global const float*)base)[element];
+}
+inline float ak_load_f16(__global const uchar* base, ulong element) {
+  return vload_half(element, (__global const half*)base);
+}
+inline float ak_load_bf16(__global const uchar* base, ulong element) {
+  return as_float((uint)((__global const ushort*)base)[element] << 16);
 }
 
-inline float ak_dot(__global const float* qv, __global const uchar* base, ulong first, uint head_dim, uint dtype) {
-  float dot = 0.0f;
-  for (uint d = 0; d < head_dim; ++d) dot += qv[d] * ak_load(base, first + d, dtype);
-  return dot;
-}
+// The page's partial for one (query, head): m_p, s_p and acc_p[head_dim]. One
+// body per dtype (the macro), so the inner loops carry no dtype branch.
+#define AK_DEFINE_PAGE_PARTIAL(TYPE)                                                                         \
+  inline void ak_page_partial_##TYPE(__global const float* qv, __global const uchar* base, uint visible,      \
+                                     ulong row_elements, ulong k_first, ulong v_first, uint head_dim,        \
+                                     float scale, float* m_out, float* s_out, float* acc_p) {                \
+    float m_p = -INFINITY;                                                                                   \
+    for (uint r = 0; r < visible; ++r) {                                                                     \
+      const ulong k = (ulong)r * row_elements + k_first;                                                     \
+      float dot = 0.0f;                                                                                      \
+      for (uint d = 0; d < head_dim; ++d) dot += qv[d] * ak_load_##TYPE(base, k + d);                       \
+      m_p = fmax(m_p, dot * scale);                                                                          \
+    }                                                                                                        \
+    float s_p = 0.0f;                                                                                        \
+    for (uint d = 0; d < head_dim; ++d) acc_p[d] = 0.0f;                                                     \
+    for (uint r = 0; r < visible; ++r) {                                                                     \
+      const ulong k = (ulong)r * row_elements + k_first;                                                     \
+      const ulong v = (ulong)r * row_elements + v_first;                                                     \
+      float dot = 0.0f;                                                                                      \
+      for (uint d = 0; d < head_dim; ++d) dot += qv[d] * ak_load_##TYPE(base, k + d);                       \
+      const float w = exp(dot * scale - m_p);                                                                \
+      s_p += w;                                                                                              \
+      for (uint d = 0; d < head_dim; ++d) acc_p[d] += w * ak_load_##TYPE(base, v + d);                      \
+    }                                                                                                        \
+    *m_out = m_p;                                                                                            \
+    *s_out = s_p;                                                                                            \
+  }
+AK_DEFINE_PAGE_PARTIAL(f32)
+AK_DEFINE_PAGE_PARTIAL(f16)
+AK_DEFINE_PAGE_PARTIAL(bf16)
 
-// The page's partial for one (query, head): m_p, s_p and acc_p[head_dim].
 inline void ak_page_partial(__global const float* qv, __global const uchar* base, uint visible, ulong row_elements,
                             ulong k_first, ulong v_first, uint head_dim, uint dtype, float scale,
                             float* m_out, float* s_out, float* acc_p) {
-  float m_p = -INFINITY;
-  for (uint r = 0; r < visible; ++r) {
-    m_p = fmax(m_p, ak_dot(qv, base, (ulong)r * row_elements + k_first, head_dim, dtype) * scale);
+  if (dtype == AK_DTYPE_F16) {
+    ak_page_partial_f16(qv, base, visible, row_elements, k_first, v_first, head_dim, scale, m_out, s_out, acc_p);
+  } else if (dtype == AK_DTYPE_BF16) {
+    ak_page_partial_bf16(qv, base, visible, row_elements, k_first, v_first, head_dim, scale, m_out, s_out, acc_p);
+  } else {
+    ak_page_partial_f32(qv, base, visible, row_elements, k_first, v_first, head_dim, scale, m_out, s_out, acc_p);
   }
-  float s_p = 0.0f;
-  for (uint d = 0; d < head_dim; ++d) acc_p[d] = 0.0f;
-  for (uint r = 0; r < visible; ++r) {
-    const ulong row = (ulong)r * row_elements;
-    const float w = exp(ak_dot(qv, base, row + k_first, head_dim, dtype) * scale - m_p);
-    s_p += w;
-    for (uint d = 0; d < head_dim; ++d) acc_p[d] += w * ak_load(base, row + v_first + d, dtype);
-  }
-  *m_out = m_p;
-  *s_out = s_p;
 }
 
 // Merges a page's partial into the running state.

@@ -477,6 +477,14 @@ Result<Fence> OpenClBackend::do_download(std::uint64_t arena_offset, std::span<s
 }
 
 Result<Fence> OpenClBackend::do_attention(const AttentionBatch& batch, std::span<const Fence> waits) {
+  const std::uint32_t element_bytes = dtype_bytes(batch.shape.dtype);
+  for (const AttentionPage& page : batch.pages) {
+    if (page.arena_offset % element_bytes != 0) {
+      return make_error(ErrorCode::invalid_argument, "",
+                        fmt::format("attention page at arena offset {} is not aligned to its {}-byte elements",
+                                    page.arena_offset, element_bytes));
+    }
+  }
   const bool wants_mass = !batch.page_mass.empty();
   const std::uint64_t triples = gpu::pair_page_count(batch);
   const bool split = partials_ && triples * (2ull + batch.shape.head_dim) * 4 <= tuning_.split_scratch_bytes;
