@@ -8,23 +8,31 @@
 //
 // One step (DESIGN.md "One step"), as the engine's forward pass drives it:
 //
-//   begin_step(entries)            the core plans the step; staging copies of
-//                                  non-resident history are issued on the h2d
-//                                  queue, coalesced and batched
+//   begin_step(entries)            the core plans the step; the first staging
+//                                  pass (non-resident history → tile slots) is
+//                                  issued on the h2d queue, coalesced, batched
 //   for each dense layer l:
 //     write_kv(l, k, v)            the new tokens' rows (fp32 in, encoded to the
-//                                  geometry's dtype) go into their tail pages on
-//                                  the device
+//                                  geometry's dtype) are uploaded into their
+//                                  tail pages on the device
 //     attend(l, q, out)            attention of every entry's new queries over
 //                                  resident pages and staged tiles through the
 //                                  backend's paged kernel, which waits on the
-//                                  copy fences on the device; fp32 out
-//   end_step()                     after attention signalled, only the changed
-//                                  tail rows go device-to-host into the host
-//                                  segments (the host copy is authoritative);
-//                                  staging leases are released once every fence
-//                                  that touched them signalled; a failed or
-//                                  unknown fence quarantines and is reported
+//                                  copy fences on the device; fp32 out. Then
+//                                  the changed tail rows go device-to-host into
+//                                  the host segments after the kernel (a device
+//                                  wait), and the next layer's first pass is
+//                                  issued. (attend_none(l): the rows land, no
+//                                  attention.)
+//   end_step()                     the host waits the write-backs (the host
+//                                  copy is authoritative: nothing older than
+//                                  this step is held only on the device);
+//                                  staging leases and copy tickets are released
+//                                  once every fence that touched them
+//                                  signalled; a failed or unknown fence
+//                                  quarantines what it touched and the step
+//                                  reports an error (write_kv/attend return it
+//                                  too, as soon as it is seen)
 //
 // Exactness: attention is computed per page and merged in ascending page order
 // whatever the page's bytes live in (pool page or tile), and when the history
@@ -38,6 +46,7 @@
 //   k, v         total_new × kv_heads × head_dim fp32, entries concatenated
 //   q, out       total_new × q_heads × head_dim fp32, entries concatenated
 //   where total_new = Σ_e tokens_new(e) ≤ KvRuntimeSettings::step_tokens_max.
+// Decisions and their reasons: docs/RUNTIME.md.
 #pragma once
 
 #include <chrono>

@@ -323,7 +323,7 @@ TEST_P(KvRuntimeBudgets, OutputsAreBitIdenticalAcrossBudgetsAndPoliciesWhileStag
 
 INSTANTIATE_TEST_SUITE_P(Backends, KvRuntimeBudgets,
                          ::testing::Values(BackendParam{"host", false}, BackendParam{"host", true},
-                                           BackendParam{"opencl", false}),
+                                           BackendParam{"opencl", false}, BackendParam{"cuda", false}),
                          [](const auto& param_info) {
                            return std::string(param_info.param.name) +
                                   (param_info.param.deterministic ? "_deterministic" : "");
@@ -345,6 +345,45 @@ TEST(KvRuntime, PromptsLandedWithoutAttentionServeExactDecode) {
   EXPECT_TRUE(bit_identical(runs[0].outputs, runs[1].outputs));
   EXPECT_FALSE(runs[0].outputs.empty());
   EXPECT_GT(runs[1].counters.bytes_staged, 0u);
+}
+
+TEST(KvRuntime, ExplainsWhyEachPageIsWhereItIs) {
+  auto backend = host_backend(true);
+  if (backend == nullptr) GTEST_SKIP() << "the host backend is not built";
+  Scenario s;
+  s.pool_fraction = 0.25;
+  auto created = KvRuntime::create(settings_for(s), *backend);
+  ASSERT_TRUE(created.ok()) << created.error().describe();
+  KvRuntime& rt = *created.value();
+  auto a = rt.open_context(7, 200);
+  auto b = rt.open_context(8, 200);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const Geometry g = s.geometry();
+  std::vector<float> k(std::size_t{2} * s.chunk_tokens * g.kv_heads * g.head_dim, 0.5f), v(k.size(), 0.25f);
+  std::vector<float> q(std::size_t{2} * s.chunk_tokens * s.q_heads * g.head_dim, 0.1f), out(q.size());
+  for (int step = 0; step < 20; ++step) {
+    const StepEntry entries[2] = {{a->handle, s.chunk_tokens}, {b->handle, s.chunk_tokens}};
+    ASSERT_TRUE(rt.begin_step(entries).ok());
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      ASSERT_TRUE(rt.write_kv(l, k.data(), v.data()).ok());
+      ASSERT_TRUE(rt.attend(l, q.data(), out.data()).ok());
+    }
+    ASSERT_TRUE(rt.end_step().ok());
+  }
+  const Explanation e = rt.explain(a->handle);
+  EXPECT_EQ(e.request_id, 7u);
+  EXPECT_EQ(e.length_tokens, 20 * s.chunk_tokens);
+  ASSERT_FALSE(e.runs.empty());
+  std::uint64_t resident = 0;
+  for (const ResidentRun& run : e.runs) {
+    EXPECT_STRNE(run.reason, "");
+    resident += run.pages;
+  }
+  EXPECT_EQ(resident, e.pages_assigned);
+  EXPECT_GT(e.pages_staged_per_step, 0u) << "at 25% of the pages, part of the history streams";
+  EXPECT_FALSE(explanation_text(e).empty());
+  rt.finish(a->handle);
+  rt.finish(b->handle);
 }
 
 TEST(KvRuntime, RefusesBadSettingsNamingTheSetting) {
