@@ -84,35 +84,38 @@ TranslateCounters CoreInstance::translate(std::span<LayerWork> work) noexcept {
       AK_ASSERT(split.runs == split.runs_needed, "split scratch holds every run of one tile copy");
       w.h2d_copies += split.host_runs;
       w.h2d_bytes += split.host_tokens * row;
-      w.d2d_copies += split.retained_runs;
+      // Retained pages scattered in headroom are gathered by one batched d2d command per staged
+      // copy (a copy kernel over a page list), not one command per page.
+      w.d2d_copies += split.retained_runs > 0 ? 1 : 0;
       w.d2d_bytes += split.retained_tokens * row;
       counters.retained_bytes += split.retained_tokens * row;
       counters.host_bytes += split.host_tokens * row;
       // Keep what just crossed the link, while headroom has room: one d2d per captured run.
+      // Keep what just crossed the link, while headroom has room: one batched d2d per staged copy.
+      bool captured_any = false;
       for (std::uint32_t r = 0; r < split.runs && retained_->headroom().pages_free() > 0; ++r) {
         if (runs_[r].retained) continue;
-        bool in_run = false;
         for (std::uint32_t logical = runs_[r].token_begin / P; logical < runs_[r].token_end / P; ++logical) {
-          const bool kept = retained_->capture(lp.slot, lp.layer, logical, lp.length_tokens) !=
-                            std::numeric_limits<std::uint64_t>::max();
-          if (kept) {
-            ++counters.pages_captured;
-            w.capture_bytes += P * row;
-            if (!in_run) ++w.capture_copies;
+          if (retained_->capture(lp.slot, lp.layer, logical, lp.length_tokens) == std::numeric_limits<std::uint64_t>::max()) {
+            continue;
           }
-          in_run = kept;
+          ++counters.pages_captured;
+          w.capture_bytes += P * row;
+          captured_any = true;
           if (retained_->headroom().pages_free() == 0) break;
         }
       }
+      if (captured_any) ++w.capture_copies;
     }
     if (!retained_) counters.host_bytes += w.h2d_bytes;
     const std::uint64_t staged_tokens = staged_pages * P;
     AK_ASSERT(staged_tokens <= lp.length_tokens, "a layer stages no more tokens than it holds");
     w.staged_tokens = staged_tokens;
     w.resident_bytes = (lp.length_tokens - staged_tokens) * row;
-    for (std::uint32_t i = lp.promotion_first; i < lp.promotion_first + lp.promotion_count; ++i) {
-      w.capture_bytes += plan_.arena.page_bytes;
-      ++w.capture_copies;
+    // Promotions (tile page → pool page) ride in the same batched d2d as captures.
+    if (lp.promotion_count > 0) {
+      w.capture_bytes += static_cast<std::uint64_t>(lp.promotion_count) * plan_.arena.page_bytes;
+      if (w.capture_copies == 0) w.capture_copies = 1;
     }
     for (std::uint32_t i = lp.writeback_first; i < lp.writeback_first + lp.writeback_count; ++i) {
       w.writeback_bytes += step.write_backs[i].bytes;

@@ -43,7 +43,8 @@ StepTiming schedule_step(Timeline& timeline, const StepShape& shape, std::span<c
   const Busy before = busy_now(timeline);
   StepTiming timing;
   timing.start_seconds = start_seconds;
-  const double non_attention_share = cost.non_attention_seconds(shape.contexts) / shape.dense_layers;
+  const std::uint32_t tokens = shape.tokens != 0 ? shape.tokens : shape.contexts;
+  const double non_attention_share = cost.non_attention_seconds(tokens) / shape.dense_layers;
   double compute_end = std::max(start_seconds, timeline.free_seconds(QueueKind::compute));
 
   for (std::uint32_t layer = 0; layer < shape.dense_layers; ++layer) {

@@ -48,10 +48,11 @@ struct LayerWork {
 };
 
 struct StepShape {
-  std::uint32_t contexts = 0;             // scheduled contexts (one token each)
+  std::uint32_t contexts = 0;             // scheduled contexts
   std::uint32_t dense_layers = 0;
   std::uint64_t tile_tokens = 0;          // T
   std::uint64_t row_bytes = 0;
+  std::uint32_t tokens = 0;               // tokens the step computes (prefill chunks in full); 0: one per context
 };
 
 struct StepTiming {

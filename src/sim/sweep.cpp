@@ -215,7 +215,7 @@ Result<SweepResult> run_sweep(const Scenario& scenario, const SweepOptions& opti
       if (n <= capacity) {
         cell.ran = true;
         cell.itl_seconds = stock_step_seconds(scenario, n, length);
-        cell.resident_bytes_per_step = static_cast<double>(n) * length * scenario.kv_bytes_per_token();
+        cell.resident_bytes_per_step = static_cast<double>(n) * length * static_cast<double>(scenario.kv_bytes_per_token());
       } else {
         cell.note = "device memory holds " + std::to_string(capacity) + " contexts of this length";
       }
