@@ -276,7 +276,13 @@ class Parser {
                                         ", not a multiple of the " + std::string(traits->name) + " block of " +
                                         std::to_string(traits->block_elements));
     }
-    info.bytes = info.elements / traits->block_elements * traits->block_bytes;
+    // Bytes must fit in 63 bits (a file cannot be larger), checked before multiplying.
+    const std::uint64_t blocks = info.elements / traits->block_elements;
+    if (blocks > (std::uint64_t{1} << 63) / traits->block_bytes) {
+      return fail(info.info_offset, "tensor '" + name + "' of " + std::to_string(info.elements) + " " +
+                                        std::string(traits->name) + " elements is larger than any file");
+    }
+    info.bytes = blocks * traits->block_bytes;
     if (Status s = read(info.offset, "a tensor's data offset"); !s) return s;
     if (info.offset % file_.alignment_ != 0) {
       return fail(pos_ - 8, "tensor '" + name + "' data offset " + std::to_string(info.offset) +
@@ -286,8 +292,8 @@ class Parser {
   }
 
   Status dims(TensorInfo& info, const std::string& name) {
-    // Elements are capped at 2^62 so that bytes (≤ elements × 292 / 256 for the
-    // widest block) and offset arithmetic cannot overflow a u64.
+    // Elements are capped at 2^62 so their product cannot overflow a u64; the
+    // byte size is checked against 2^63 separately (tensor_info).
     constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 62;
     info.elements = 1;
     for (std::uint32_t d = 0; d < info.n_dims; ++d) {

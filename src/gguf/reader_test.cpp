@@ -335,6 +335,9 @@ TEST(GgufReader, RefusesBadTensorInfos) {
   expect_error(bytes, "beyond the end of the file");
 
   expect_error(one_tensor({1ull << 40, 1ull << 40}, GgmlType::f32, 0), "more than 2^62 elements");
+  // 2^61 F64 elements are 2^64 bytes: refused, not wrapped to a 0-byte tensor.
+  expect_error(one_tensor({1ull << 31, 1ull << 30}, GgmlType::f64, 0), "larger than any file");
+  expect_error(one_tensor({1ull << 62}, GgmlType::f32, 0), "larger than any file");
 }
 
 // Every proper prefix of a valid file is an error (the file ends early, or a
