@@ -3,9 +3,12 @@
 // the ChatML prompt, and streaming decode of multi-byte characters.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "gguf/gguf.hpp"
 #include "gguf/test_model.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/invariants.hpp"
 #include "tokenizer/stream_decoder.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -125,6 +128,22 @@ TEST_F(ModelTokenizer, StreamingNeverPrintsAPartialCharacter) {
     }
     streamed += stream.finish();
     EXPECT_EQ(streamed, text);
+  }
+}
+
+// Random byte strings — ill-formed UTF-8 and the 21 tokenless bytes included —
+// keep every promise of invariants.hpp.
+TEST_F(ModelTokenizer, RandomBytesKeepTheInvariants) {
+  const std::vector<std::string> alphabet = {"a", "the", " ", "  ", "\n", "7", "'s", "!", "\xC3\xA9", "\xE4\xB8\xAD",
+                                             "\xF0\x9F\x98\x80", "<|im_end|>", "<|im_", "\x04", "\xFF", "\xC0",
+                                             "\xE4\xB8", "\x80"};
+  for (std::uint32_t seed = 0; seed < 500; ++seed) {
+    std::mt19937 rng(seed);
+    std::string text;
+    const std::size_t length = rng() % 30;
+    for (std::size_t i = 0; i < length; ++i) text += alphabet[rng() % alphabet.size()];
+    const Status s = check_round_trip(*tok_, text);
+    ASSERT_TRUE(s.ok()) << "seed " << seed << ": " << s.error().describe();
   }
 }
 

@@ -9,6 +9,7 @@
 #include "testing/alloc_counter.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/invariants.hpp"
 #include "tokenizer/stream_decoder.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -141,6 +142,8 @@ TEST_F(CraftedTokenizer, EveryByteStringRoundTrips) {
       for (const TokenId i : ids) tok_->decode_token(i, false, back);
       ASSERT_EQ(back, text) << "seed " << seed;
     }
+    const Status s = check_round_trip(*tok_, text);
+    ASSERT_TRUE(s.ok()) << "seed " << seed << ": " << s.error().describe();
   }
 }
 

@@ -1,0 +1,25 @@
+// invariants.hpp — the tokenizer's promises, checked on one input (tests and fuzzers).
+//
+// check_round_trip(tokenizer, bytes) encodes `bytes` both ways (special tokens
+// allowed and plain) and checks what tokenizer.hpp promises:
+//   - every id is inside the vocabulary;
+//   - the ids' bytes are the input, when every byte has a token
+//     (bytes_without_token() == 0) — otherwise, the input with each tokenless
+//     byte replaced by the unknown token's bytes, or removed;
+//   - streaming decode, token by token, equals the whole decode;
+//   - encoding the same text again gives the same ids (no state leaks through
+//     the scratch).
+// It returns the first broken promise as an Error (code malformed, setting
+// "tokenizer") so a fuzz target can abort on it; it never crashes on any input.
+#pragma once
+
+#include <string_view>
+
+#include "activekv/result.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace activekv::tokenizer {
+
+Status check_round_trip(const Tokenizer& tokenizer, std::string_view bytes);
+
+}  // namespace activekv::tokenizer
