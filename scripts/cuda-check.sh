@@ -6,8 +6,9 @@
 #   scripts/cuda-check.sh [RESULTS_DIR]     (default: $OUT, else build/cuda-check)
 #   PEAK_GBPS=64 REPEATS=9 JOBS=16 scripts/cuda-check.sh /tmp/results
 #
-# Writes: RESULTS_DIR/nvidia-smi.txt, build.log, tests.log (ctest -L cuda and
-# the test binary's own output), tests.xml (gtest JUnit), bandwidth.txt (one
+# Writes: RESULTS_DIR/nvidia-smi.txt, build.log, tests.log (cuda_backend_test and
+# the conformance suite's CUDA instances), tests.xml and conformance.xml (gtest
+# JUnit), bandwidth.txt (one
 # line per measurement, then JSON) and summary.txt. Exit status: non-zero when
 # the build, a test or the benchmark failed; a test run where every CUDA test
 # skipped (no GPU visible) is a failure here, since this script exists to run them.
@@ -23,10 +24,17 @@ status=0
 { nvidia-smi || echo "nvidia-smi not available"; } > "$RESULTS/nvidia-smi.txt" 2>&1
 { nvcc --version || echo "nvcc not found"; } >> "$RESULTS/nvidia-smi.txt" 2>&1
 
+[[ -d /usr/local/cuda/bin ]] && export PATH="$PATH:/usr/local/cuda/bin"
+for tool in cmake nvcc c++; do
+  command -v "$tool" > /dev/null || { echo "cuda-check: $tool not found (run scripts/install-deps.sh and install the CUDA toolkit)"; echo "missing: $tool" > "$RESULTS/summary.txt"; exit 1; }
+done
+GENERATOR=(-G Ninja)
+command -v ninja > /dev/null || GENERATOR=()  # fall back to CMake's default generator
+
 echo "== configure and build (log: $RESULTS/build.log)"
-if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTIVEKV_CUDA=ON \
+if ! { cmake -S . -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DACTIVEKV_CUDA=ON \
          ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} &&
-       cmake --build "$BUILD" -j "$JOBS" --target cuda_backend_test cuda_copy_bandwidth; } > "$RESULTS/build.log" 2>&1; then
+       cmake --build "$BUILD" -j "$JOBS" --target cuda_backend_test backend_conformance_test cuda_copy_bandwidth; } > "$RESULTS/build.log" 2>&1; then
   echo "build failed; see $RESULTS/build.log"; tail -30 "$RESULTS/build.log"
   echo "build: FAILED" > "$RESULTS/summary.txt"
   exit 1
@@ -36,9 +44,11 @@ echo "== CUDA tests"
 TEST_BIN=$(find "$BUILD" -name cuda_backend_test -type f -perm -u+x | head -1)
 "$TEST_BIN" --gtest_output="xml:$RESULTS/tests.xml" > "$RESULTS/tests.log" 2>&1
 test_rc=$?
-(cd "$BUILD" && ctest -L cuda --output-on-failure) >> "$RESULTS/tests.log" 2>&1 || test_rc=1
-skipped=$(grep -c "^\[  SKIPPED \] CudaBackend\." "$RESULTS/tests.log" || true)
-passed=$(grep -c "^\[       OK \] CudaBackend\." "$RESULTS/tests.log" || true)
+# The shared conformance suite, its CUDA instances only.
+CONFORMANCE_BIN=$(find "$BUILD" -name backend_conformance_test -type f -perm -u+x | head -1)
+"$CONFORMANCE_BIN" --gtest_filter='*/cuda*' --gtest_output="xml:$RESULTS/conformance.xml" >> "$RESULTS/tests.log" 2>&1 || test_rc=1
+skipped=$(grep -c "^\[  SKIPPED \] .*\(CudaBackend\.\|/cuda\)" "$RESULTS/tests.log" || true)
+passed=$(grep -c "^\[       OK \] .*\(CudaBackend\.\|/cuda\)" "$RESULTS/tests.log" || true)
 echo "tests: rc=$test_rc passed=$passed skipped=$skipped" | tee "$RESULTS/summary.txt"
 if (( test_rc != 0 )); then status=1; fi
 if (( passed <= 1 )); then echo "no CUDA test ran on a GPU (all skipped?)" | tee -a "$RESULTS/summary.txt"; status=1; fi
