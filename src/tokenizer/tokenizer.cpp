@@ -6,6 +6,7 @@
 #include "tokenizer/tokenizer.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <unordered_map>
 
@@ -223,9 +224,11 @@ class Loader {
 };
 
 Result<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
+  static std::atomic<std::uint64_t> next_instance_id{1};
   Tokenizer t;
   Loader loader(file, t);
   if (Status s = loader.run(); !s) return s.error();
+  t.instance_id_ = next_instance_id.fetch_add(1, std::memory_order_relaxed);
   return t;
 }
 
@@ -294,13 +297,18 @@ void Tokenizer::encode_plain(std::string_view text, EncodeScratch& scratch, std:
   if (text.empty()) return;
   scratch.pieces.clear();
   pretokenize(pre_, text, scratch.pretokenizer, scratch.pieces);
+  scratch.cache.bind(instance_id_);
   for (const Piece& piece : scratch.pieces) {
+    const std::string_view bytes = text.substr(piece.begin, piece.end - piece.begin);
+    if (scratch.cache.find(bytes, out)) continue;
     scratch.byte_ids.clear();
-    for (std::size_t i = piece.begin; i < piece.end; ++i) {
-      const TokenId id = byte_token_[static_cast<unsigned char>(text[i])];
+    for (const char c : bytes) {
+      const TokenId id = byte_token_[static_cast<unsigned char>(c)];
       if (id >= 0) scratch.byte_ids.push_back(id);
     }
+    const std::size_t first = out.size();
     bpe_merge(merges_, scratch.byte_ids, scratch.bpe, out);
+    scratch.cache.store(bytes, out.data() + first, out.size() - first);
   }
 }
 

@@ -43,6 +43,7 @@
 #include "gguf/gguf.hpp"
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/merge_table.hpp"
+#include "tokenizer/piece_cache.hpp"
 #include "tokenizer/pretokenizer.hpp"
 
 namespace activekv::tokenizer {
@@ -70,6 +71,7 @@ struct EncodeScratch {
   std::vector<Piece> pieces;
   std::vector<TokenId> byte_ids;
   BpeScratch bpe;
+  PieceCache cache;  // BPE results of short pieces seen before (piece_cache.hpp)
 };
 
 class Tokenizer {
@@ -105,6 +107,8 @@ class Tokenizer {
   std::optional<TokenId> unknown() const noexcept { return unknown_; }
   std::optional<TokenId> padding() const noexcept { return padding_; }
   bool add_bos() const noexcept { return add_bos_; }  // tokenizer.ggml.add_bos_token
+  // Distinct for every loaded tokenizer (copies and moves keep it): what a PieceCache is bound to.
+  std::uint64_t instance_id() const noexcept { return instance_id_; }
 
  private:
   friend class Loader;
@@ -130,6 +134,7 @@ class Tokenizer {
   std::size_t max_token_bytes_ = 0;
   std::optional<TokenId> bos_, eos_, unknown_, padding_;
   bool add_bos_ = false;
+  std::uint64_t instance_id_ = 0;
 };
 
 }  // namespace activekv::tokenizer

@@ -105,6 +105,25 @@ TEST_F(CraftedTokenizer, MergesByRankNotByPosition) {
   EXPECT_TRUE(tok_->encode("").empty());
 }
 
+// One scratch used with two tokenizers: the piece cache of the first never answers for the second.
+TEST_F(CraftedTokenizer, ScratchCacheFollowsTheTokenizer) {
+  Vocab other;
+  other.merges.erase(other.merges.begin());  // no "a b": "abc" becomes a + bc
+  const std::vector<std::byte> bytes = other.builder().build();
+  const Tokenizer second = Tokenizer::from_gguf(gguf::File::parse(bytes).value()).value();
+  EXPECT_NE(second.instance_id(), tok_->instance_id());
+  EncodeScratch scratch;
+  std::vector<TokenId> ids;
+  tok_->encode("abc abc", Special::plain, scratch, ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{id("abc"), id(" "), id("abc")}));
+  ids.clear();
+  second.encode("abc", Special::plain, scratch, ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{id("a"), id("bc")}));
+  ids.clear();
+  tok_->encode("abc", Special::plain, scratch, ids);
+  EXPECT_EQ(ids, (std::vector<TokenId>{id("abc")}));
+}
+
 TEST_F(CraftedTokenizer, SpecialTokensWhenAllowed) {
   EXPECT_EQ(tok_->encode("x<|im_start|>ab<|im_end|>", Special::allow),
             (std::vector<TokenId>{id("x"), 0, id("ab"), 1}));
