@@ -505,6 +505,8 @@ void HostBackend::retire(Queue& q) {
     if (!command.done) break;
     if (command.kind != Kind::wait) q.worst = worse(q.worst, command.outcome);
     if (command.kind == Kind::wait) fences().release(command.awaited);
+    q.retired_done_at = std::max(q.retired_done_at, command.done_at);
+    if (command.kind == Kind::wait) q.retired_waits_done_at = std::max(q.retired_waits_done_at, command.done_at);
     if (command.kind == Kind::attention) free_jobs_.push_back(command.job);
     if (command.kind == Kind::copy) q.region_head = std::max(q.region_head, command.region_end);
     ++q.head;
@@ -539,41 +541,63 @@ void HostBackend::worker_loop(Queue& q) {
 bool HostBackend::eligible_at(const Queue& q, std::uint64_t position, std::uint64_t* at) const {
   const Command& command = q.ring[position % q.ring.size()];
   if (command.done || q.held) return false;
-  std::uint64_t t = std::max(command.enqueued_at, q.released_at);
   const bool in_order = !options_.reorder;
+  const bool waits_for_all = in_order || command.kind == Kind::marker;
+  std::uint64_t t = std::max({command.enqueued_at, q.released_at, q.retired_waits_done_at,
+                              waits_for_all ? q.retired_done_at : 0});
   for (std::uint64_t p = q.head; p < position; ++p) {
     const Command& earlier = q.ring[p % q.ring.size()];
-    const bool blocks = in_order || earlier.kind == Kind::wait || command.kind == Kind::marker;
-    if (!blocks) continue;
+    if (!waits_for_all && earlier.kind != Kind::wait) continue;
     if (!earlier.done) return false;
     t = std::max(t, earlier.done_at);
   }
   if (command.kind == Kind::wait) {
-    const FenceOutcome outcome = fences().outcome(command.awaited);
-    if (!is_resolved(outcome)) return false;
-    t = std::max(t, resolved_at_[command.awaited.slot]);
-    *at = t;
+    if (!is_resolved(fences().outcome(command.awaited))) return false;
+    *at = std::max(t, resolved_at_[command.awaited.slot]);
     return true;
   }
   *at = t + command.duration;
   return true;
 }
 
+// One pass per queue, front to back, carrying what the commands so far imply:
+// an in-order queue can only start its first unfinished command; with reorder,
+// nothing after an unfinished wait can start. So an event costs O(commands in
+// flight), not O(commands²).
 bool HostBackend::next_event(std::uint64_t* due, Queue** which, std::uint64_t* position) const {
   bool found = false;
   std::uint64_t best_due = 0, best_seq = 0;
+  const bool in_order = !options_.reorder;
   for (const Queue& q : queues_) {
+    if (q.held) continue;
+    std::uint64_t done_all = q.retired_done_at;          // latest completion, every earlier command
+    std::uint64_t done_waits = q.retired_waits_done_at;  // latest completion, earlier waits
+    bool all_done = true;
     for (std::uint64_t p = q.head; p < q.tail; ++p) {
-      std::uint64_t at;
-      if (!eligible_at(q, p, &at)) continue;
-      const std::uint64_t seq = q.ring[p % q.ring.size()].seq;
-      if (!found || at < best_due || (at == best_due && seq < best_seq)) {
+      const Command& command = q.ring[p % q.ring.size()];
+      if (command.done) {
+        done_all = std::max(done_all, command.done_at);
+        if (command.kind == Kind::wait) done_waits = std::max(done_waits, command.done_at);
+        continue;
+      }
+      const bool waits_for_all = in_order || command.kind == Kind::marker;
+      bool eligible = !waits_for_all || all_done;
+      std::uint64_t at = std::max({command.enqueued_at, q.released_at, done_waits, waits_for_all ? done_all : 0});
+      if (eligible && command.kind == Kind::wait) {
+        eligible = is_resolved(fences().outcome(command.awaited));
+        at = std::max(at, resolved_at_[command.awaited.slot]);
+      } else {
+        at += command.duration;
+      }
+      if (eligible && (!found || at < best_due || (at == best_due && command.seq < best_seq))) {
         found = true;
         best_due = at;
-        best_seq = seq;
+        best_seq = command.seq;
         *which = const_cast<Queue*>(&q);
         *position = p;
       }
+      all_done = false;
+      if (in_order || command.kind == Kind::wait) break;  // nothing after it can start yet
     }
   }
   *due = best_due;

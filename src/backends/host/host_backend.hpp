@@ -124,6 +124,8 @@ class HostBackend final : public Backend {
     std::uint64_t region_head = 0, region_tail = 0;
     bool held = false;
     std::uint64_t released_at = 0;     // deterministic: when the hold ended
+    std::uint64_t retired_done_at = 0;        // deterministic: latest completion among retired commands
+    std::uint64_t retired_waits_done_at = 0;  // ... among retired waits
     FenceOutcome poison = FenceOutcome::signalled;  // a failed wait with no command after it yet
     FenceOutcome worst = FenceOutcome::signalled;   // over every retired command (markers)
     std::uint64_t dispatched = 0;      // threaded: commands taken by the worker
