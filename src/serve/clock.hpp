@@ -17,6 +17,8 @@ class Clock {
   virtual double now_s() = 0;
   // Returns once now_s() >= t_s.
   virtual void wait_until(double t_s) = 0;
+  // Time 0 is now: called when warm-up ends, so arrival times count from the first step.
+  virtual void restart() = 0;
 };
 
 class WallClock final : public Clock {
@@ -29,6 +31,7 @@ class WallClock final : public Clock {
     const double wait_s = t_s - now_s();
     if (wait_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
   }
+  void restart() override { start_ = std::chrono::steady_clock::now(); }
 
  private:
   std::chrono::steady_clock::time_point start_;
@@ -40,6 +43,7 @@ class ManualClock final : public Clock {
   void wait_until(double t_s) override {
     if (t_s > now_s_) now_s_ = t_s;
   }
+  void restart() override { now_s_ = 0.0; }
   void advance(double seconds) { now_s_ += seconds; }
 
  private:

@@ -94,7 +94,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   KvRuntimeSettings kvs;
   kvs.memory = memory;
   kvs.q_heads = mc.q_heads;
-  kvs.step_entries_max = c.max_seqs;
+  kvs.step_entries_max = 0;  // the plan's concurrency: min(max_seqs, histories, floors that fit)
   kvs.step_tokens_max = c.step_tokens;
 
   BackendOptions options;
@@ -107,10 +107,11 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   if (!runtime) return runtime.error();
   parts->runtime = std::move(runtime).value();
 
+  const std::uint32_t entries_max = std::min(c.max_seqs, parts->runtime->plan().budget.concurrency);
   engine::EngineSettings es;
   es.threads = c.threads;
   es.limits.step_tokens_max = c.step_tokens;
-  es.limits.step_entries_max = c.max_seqs;
+  es.limits.step_entries_max = entries_max;
   auto eng = engine::Engine::create(std::move(model).value(), std::make_unique<RuntimeAccess>(*parts->runtime), es);
   if (!eng) return eng.error();
   parts->engine = std::move(eng).value();
@@ -127,7 +128,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   p.device_arena_bytes = mp.arena.used_bytes;
   p.eos_token = parts->tokenizer->eos().value_or(-1);
   parts->admitted_scratch.resize(std::max<std::size_t>(p.histories, 1) + 8);
-  parts->inputs.resize(c.max_seqs);
+  parts->inputs.resize(entries_max);
   parts->device_allocations_at_warmup = parts->runtime->counters().device_allocations_after_warmup;
   return std::unique_ptr<EngineStepEngine>(new EngineStepEngine(std::move(parts)));
 }

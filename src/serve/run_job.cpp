@@ -72,7 +72,8 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
   fmt::print(options.out, "trace: {} requests\n", s.requests().size());
   std::fflush(options.out);
 
-  // Warm-up ends here: from now on the step path must not allocate.
+  // Warm-up ends here: from now on the step path must not allocate, and arrival times count from now.
+  clock.restart();
   std::uint64_t heap = 0;
   double last_print_s = 0;
   std::uint32_t last_ended = 0;
