@@ -3,7 +3,7 @@
 // step's time goes. A small program rather than Google Benchmark: one run is
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
-//   engine_bench [--context N] [--decode M] [--pool FRACTION] [--threads T] [--chunk C] [--kv runtime|reference]
+//   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
 //
 // Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
 // steps after it, the decode step's time shares (matmul, attention, copies,
@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,13 @@ using namespace activekv;
 using namespace activekv::engine;
 
 namespace {
+
+// CPU seconds of the whole process (all threads): a figure a busy machine distorts less than wall time.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -60,24 +68,13 @@ void print_shares(const char* what, const PhaseTimes& t) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::uint32_t context = 512, decode = 32, threads = 2, chunk = 128;
-  double pool = 1.0;
-  std::string kv_kind = "runtime";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const char* v = argv[i + 1];
-    if (k == "--context") context = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--decode") decode = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--pool") pool = std::atof(v);
-    else if (k == "--threads") threads = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--kv") kv_kind = v;
-    else {
-      fmt::print(stderr, "unknown option {}\n", k);
-      return 2;
-    }
-  }
+struct Figures {
+  double decode_tokens_per_s = 0;
+  double decode_tokens_per_cpu_s = 0;
+};
+
+int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
+        const std::string& kv_kind, Figures& figures) {
   Result<std::string> path = find_default_model();
   if (!path) {
     fmt::print(stderr, "{}\n", path.error().describe());
@@ -142,6 +139,7 @@ int main(int argc, char** argv) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     t = static_cast<TokenId>(200 + (x >> 33) % 20000);
   }
+  double cpu0 = cpu_seconds();
   auto t0 = std::chrono::steady_clock::now();
   for (std::size_t fed = 0; fed < prompt.size(); fed += chunk) {
     const std::size_t n = std::min<std::size_t>(chunk, prompt.size() - fed);
@@ -149,9 +147,11 @@ int main(int argc, char** argv) {
     if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
   }
   const double prefill_s = seconds_since(t0);
+  const double prefill_cpu = cpu_seconds() - cpu0;
   const PhaseTimes prefill_times = eng.times();
   eng.reset_times();
   const std::uint64_t staged_before = runtime ? runtime->counters().bytes_staged : 0;
+  cpu0 = cpu_seconds();
   t0 = std::chrono::steady_clock::now();
   for (std::uint32_t i = 0; i < decode; ++i) {
     const TokenId t = Sampler::argmax(eng.logits(0));
@@ -159,13 +159,14 @@ int main(int argc, char** argv) {
     if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
   }
   const double decode_s = seconds_since(t0);
+  const double decode_cpu = cpu_seconds() - cpu0;
   const double gbps = memcpy_read_gbps();
   fmt::print("model {}, {} kernels, {} threads, kv {}, pool {:.0f}% of the context\n", cfg.name, isa_name(eng.isa()),
              threads, kv_kind, pool * 100);
-  fmt::print("prefill {} tokens (chunks of {}): {:.2f} s, {:.1f} tokens/s\n", context, chunk, prefill_s,
-             context / prefill_s);
-  fmt::print("decode {} tokens at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/token)\n", decode, context,
-             context + decode, decode_s, decode / decode_s, 1e3 * decode_s / decode);
+  fmt::print("prefill {} tokens (chunks of {}): {:.2f} s, {:.1f} tokens/s; {:.2f} CPU s ({:.1f} tokens per CPU second)\n",
+             context, chunk, prefill_s, context / prefill_s, prefill_cpu, context / prefill_cpu);
+  fmt::print("decode {} tokens at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/token); {:.2f} CPU s\n", decode,
+             context, context + decode, decode_s, decode / decode_s, 1e3 * decode_s / decode, decode_cpu);
   print_shares("prefill", prefill_times);
   print_shares("decode", eng.times());
   if (runtime)
@@ -175,5 +176,42 @@ int main(int argc, char** argv) {
              "decode at {:.0f}% of the floor's speed\n",
              weight_bytes / 1048576.0, gbps, floor_ms, 1e3 / floor_ms, 100.0 * floor_ms / (1e3 * decode_s / decode));
   created->reset();
+  figures.decode_tokens_per_s = decode / decode_s;
+  figures.decode_tokens_per_cpu_s = decode / decode_cpu;
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  std::uint32_t context = 512, decode = 32, threads = 2, chunk = 128;
+  std::string pools = "1";
+  std::string kv_kind = "runtime";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--context") context = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--decode") decode = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--pool") pools = v;
+    else if (k == "--threads") threads = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
+    else if (k == "--kv") kv_kind = v;
+    else {
+      fmt::print(stderr, "unknown option {}\n", k);
+      return 2;
+    }
+  }
+  // --pool 0.25,1: the same benchmark at each device-pool fraction, one after the other in this process.
+  std::vector<double> fractions;
+  for (std::size_t at = 0; at <= pools.size();) {
+    const std::size_t comma = std::min(pools.find(',', at), pools.size());
+    fractions.push_back(std::atof(pools.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
+  std::vector<Figures> figures(fractions.size());
+  for (std::size_t i = 0; i < fractions.size(); ++i)
+    if (int rc = run(context, decode, threads, chunk, fractions[i], kv_kind, figures[i]); rc != 0) return rc;
+  for (std::size_t i = 1; i < fractions.size(); ++i)
+    fmt::print("decode speed at pool {:.0f}% / at pool {:.0f}%: {:.3f} (wall), {:.3f} (CPU time)\n", fractions[i] * 100,
+               fractions[0] * 100, figures[i].decode_tokens_per_s / figures[0].decode_tokens_per_s,
+               figures[i].decode_tokens_per_cpu_s / figures[0].decode_tokens_per_cpu_s);
   return 0;
 }
