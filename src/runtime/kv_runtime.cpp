@@ -162,6 +162,9 @@ class KvRuntimeImpl final : public KvRuntime {
   // Waits the layer's row uploads; a tail page whose upload failed is quarantined.
   void retire_uploads(std::uint32_t layer) noexcept;
   void finish_promotions() noexcept;
+  // Closes a ticket whose fences were waited; one still pending (a timed-out wait, already a
+  // fault) closes at the first poll that sees its fences resolve.
+  void close_ticket(Ticket ticket) noexcept;
   void apply_deferred_cancels() noexcept;
 
   KvRuntimeSettings settings_;
@@ -212,6 +215,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<ContextId> deferred_cancels_;
   std::uint32_t deferred_cancel_count_ = 0;
   Fault fault_{};
+  bool stalled_ = false;       // a fence did not resolve in time: no step may follow
   std::string backend_error_;  // the backend's own words for a refused call (error path only)
   KvCounters counters_{};
 };
@@ -405,6 +409,9 @@ FenceOutcome KvRuntimeImpl::wait(Fence fence, const char* what, std::uint32_t la
   ScopedTimer timer(kernel ? counters_.attention_ns : counters_.copy_wait_ns);
   Result<FenceOutcome> outcome = backend_.wait_host(fence, settings_.fence_timeout);
   const FenceOutcome o = outcome.ok() ? outcome.value() : FenceOutcome::unknown;
+  // Work that did not resolve may still read or write the step's buffers (and the caller's
+  // out) later: no further step may reuse them. The runtime refuses every later step.
+  if (!outcome.ok() || o == FenceOutcome::pending) stalled_ = true;
   if (o != FenceOutcome::signalled) note_fault(what, o == FenceOutcome::pending ? FenceOutcome::unknown : o, layer);
   return o;
 }
@@ -421,6 +428,11 @@ void KvRuntimeImpl::release_fence(Fence& fence) noexcept {
 Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   AK_ASSERT(!step_open_, "kv runtime: begin_step() while a step is open");
   ScopedTimer timer(counters_.step_ns);
+  if (stalled_) {
+    return make_error(ErrorCode::backend, "--fence-timeout",
+                      "an earlier step's work did not resolve within the fence timeout and may still touch the "
+                      "step buffers: the runtime accepts no further step (recreate it, or raise the timeout)");
+  }
   if (entries.empty()) return make_error(ErrorCode::invalid_argument, "step", "a step needs at least one context");
   if (entries.size() > sizes_.entries_max) {
     return make_error(ErrorCode::invalid_argument, "--max-batch",
@@ -578,11 +590,13 @@ void KvRuntimeImpl::retire_pass() noexcept {
     }
   }
   for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) {
-    const LeaseStatus s = tickets_.close(pass_tickets_[j]);
-    AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a staging ticket could not close");
+    close_ticket(pass_tickets_[j]);
   }
   for (std::uint32_t j = 0; j < pass_lease_count_; ++j) {
-    const LeaseStatus s = leases_.release(pass_leases_[j]);
+    LeaseStatus s = leases_.release(pass_leases_[j]);
+    // Still pending only after a wait timed out (already a fault): release at the first poll
+    // that sees every fence signalled, or quarantine then.
+    if (s == LeaseStatus::fences_pending) s = leases_.release_when_done(pass_leases_[j]);
     AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a tile lease could not be released");
   }
   release_fence(pass_copy_);
@@ -801,6 +815,12 @@ bool KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits
   return true;
 }
 
+void KvRuntimeImpl::close_ticket(Ticket ticket) noexcept {
+  LeaseStatus s = tickets_.close(ticket);
+  if (s == LeaseStatus::fences_pending) s = tickets_.close_when_done(ticket);
+  AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a copy ticket could not close");
+}
+
 void KvRuntimeImpl::finish_promotions() noexcept {
   const StepPlan& plan = planner_.plan();
   for (std::uint32_t i = 0; i < plan.promotions.size(); ++i) {
@@ -829,8 +849,7 @@ Status KvRuntimeImpl::end_step() {
     release_fence(write_backs_[l]);
   }
   for (std::uint32_t i = 0; i < write_back_ticket_count_; ++i) {
-    const LeaseStatus s = tickets_.close(write_back_tickets_[i]);
-    AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a write-back ticket could not close");
+    close_ticket(write_back_tickets_[i]);
   }
   write_back_ticket_count_ = 0;
   leases_.poll();

@@ -204,5 +204,43 @@ TEST(KvRuntimeFaults, DeviceLossMidStepFailsTheStepAndEverythingElseDrains) {
   EXPECT_EQ(run.failed_steps, 1u);
 }
 
+TEST(KvRuntimeFaults, HeldCopyStallsTheStepAndNoLaterStepReusesItsBuffers) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  BackendOptions options;
+  options.deterministic = true;
+  options.seed = 5;
+  host::HostBackend backend(options);
+  auto created = KvRuntime::create(fault_settings(1, 64, 0.25), backend);
+  ASSERT_TRUE(created.ok()) << created.error().describe();
+  KvRuntime& rt = *created.value();
+  auto a = rt.open_context(1, 64);
+  ASSERT_TRUE(a.ok());
+  const Geometry g = small_geometry();
+  std::vector<float> k(8 * 2 * 16, 0.5f), v(k.size(), 0.25f), q(8 * 4 * 16, 0.1f), out(q.size());
+  auto step = [&](std::uint32_t n) {
+    const StepEntry entry{a->handle, n};
+    Status s = rt.begin_step({&entry, 1});
+    for (std::uint32_t l = 0; s.ok() && l < g.dense_layers; ++l) {
+      s = rt.write_kv(l, k.data(), v.data());
+      if (s.ok()) s = rt.attend(l, q.data(), out.data());
+    }
+    const Status ended = rt.end_step();
+    return s.ok() ? ended : s;
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(step(8).ok());
+  // Hold the copy engine: the rows' upload never lands, the kernel cannot run.
+  ASSERT_TRUE(backend.hold_queue(QueueKind::h2d).ok());
+  const Status held = step(1);
+  ASSERT_FALSE(held.ok());
+  EXPECT_NE(held.error().message.find("did not signal"), std::string::npos) << held.error().describe();
+  EXPECT_TRUE(rt.faulted(a->handle));
+  // The held work still owns the step's buffers: the runtime refuses to run another step.
+  const StepEntry entry{a->handle, 1};
+  const Status refused = rt.begin_step({&entry, 1});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().setting, "--fence-timeout");
+  ASSERT_TRUE(backend.release_queue(QueueKind::h2d).ok());
+}
+
 }  // namespace
 }  // namespace activekv
