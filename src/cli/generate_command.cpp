@@ -190,8 +190,7 @@ int run(const GenerateOptions& o) {
                  stats->prompt_tokens, prefill_s, stats->prompt_tokens / std::max(prefill_s, 1e-9),
                  stats->generated_tokens, decode_s, stats->generated_tokens / std::max(decode_s, 1e-9));
   }
-  eng.kv();  // the engine (and its forward pass) goes before the runtime and backend
-  created->reset();
+  created->reset();  // the engine (and its forward pass) goes before the runtime and the backend
   if (runtime) runtime->finish(context);
   return 0;
 }

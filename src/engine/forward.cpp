@@ -73,6 +73,10 @@ Status Forward::validate(std::span<const StepInput> inputs) const {
                       fmt::format("{} entries in one step; the engine was sized for {}", inputs.size(),
                                   limits_.step_entries_max));
   }
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (inputs[i].context == inputs[j].context)
+        return make_error(ErrorCode::invalid_argument, "step", "a context appears twice in one step");
   std::size_t total = 0;
   for (const StepInput& in : inputs) {
     if (in.tokens.empty()) return make_error(ErrorCode::invalid_argument, "step", "an entry with no tokens");

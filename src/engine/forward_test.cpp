@@ -101,7 +101,7 @@ TEST_F(ForwardTest, BatchingContextsNeverChangesABit) {
 TEST_F(ForwardTest, BadStepsAreRefusedAndChangeNothing) {
   auto kv = make_kv();
   const ContextId c = kv->open(8);
-  Forward f(*model_, *kv, *pool_, best_isa(), ForwardLimits{4, 1});
+  Forward f(*model_, *kv, *pool_, best_isa(), ForwardLimits{4, 2});
   const TokenId outside = model_->config().vocab;
   const StepInput bad_token{c, {&outside, 1}, true};
   Status s = f.step({&bad_token, 1});
@@ -111,8 +111,13 @@ TEST_F(ForwardTest, BadStepsAreRefusedAndChangeNothing) {
   s = f.step({&too_many, 1});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().setting, "step_tokens_max");
-  const StepInput two[] = {{c, kFrance, false}, {c, kFrance, false}};
-  s = f.step(two);
+  const StepInput one_token{c, std::span<const TokenId>(kFrance).subspan(0, 1), false};
+  const StepInput twice[] = {one_token, one_token};
+  s = f.step(twice);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("twice"), std::string::npos);
+  const StepInput three[] = {one_token, one_token, one_token};
+  s = f.step(three);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().setting, "step_entries_max");
   const StepInput empty{c, {}, true};
