@@ -198,6 +198,8 @@ class ResidencyPlanner {
   std::vector<std::uint8_t> seen_;       // scratch: slot scheduled this step
   std::vector<std::uint32_t> length_before_;  // per entry
   std::vector<std::uint8_t> may_grow_;        // per entry: the context can take a page this step
+  std::vector<std::uint32_t> tail_last_;      // per entry: the last logical page the step writes
+  std::vector<std::uint32_t> pages_after_;    // per entry: logical pages after the step
   std::vector<std::uint32_t> promoted_logical_snapshot_;  // the promoted sets as attention sees them this step
   std::vector<std::uint32_t> promoted_page_snapshot_;
   std::uint32_t promoted_snapshot_count_ = 0;

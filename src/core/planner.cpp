@@ -48,6 +48,8 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   seen_.assign(slots, 0);
   length_before_.resize(slots);
   may_grow_.resize(slots);
+  tail_last_.resize(slots);
+  pages_after_.resize(slots);
   promoted_logical_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   promoted_page_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   plan_.ring_storage = budgets.ring_storage();
@@ -86,7 +88,11 @@ PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> schedu
   for (std::uint32_t e = 0; e < entries; ++e) {
     ContextState& c = budgets_.context(scheduled_[e].context.slot);
     length_before_[e] = c.length_tokens;
+    // Page arithmetic once per context, not once per layer (a division costs tens of cycles).
+    const std::uint32_t after = c.length_tokens + scheduled_[e].tokens_appended;
     c.tail_first_logical = c.length_tokens / mp_.arena.page_tokens;
+    tail_last_[e] = (after - 1) / mp_.arena.page_tokens;
+    pages_after_[e] = tail_last_[e] + 1;
     budgets_.touch(scheduled_[e].context.slot, step_);
   }
   for (std::uint32_t l = 0; l < layers; ++l) {
@@ -134,8 +140,8 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
   const std::uint32_t slot = scheduled_[entry].context.slot;
   const std::uint32_t P = mp_.arena.page_tokens;
   const std::uint32_t before = length_before_[entry];
-  const std::uint32_t after = before + scheduled_[entry].tokens_appended;
-  for (std::uint32_t p = before / P; p <= (after - 1) / P; ++p) {
+  const std::uint32_t first = budgets_.context(slot).tail_first_logical;
+  for (std::uint32_t p = first; p <= tail_last_[entry]; ++p) {
     LayerResidency& r = budgets_.layer(slot, l);
     if (p == 0) {
       if (r.sink_page != page_none) continue;
@@ -173,8 +179,9 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l) noexcept
   AK_ASSERT(layer_count_ < layers_.size(), "layer plans sized for every slot and layer");
   const std::uint32_t slot = scheduled_[entry].context.slot;
   const LayerResidency& r = budgets_.layer(slot, l);
-  LayerPlan& lp = layers_[layer_count_++];
-  lp = LayerPlan{};
+  // Built in a local and stored once: the helpers read fields they just wrote, which is cheap in
+  // registers and stack, and slow through the partly written array slot (store forwarding).
+  LayerPlan lp;
   lp.slot = slot;
   lp.layer = l;
   lp.entry = entry;
@@ -200,6 +207,7 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l) noexcept
   promote(lp);
   plan_.counters.pages_resident += lp.pages_resident;
   plan_.counters.pages_staged += lp.pages_staged;
+  layers_[layer_count_++] = lp;
 }
 
 void ResidencyPlanner::emit_write_backs(LayerPlan& lp) noexcept {
@@ -208,7 +216,8 @@ void ResidencyPlanner::emit_write_backs(LayerPlan& lp) noexcept {
   const std::uint32_t run_last = lp.run_first + lp.run_count - 1;
   const std::uint32_t tail_page = budgets_.layer(lp.slot, lp.layer).tail_page;
   lp.writeback_first = write_back_count_;
-  for (std::uint32_t p = lp.length_before / P; p <= (lp.length_tokens - 1) / P; ++p) {
+  const std::uint32_t last = tail_last_[lp.entry];
+  for (std::uint32_t p = budgets_.context(lp.slot).tail_first_logical; p <= last; ++p) {
     const std::uint32_t first = std::max(lp.length_before, p * P);
     const std::uint32_t end = std::min(lp.length_tokens, (p + 1) * P);
     AK_ASSERT(p == 0 || (p >= lp.run_first && p < lp.run_first + lp.run_count), "a written page is in the run");
@@ -277,7 +286,7 @@ void ResidencyPlanner::stage_range(LayerPlan& lp, std::uint32_t first, std::uint
 void ResidencyPlanner::stage_history(LayerPlan& lp) noexcept {
   // Non-resident: logical pages [1, run_first) minus the promoted ones (the sink and the run are resident).
   const std::uint32_t P = mp_.arena.page_tokens;
-  const std::uint32_t pages_total = (lp.length_tokens + P - 1) / P;
+  const std::uint32_t pages_total = pages_after_[lp.entry];
   const std::uint32_t stage_end = lp.run_count > 0 ? lp.run_first : std::min(pages_total, 1u);
   AK_ASSERT(lp.sink_page != page_none || lp.length_before == 0 || lp.length_before >= P,
             "a missing sink is never the page a step writes");

@@ -25,10 +25,20 @@ constexpr std::array<Unit, 13> units{{
     {"t", TiB}, {"tib", TiB},
 }};
 
+// "'text" + tail, appended piece by piece (GCC 12 misreads a chained operator+ here: -Wrestrict).
+std::string quoted(std::string_view text, const char* tail) {
+  std::string message;
+  message += '\'';
+  message += text;
+  message += tail;
+  return message;
+}
+
 Error size_error(std::string_view setting, std::string_view text, const char* why) {
-  return make_error(ErrorCode::invalid_argument, std::string(setting),
-                    "'" + std::string(text) + "' " + why +
-                        ": give a byte count such as 768, 48KiB, 512MiB or 12GiB");
+  std::string message = quoted(text, "' ");
+  message += why;
+  message += ": give a byte count such as 768, 48KiB, 512MiB or 12GiB";
+  return make_error(ErrorCode::invalid_argument, std::string(setting), std::move(message));
 }
 
 }  // namespace
@@ -91,12 +101,11 @@ Result<std::uint64_t> parse_count(std::string_view text, std::string_view settin
   constexpr std::uint64_t max = (std::numeric_limits<std::uint64_t>::max)();
   for (char c : text) {
     if (!std::isdigit(static_cast<unsigned char>(c))) {
-      return make_error(ErrorCode::invalid_argument, std::string(setting),
-                        "'" + std::string(text) + "' is not a whole non-negative number");
+      return make_error(ErrorCode::invalid_argument, std::string(setting), quoted(text, "' is not a whole non-negative number"));
     }
     const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
     if (value > (max - digit) / 10) {
-      return make_error(ErrorCode::invalid_argument, std::string(setting), "'" + std::string(text) + "' overflows 64 bits");
+      return make_error(ErrorCode::invalid_argument, std::string(setting), quoted(text, "' overflows 64 bits"));
     }
     value = value * 10 + digit;
   }
