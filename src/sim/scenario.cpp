@@ -124,7 +124,7 @@ Scenario llama_8b_h200() {
   s.runtime_reserve_bytes = 4 * GiB;              // assumption: activations, workspace, driver
   s.max_context_tokens = 131072;
   s.host_pool_bytes = 512 * GiB;                  // 32 histories × 16 GiB
-  s.device_pool_bytes = 64 * GiB;
+  s.device_pool_bytes = 112 * GiB;             // with 8 GiB headroom: 120 of the 121 GiB stock gives KV
   s.headroom_bytes = 8 * GiB;
   s.page_tokens = 16;
   s.tile_tokens = 32768;
