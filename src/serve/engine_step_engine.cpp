@@ -98,7 +98,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   kvs.step_tokens_max = c.step_tokens;
 
   BackendOptions options;
-  options.compute_threads = 1;
+  options.compute_threads = c.threads;  // the host backend's attention kernel threads (the engine's pool waits meanwhile)
   auto backend = make_backend(s.backend, options);
   if (!backend) return backend.error();
   parts->backend = std::move(backend).value();
