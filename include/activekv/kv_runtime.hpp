@@ -111,6 +111,7 @@ struct KvCounters {
   std::uint64_t quarantines = 0;                 // tiles, host ranges and pages quarantined by failed/unknown fences
   std::uint64_t failed_steps = 0;                // steps that reported a fault
   std::uint64_t device_allocations_after_warmup = 0;  // from the backend's own counter: must stay 0
+  std::uint64_t heap_allocations_in_steps = 0;        // heap allocations (any thread) during the step calls: must stay 0
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
   std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)

@@ -44,6 +44,7 @@
 #include "activekv/policy.hpp"
 #include "runtime/attention_schedule.hpp"
 #include "runtime/element_codec.hpp"
+#include "testing/alloc_counter.hpp"
 
 namespace activekv {
 namespace {
@@ -68,6 +69,25 @@ class ScopedTimer {
  private:
   std::uint64_t& sink_;
   std::uint64_t start_;
+};
+
+// One public step call: its wall time, and the heap allocations made (by any thread) while it
+// ran — invariant 7 says there are none after warm-up; the counter makes it visible in reports.
+class StepScope {
+ public:
+  explicit StepScope(KvCounters& counters) noexcept
+      : counters_(counters), start_(now_ns()), heap_(testing::heap_allocations()) {}
+  ~StepScope() {
+    counters_.step_ns += now_ns() - start_;
+    counters_.heap_allocations_in_steps += testing::heap_allocations() - heap_;
+  }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  KvCounters& counters_;
+  std::uint64_t start_;
+  std::uint64_t heap_;
 };
 
 // What went wrong in a step, as static text (no allocation until reported).
@@ -427,7 +447,7 @@ void KvRuntimeImpl::release_fence(Fence& fence) noexcept {
 
 Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   AK_ASSERT(!step_open_, "kv runtime: begin_step() while a step is open");
-  ScopedTimer timer(counters_.step_ns);
+  StepScope scope(counters_);
   if (stalled_) {
     return make_error(ErrorCode::backend, "--fence-timeout",
                       "an earlier step's work did not resolve within the fence timeout and may still touch the "
@@ -616,7 +636,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
   AK_ASSERT(step_open_, "kv runtime: write_kv() outside a step");
   AK_ASSERT(layer == layers_written_, "kv runtime: write_kv() must go layer by layer, in order");
   AK_ASSERT(layer == layers_attended_, "kv runtime: write_kv(l) must follow attend(l - 1)");
-  ScopedTimer timer(counters_.step_ns);
+  StepScope scope(counters_);
   ++layers_written_;
   if (fault_.what != nullptr) return fault_status();
   const Geometry& g = plan_.geometry;
@@ -659,7 +679,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
 Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   AK_ASSERT(step_open_, "kv runtime: attend() outside a step");
   AK_ASSERT(layer == layers_attended_ && layer + 1 == layers_written_, "kv runtime: attend(l) must follow write_kv(l)");
-  ScopedTimer timer(counters_.step_ns);
+  StepScope scope(counters_);
   ++layers_attended_;
   if (fault_.what != nullptr) {
     retire_uploads(layer);
@@ -762,7 +782,7 @@ void KvRuntimeImpl::retire_uploads(std::uint32_t layer) noexcept {
 Status KvRuntimeImpl::attend_none(std::uint32_t layer) {
   AK_ASSERT(step_open_, "kv runtime: attend_none() outside a step");
   AK_ASSERT(layer == layers_attended_ && layer + 1 == layers_written_, "kv runtime: attend_none(l) must follow write_kv(l)");
-  ScopedTimer timer(counters_.step_ns);
+  StepScope scope(counters_);
   ++layers_attended_;
   const StepPlan& plan = planner_.plan();
   // The layer's passes still run: their promotions read the tiles they fill.
@@ -841,7 +861,7 @@ Status KvRuntimeImpl::end_step() {
   AK_ASSERT(step_open_, "kv runtime: end_step() outside a step");
   const std::uint32_t layers = plan_.geometry.dense_layers;
   AK_ASSERT(fault_.what != nullptr || layers_attended_ == layers, "kv runtime: end_step() before every layer attended");
-  ScopedTimer timer(counters_.step_ns);
+  StepScope scope(counters_);
   retire_pass();
   retire_uploads(layers_written_ == 0 ? 0 : layers_written_ - 1);
   for (std::uint32_t l = 0; l < layers; ++l) {
