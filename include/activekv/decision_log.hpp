@@ -53,6 +53,8 @@ struct Decision {
   Reason reason = Reason::floor_fits;
 };
 
+static_assert(sizeof(Decision) == 48, "a decision is a fixed 48-byte record");
+
 class DecisionLog {
  public:
   explicit DecisionLog(std::uint32_t capacity);

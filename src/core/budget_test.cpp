@@ -243,6 +243,7 @@ const char* run_seed(std::uint64_t seed, std::uint64_t* allocations_after_warmup
   if (!planned.ok()) return nullptr;  // e.g. burst above the pool: refused, nothing to run
   const MemoryPlan& plan = *planned;
   Arena arena(plan.arena);
+  arena.bind_allocation(plan.arena.used_bytes);  // the backend's one device allocation
   DecisionLog log(256);
   BudgetManager budgets(plan, arena, log);
   ExactPolicy exact;
@@ -344,6 +345,9 @@ const char* run_seed(std::uint64_t seed, std::uint64_t* allocations_after_warmup
     if (broken == nullptr) broken = budgets.check();
   }
   *allocations_after_warmup = testing::heap_allocations() - heap_before;
+  // The arena's own counters: one device allocation, ever; the pool allocated only in its constructor.
+  if (broken == nullptr && arena.counters().device_allocations != 1) broken = "the arena was allocated more than once";
+  if (broken == nullptr && arena.pages().counters().heap_allocations != 1) broken = "the page pool allocated after warm-up";
   coverage.promotions += budgets.counters().pages_promoted;
   coverage.reclaimed += budgets.counters().pages_reclaimed;
   coverage.evicted += budgets.counters().pages_evicted;
