@@ -1,0 +1,663 @@
+// swarm.cpp — one seed of the swarm simulation: draw, drive, check, hash.
+//
+// The run has two phases. In the fault phase the host backend injects the
+// seed's faults; a step that reports a fault is discarded, its contexts are
+// cancelled and recovered from their host histories (verified against the
+// checksums of the rows written) into fresh contexts. The phase ends at a
+// drawn step, or at once when the device is lost. Then the faulty runtime must
+// drain — every page not quarantined and every history returned — and every
+// surviving request moves, from its host history, onto a fault-free device,
+// where it must run to its full length (liveness). Every buffer a step touches
+// is sized before the first step, so a good step's heap allocation count is
+// measured around the runtime's calls alone.
+#include "reliability/swarm.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "activekv/backend.hpp"
+#include "activekv/kv_runtime.hpp"
+#include "activekv/memory_plan.hpp"
+#include "backends/host/host_backend.hpp"
+#include "runtime/element_codec.hpp"
+#include "runtime/reference_kv.hpp"
+#include "testing/alloc_counter.hpp"
+
+namespace activekv::reliability {
+namespace {
+
+constexpr float reference_tolerance = 2e-5f;
+constexpr std::uint64_t steps_limit = 4000;  // a run longer than this is a liveness failure
+
+std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+std::uint64_t fnv_u64(std::uint64_t h, std::uint64_t x) { return fnv(h, &x, sizeof x); }
+constexpr std::uint64_t fnv_basis = 14695981039346656037ull;
+
+struct Request {
+  std::uint64_t id = 0;          // index + 1
+  std::uint32_t tokens_max = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t cancel_at = 0;   // 0 = never; else cancelled once length ≥ cancel_at
+  std::uint64_t arrival_step = 0;
+  enum class State : std::uint8_t { pending, queued, running, done } state = State::pending;
+  bool needs_replay = false;     // recovered rows not yet in the current context
+  ContextId handle;
+  std::uint32_t reference = 0;   // ReferenceKv context holding exactly `length` rows
+  std::uint32_t length = 0;
+  std::vector<std::vector<float>> k, v;           // [layer]: length × kv elements
+  std::vector<std::vector<std::uint64_t>> sums;   // [layer]: length checksums
+};
+
+struct Device {
+  std::unique_ptr<host::HostBackend> backend;
+  std::unique_ptr<KvRuntime> runtime;
+  bool faulty = false;
+};
+
+class SeedRun {
+ public:
+  SeedRun(std::uint64_t seed, const SwarmHooks& hooks) : rng_(seed), hooks_(hooks) { report_.seed = seed; }
+
+  SeedReport run() {
+    draw();
+    if (!violation_.empty()) return finish_report();
+    drive();
+    return finish_report();
+  }
+
+ private:
+  std::uint32_t uniform(std::uint32_t lo, std::uint32_t hi) {
+    return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng_);
+  }
+  double real(double hi) { return std::uniform_real_distribution<double>(0.0, hi)(rng_); }
+  bool chance(std::uint32_t percent) { return uniform(0, 99) < percent; }
+
+  void fail(const std::string& what) {
+    if (violation_.empty()) violation_ = fmt::format("step {}: {}", step_, what);
+  }
+  void trace(std::uint64_t x) { hash_ = fnv_u64(hash_, x); }
+
+  // ---- the seed's draw --------------------------------------------------------
+  void draw() {
+    Geometry& g = settings_.memory.geometry;
+    g.dense_layers = uniform(1, 2);
+    g.kv_heads = uniform(1, 2);
+    g.head_dim = 8u << uniform(0, 1);
+    g.dtype = chance(50) ? DType::f16 : DType::bf16;
+    MemorySettings& m = settings_.memory;
+    m.page_tokens = 2u << uniform(0, 2);
+    m.tile_tokens = m.page_tokens * uniform(1, 3);
+    m.tiles = uniform(1, 2);
+    m.max_context_tokens = 64;
+    m.max_seqs = uniform(1, 3);
+    m.chunk_tokens = m.page_tokens * uniform(1, 2);
+    m.host_pool_bytes = std::uint64_t{m.max_seqs} * g.dense_layers * m.max_context_tokens * g.row_bytes();
+    const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, m.page_tokens));
+    const std::uint64_t all_pages = std::uint64_t{m.max_seqs} * g.dense_layers * (m.max_context_tokens / m.page_tokens);
+    const std::uint64_t pages = floor_pages * m.max_seqs + uniform(0, 60) * (all_pages - floor_pages * m.max_seqs) / 100;
+    m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * g.row_bytes() +
+                          pages * m.page_tokens * g.row_bytes();
+    settings_.q_heads = g.kv_heads * uniform(1, 2);
+    settings_.policy = chance(50) ? ResidencyPolicyKind::exact : ResidencyPolicyKind::hotness;
+    settings_.hotness_threshold = 0.02f;
+
+    // Fault rates: each class present in about two seeds of three.
+    faults_.failed_copy = chance(67) ? real(0.10) : 0.0;
+    faults_.failed_fence = chance(67) ? real(0.02) : 0.0;
+    faults_.unknown_fence = chance(67) ? real(0.02) : 0.0;
+    faults_.late_fence = chance(67) ? real(0.30) : 0.0;
+    faults_.late_ticks = uniform(1, 5000);
+    reorder_ = chance(75);
+    fault_phase_steps_ = uniform(0, 40);
+    lose_device_at_ = chance(20) ? uniform(1, std::max(1u, static_cast<std::uint32_t>(fault_phase_steps_))) : 0;
+    lose_device_layer_ = uniform(0, g.dense_layers - 1);
+    refuse_warmup_ = chance(10);
+
+    // The workload.
+    const std::uint32_t n = uniform(2, 8);
+    requests_.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      Request& r = requests_[i];
+      r.id = i + 1;
+      r.tokens_max = uniform(4, m.max_context_tokens);
+      r.prompt_tokens = uniform(1, r.tokens_max);
+      r.cancel_at = chance(15) ? uniform(1, r.tokens_max) : 0;
+      r.arrival_step = uniform(0, 30);
+      r.k.resize(g.dense_layers);
+      r.v.resize(g.dense_layers);
+      r.sums.resize(g.dense_layers);
+    }
+    report_.requests = n;
+    trace(g.dense_layers), trace(g.kv_heads), trace(g.head_dim), trace(m.page_tokens), trace(m.tile_tokens);
+    trace(m.max_seqs), trace(m.device_pool_bytes), trace(n);
+  }
+
+  // ---- devices ------------------------------------------------------------------
+  bool open_device(bool faulty) {
+    BackendOptions options;
+    options.deterministic = true;
+    options.seed = report_.seed * 2 + (faulty ? 0 : 1);
+    options.reorder = reorder_;
+    if (faulty) options.faults = faults_;
+    auto backend = std::make_unique<host::HostBackend>(options);
+    if (refuse_warmup_) {  // an operator's first try: a device pool far too small
+      refuse_warmup_ = false;
+      KvRuntimeSettings small = settings_;
+      small.memory.device_pool_bytes = arena_alignment_bytes;
+      auto refused = KvRuntime::create(small, *backend);
+      if (refused.ok() || refused.error().setting.empty()) {
+        fail("a device pool too small for warm-up was not refused with the setting to change");
+        return false;
+      }
+      ++report_.faults.warmup_refusals;
+      backend = std::make_unique<host::HostBackend>(options);
+    }
+    auto created = KvRuntime::create(settings_, *backend);
+    if (!created.ok()) {
+      fail("warm-up refused a sound configuration: " + created.error().describe());
+      return false;
+    }
+    device_.backend = std::move(backend);
+    device_.runtime = std::move(created.value());
+    device_.faulty = faulty;
+    if (buffers_k_.empty()) size_buffers();
+    return true;
+  }
+
+  void size_buffers() {
+    const Geometry& g = settings_.memory.geometry;
+    const KvRuntime& rt = *device_.runtime;
+    const std::uint32_t entries_max = rt.plan().budget.concurrency;
+    tokens_max_ = entries_max * settings_.memory.chunk_tokens;
+    kv_ = std::size_t{g.kv_heads} * g.head_dim;
+    qe_ = std::size_t{settings_.q_heads} * g.head_dim;
+    buffers_k_.assign(g.dense_layers, std::vector<float>(tokens_max_ * kv_));
+    buffers_v_.assign(g.dense_layers, std::vector<float>(tokens_max_ * kv_));
+    buffers_q_.assign(g.dense_layers, std::vector<float>(tokens_max_ * qe_));
+    buffers_out_.assign(g.dense_layers, std::vector<float>(tokens_max_ * qe_));
+    expected_.resize(tokens_max_ * qe_);
+    row_.resize(g.row_bytes());
+    entries_.reserve(entries_max);
+    chosen_.reserve(entries_max);
+  }
+
+  // Retires a device: every context is gone, so every page not quarantined and
+  // every history must be back (liveness on the faulty device), and its faults
+  // are tallied.
+  void close_device() {
+    KvRuntime& rt = *device_.runtime;
+    if (const char* broken = rt.check()) fail(std::string("at teardown: ") + broken);
+    if (rt.pages_free() + rt.pages_quarantined() != rt.pages_total())
+      fail(fmt::format("pages did not drain: {} free + {} quarantined of {} ({} histories free of {})", rt.pages_free(),
+                       rt.pages_quarantined(), rt.pages_total(), rt.histories_free(), rt.plan().budget.concurrency));
+    if (rt.histories_free() != rt.plan().budget.concurrency) fail("histories did not drain");
+    if (!device_.faulty && rt.pages_quarantined() != 0) fail("a fault-free device quarantined pages");
+    if (rt.counters().device_allocations_after_warmup != 0) fail("a device allocation after warm-up");
+    report_.pages_quarantined += rt.pages_quarantined();
+    trace(rt.pages_quarantined()), trace(rt.counters().steps), trace(rt.counters().quarantines);
+    const auto& f = device_.backend->faults_injected();
+    report_.faults.late += f.late;
+    report_.faults.failed_fences += f.failed_fences;
+    report_.faults.unknown_fences += f.unknown_fences;
+    report_.faults.failed_copies += f.failed_copies;
+    report_.faults.torn_copies += f.torn_copies;
+    report_.faults.poisoned += f.poisoned;
+    device_.runtime.reset();
+    device_.backend.reset();
+  }
+
+  // ---- rows and checksums ----------------------------------------------------------
+  std::uint64_t row_sum(const float* k, const float* v) {
+    const Geometry& g = settings_.memory.geometry;
+    const std::size_t half = g.row_bytes() / 2;
+    runtime::encode_elements(g.dtype, k, kv_, row_.data());
+    runtime::encode_elements(g.dtype, v, kv_, row_.data() + half);
+    return fnv(fnv_basis, row_.data(), row_.size());
+  }
+
+  // Compares host rows [first, last) of every layer with their checksums.
+  bool verify_rows(Request& r, std::uint32_t first, std::uint32_t last) {
+    const Geometry& g = settings_.memory.geometry;
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      for (std::uint32_t t = first; t < last; ++t) {
+        const auto host = device_.runtime->host_row(r.handle, l, t);
+        ++report_.rows_verified;
+        if (fnv(fnv_basis, host.data(), host.size()) != r.sums[l][t]) return false;
+      }
+    }
+    return true;
+  }
+
+  // ---- admission -----------------------------------------------------------------------
+  void opened(Request& r, ContextId handle) {
+    r.state = Request::State::running;
+    r.handle = handle;
+    trace(r.id), trace(handle.slot);
+  }
+
+  void open(Request& r) {
+    auto result = device_.runtime->open_context(next_request_id_++ * 64 + r.id, r.tokens_max);
+    if (!result.ok()) return fail("open_context refused a request within --max-context: " + result.error().describe());
+    request_of_.push_back(static_cast<std::uint32_t>(&r - requests_.data()));
+    if (result->outcome == AdmitOutcome::admitted) {
+      opened(r, result->handle);
+    } else {
+      r.state = Request::State::queued;
+    }
+  }
+
+  void sync_admitted() {
+    AdmitResult admitted[8];
+    for (;;) {
+      const std::uint32_t n = device_.runtime->take_admitted(admitted);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const std::uint64_t key = admitted[i].request_id / 64 - 1;
+        if (key >= request_of_.size()) return fail("take_admitted returned an unknown request");
+        opened(requests_[request_of_[key]], admitted[i].handle);
+      }
+      if (n < 8) return;
+    }
+  }
+
+  // A context leaves the runtime; queued requests may be admitted.
+  void release(Request& r, bool finished) {
+    if (finished) device_.runtime->finish(r.handle); else device_.runtime->cancel(r.handle);
+    sync_admitted();
+  }
+
+  // ---- recovery ---------------------------------------------------------------------
+  // The context's step failed (or its device is going away): its host history
+  // [0, length) is verified against the checksums and becomes the rows the
+  // request is replayed from; a history that fails is reported lost.
+  void recover(Request& r) {
+    const Geometry& g = settings_.memory.geometry;
+    const bool intact = verify_rows(r, 0, r.length);
+    trace(intact ? 1 : 2);
+    if (intact) {
+      for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+        for (std::uint32_t t = 0; t < r.length; ++t) {
+          const auto host = device_.runtime->host_row(r.handle, l, t);
+          runtime::decode_elements(g.dtype, host.data(), kv_, r.k[l].data() + t * kv_);
+          runtime::decode_elements(g.dtype, host.data() + host.size() / 2, kv_, r.v[l].data() + t * kv_);
+        }
+      }
+      r.needs_replay = r.length > 0;
+      ++report_.contexts_recovered;
+    } else {
+      ++report_.contexts_lost;  // reported, never used
+    }
+    release(r, false);
+    if (!intact) {
+      r.state = Request::State::done;
+      return;
+    }
+    r.state = Request::State::pending;  // opened again in this step's admission pass
+  }
+
+  // Writes the recovered rows into the request's new context, chunk by chunk,
+  // without attention; on success the rows are verified on the host.
+  bool replay(Request& r) {
+    const Geometry& g = settings_.memory.geometry;
+    KvRuntime& rt = *device_.runtime;
+    runtime::ReferenceKv* ref = reference_.get();
+    r.reference = ref->open();
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) ref->append(r.reference, l, r.k[l].data(), r.v[l].data(), r.length);
+    for (std::uint32_t done = 0; done < r.length;) {
+      const std::uint32_t n = std::min(settings_.memory.chunk_tokens, r.length - done);
+      const StepEntry entry{r.handle, n};
+      Status s = rt.begin_step({&entry, 1});
+      if (!s.ok()) {
+        fail("a replay step was refused: " + s.error().describe());
+        return false;
+      }
+      for (std::uint32_t l = 0; s.ok() && l < g.dense_layers; ++l) {
+        s = rt.write_kv(l, r.k[l].data() + done * kv_, r.v[l].data() + done * kv_);
+        const Status none = rt.attend_none(l);
+        if (s.ok()) s = none;
+      }
+      const Status ended = rt.end_step();
+      if (s.ok() && !ended.ok()) s = ended;
+      ++report_.steps;
+      trace(s.ok() ? 3 : 4);
+      if (!s.ok()) {
+        ++report_.steps_failed;
+        if (!device_.faulty) {
+          fail("a replay step failed on a fault-free device: " + s.error().describe());
+          return false;
+        }
+        if (s.error().setting == "--fence-timeout" && !rt.faulted(r.handle)) {
+          fail("a replay step stalled: " + s.error().describe());
+          return false;
+        }
+        // The replayed rows are still those the request holds: cancel and try again later.
+        release(r, false);
+        r.state = Request::State::pending;
+        return false;
+      }
+      done += n;
+    }
+    if (!verify_rows(r, 0, r.length)) {
+      ++report_.corrupted;
+      fail(fmt::format("request {}: a replayed row reads back different from the row written", r.id));
+      return false;
+    }
+    r.needs_replay = false;
+    return true;
+  }
+
+  // ---- one step of the workload ------------------------------------------------------
+  // Returns false when the device was lost (the caller migrates).
+  bool step_once() {
+    const Geometry& g = settings_.memory.geometry;
+    KvRuntime& rt = *device_.runtime;
+    entries_.clear();
+    chosen_.clear();
+    for (std::uint32_t i = 0; i < requests_.size(); ++i) {
+      Request& r = requests_[i];
+      if (r.state != Request::State::running || r.needs_replay || r.length >= r.tokens_max) continue;
+      if (!chance(75)) continue;
+      const std::uint32_t room = r.tokens_max - r.length;
+      const std::uint32_t n = r.length < r.prompt_tokens
+                                  ? std::min({room, r.prompt_tokens - r.length, uniform(1, settings_.memory.chunk_tokens)})
+                                  : 1u;
+      entries_.push_back(StepEntry{r.handle, n});
+      chosen_.push_back(i);
+    }
+    if (entries_.empty()) return true;
+    std::uint32_t total = 0;
+    for (const StepEntry& e : entries_) total += e.tokens_new;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      for (std::size_t i = 0; i < total * kv_; ++i) buffers_k_[l][i] = normal(rng_);
+      for (std::size_t i = 0; i < total * kv_; ++i) buffers_v_[l][i] = normal(rng_);
+      for (std::size_t i = 0; i < total * qe_; ++i) buffers_q_[l][i] = normal(rng_);
+    }
+    const bool lose = device_.faulty && lose_device_at_ != 0 && step_ >= lose_device_at_;
+    // (A context cancelled mid-step is gone before its rows can be read back:
+    // the damage test turns these off so that the damaged row is always read.)
+    const bool cancel_mid_step = chance(2) && hooks_.corrupt_host_row_after_step == 0;
+    const std::uint32_t cancel_layer = uniform(0, g.dense_layers - 1);
+
+    const std::uint64_t heap_before = testing::heap_allocations();
+    Status s = rt.begin_step(entries_);
+    if (!s.ok()) {
+      fail("begin_step refused a well-formed step: " + s.error().describe());
+      return true;
+    }
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      if (lose && l == lose_device_layer_) {
+        device_.backend->lose_device();
+        lose_device_at_ = 0;
+        ++report_.faults.device_losses;
+      }
+      const Status written = rt.write_kv(l, buffers_k_[l].data(), buffers_v_[l].data());
+      const Status attended = rt.attend(l, buffers_q_[l].data(), buffers_out_[l].data());
+      if (s.ok() && !written.ok()) s = written;
+      if (s.ok() && !attended.ok()) s = attended;
+      if (!s.ok()) break;
+      if (cancel_mid_step && l == cancel_layer) rt.cancel(entries_[0].context);  // deferred to end_step
+    }
+    const Status ended = rt.end_step();
+    const std::uint64_t heap_after = testing::heap_allocations();
+    if (s.ok() && !ended.ok()) s = ended;
+    ++report_.steps;
+    trace(0xC0FFEE), trace(total), trace(s.ok() ? 0 : 1 + static_cast<std::uint64_t>(s.error().code));
+    const bool device_lost = lose && lose_device_at_ == 0;
+
+    if (!s.ok()) {
+      ++report_.steps_failed;
+      if (!device_.faulty) fail("a step failed on a fault-free device: " + s.error().describe());
+      if (s.error().setting == "--fence-timeout") fail("a step stalled: " + s.error().describe());
+      if (cancel_mid_step && !rt.running(entries_[0].context)) {  // the deferred cancel took effect
+        requests_[chosen_[0]].state = Request::State::done;
+        ++report_.requests_cancelled;
+        sync_admitted();
+      }
+      // Every context the step touched is recovered from its host history.
+      for (const std::uint32_t i : chosen_) {
+        Request& r = requests_[i];
+        if (r.state != Request::State::running) continue;
+        if (!rt.faulted(r.handle) && !device_lost) {
+          // A context the fault did not reach may not be marked; it is recovered all the same.
+          trace(5);
+        }
+        recover(r);
+      }
+      return !device_lost;
+    }
+    if (device_lost) fail("a step reported good across a device loss");
+    if (heap_counter_ && heap_after != heap_before)
+      fail(fmt::format("{} heap allocations inside a good step", heap_after - heap_before));
+
+    // A good step: every output equals the reference, every new row reads back.
+    std::uint32_t row = 0;
+    for (std::size_t e = 0; e < entries_.size(); ++e) {
+      Request& r = requests_[chosen_[e]];
+      const std::uint32_t n = entries_[e].tokens_new;
+      for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+        const float* k = buffers_k_[l].data() + row * kv_;
+        const float* v = buffers_v_[l].data() + row * kv_;
+        reference_->append(r.reference, l, k, v, n);
+        reference_->attend(r.reference, l, buffers_q_[l].data() + row * qe_, n, r.length, expected_.data());
+        const float* out = buffers_out_[l].data() + row * qe_;
+        for (std::size_t i = 0; i < n * qe_; ++i) {
+          if (!(std::fabs(out[i] - expected_[i]) <= reference_tolerance)) {
+            ++report_.corrupted;
+            fail(fmt::format("request {} layer {}: a good step's output differs from the reference ({} vs {})", r.id, l,
+                             out[i], expected_[i]));
+            return true;
+          }
+        }
+        hash_ = fnv(hash_, out, n * qe_ * sizeof(float));
+        report_.outputs_verified += n;
+        r.k[l].insert(r.k[l].end(), k, k + n * kv_);
+        r.v[l].insert(r.v[l].end(), v, v + n * kv_);
+        for (std::uint32_t t = 0; t < n; ++t) r.sums[l].push_back(row_sum(k + t * kv_, v + t * kv_));
+      }
+      r.length += n;
+      row += n;
+      const bool cancelled = cancel_mid_step && e == 0;
+      if (cancelled) {
+        if (rt.running(r.handle)) fail("a cancel during a step did not take effect at its end");
+        r.state = Request::State::done;
+        ++report_.requests_cancelled;
+        sync_admitted();
+        continue;
+      }
+      if (!verify_rows(r, r.length - n, r.length)) {
+        ++report_.corrupted;
+        fail(fmt::format("request {}: a good step left a wrong row on the host", r.id));
+        return true;
+      }
+    }
+    ++good_steps_;
+    if (hooks_.corrupt_host_row_after_step == good_steps_) {
+      Request& r = requests_[chosen_.back()];
+      if (r.state == Request::State::running) {
+        auto host = rt.host_row(r.handle, 0, r.length - 1);
+        const_cast<std::byte&>(host[0]) ^= std::byte{1};
+      }
+    }
+    return true;
+  }
+
+  // Between steps: arrivals, recoveries' re-admissions, replays, cancellations, completions.
+  void between_steps() {
+    KvRuntime& rt = *device_.runtime;
+    for (Request& r : requests_) {
+      if (r.state == Request::State::pending && r.arrival_step <= step_) {
+        if (!r.needs_replay && r.length == 0) r.reference = reference_->open();
+        open(r);
+      }
+    }
+    for (Request& r : requests_) {
+      if (r.state == Request::State::running && r.needs_replay) replay(r);
+      if (!violation_.empty()) return;
+    }
+    for (Request& r : requests_) {
+      if (r.state != Request::State::running || r.needs_replay) continue;
+      if (r.cancel_at != 0 && r.length >= r.cancel_at) {
+        if (!verify_rows(r, 0, r.length)) {  // a cancelled history is still checked before it goes
+          ++report_.corrupted;
+          return fail(fmt::format("request {}: its cancelled history differs from the rows written", r.id));
+        }
+        r.state = Request::State::done;
+        ++report_.requests_cancelled;
+        release(r, false);
+      } else if (r.length == r.tokens_max) {
+        if (!verify_rows(r, 0, r.length)) {
+          ++report_.corrupted;
+          return fail(fmt::format("request {}: its finished history differs from the rows written", r.id));
+        }
+        r.state = Request::State::done;
+        ++report_.requests_completed;
+        trace(r.id * 1000 + r.length);
+        release(r, true);
+      }
+    }
+    if (const char* broken = rt.check()) fail(broken);
+  }
+
+  // The fault phase is over (or the device is gone): recover every context from
+  // its host history, retire the device, continue on a fault-free one.
+  void migrate() {
+    // Releasing one context may admit a queued one: repeat until none runs.
+    for (bool again = true; again && violation_.empty();) {
+      again = false;
+      for (Request& r : requests_) {
+        if (r.state != Request::State::running) continue;
+        again = true;
+        if (r.needs_replay || r.length == 0) {  // nothing on this device to recover
+          release(r, false);
+          r.state = Request::State::pending;
+        } else {
+          recover(r);
+        }
+      }
+    }
+    for (Request& r : requests_) {
+      if (r.state == Request::State::queued) r.state = Request::State::pending;
+    }
+    close_device();
+    if (!violation_.empty()) return;
+    request_of_.clear();
+    next_request_id_ = 1;
+    open_device(false);
+  }
+
+  void drive() {
+    heap_counter_ = testing::heap_counter_linked();
+    reference_ = std::make_unique<runtime::ReferenceKv>(settings_.memory.geometry, settings_.q_heads,
+                                                        settings_.memory.page_tokens);
+    if (!open_device(fault_phase_steps_ > 0)) return;
+    for (step_ = 0; step_ < steps_limit && violation_.empty(); ++step_) {
+      if (device_.faulty && step_ >= fault_phase_steps_) migrate();
+      if (!violation_.empty()) break;
+      between_steps();
+      if (!violation_.empty()) break;
+      const bool all_done = std::all_of(requests_.begin(), requests_.end(),
+                                        [](const Request& r) { return r.state == Request::State::done; });
+      if (all_done) break;
+      if (!step_once()) migrate();  // the device was lost
+    }
+    if (violation_.empty() && step_ >= steps_limit) fail("liveness: requests did not drain on a fault-free device");
+    if (violation_.empty() && device_.runtime) close_device();
+  }
+
+  SeedReport finish_report() {
+    report_.violation = violation_;
+    for (const Request& r : requests_) trace(r.length);
+    trace(report_.steps), trace(report_.steps_failed), trace(report_.contexts_recovered), trace(report_.contexts_lost);
+    report_.trace_hash = hash_;
+    return report_;
+  }
+
+  std::mt19937_64 rng_;
+  SwarmHooks hooks_;
+  SeedReport report_;
+  std::string violation_;
+  std::uint64_t hash_ = fnv_basis;
+  std::uint64_t step_ = 0;
+  std::uint64_t good_steps_ = 0;
+  bool heap_counter_ = false;
+
+  KvRuntimeSettings settings_;
+  FaultRates faults_;
+  bool reorder_ = true;
+  std::uint64_t fault_phase_steps_ = 0;
+  std::uint64_t lose_device_at_ = 0;
+  std::uint32_t lose_device_layer_ = 0;
+  bool refuse_warmup_ = false;
+
+  std::vector<Request> requests_;
+  std::vector<std::uint32_t> request_of_;  // runtime request key − 1 → index in requests_
+  std::uint64_t next_request_id_ = 1;
+  Device device_;
+  std::unique_ptr<runtime::ReferenceKv> reference_;
+
+  std::uint32_t tokens_max_ = 0;
+  std::size_t kv_ = 0, qe_ = 0;
+  std::vector<std::vector<float>> buffers_k_, buffers_v_, buffers_q_, buffers_out_;
+  std::vector<float> expected_;
+  std::vector<std::byte> row_;
+  std::vector<StepEntry> entries_;
+  std::vector<std::uint32_t> chosen_;
+};
+
+}  // namespace
+
+SeedReport run_seed(std::uint64_t seed, const SwarmHooks& hooks) { return SeedRun(seed, hooks).run(); }
+
+void SwarmSummary::add(const SeedReport& r) {
+  ++seeds;
+  if (!r.ok()) {
+    if (seeds_failed == 0) first_failed_seed = r.seed;
+    ++seeds_failed;
+  }
+  steps += r.steps, steps_failed += r.steps_failed, requests += r.requests;
+  requests_completed += r.requests_completed, requests_cancelled += r.requests_cancelled;
+  rows_verified += r.rows_verified, outputs_verified += r.outputs_verified, pages_quarantined += r.pages_quarantined;
+  contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
+  faults.late += r.faults.late, faults.failed_fences += r.faults.failed_fences;
+  faults.unknown_fences += r.faults.unknown_fences, faults.failed_copies += r.faults.failed_copies;
+  faults.torn_copies += r.faults.torn_copies, faults.poisoned += r.faults.poisoned;
+  faults.device_losses += r.faults.device_losses, faults.warmup_refusals += r.faults.warmup_refusals;
+  trace_hash = fnv_u64(trace_hash == 0 ? fnv_basis : trace_hash, r.trace_hash);
+}
+
+std::string replay_command(std::uint64_t seed) { return fmt::format("build/release/activekv swarm --seed {}", seed); }
+
+std::string format_summary(const SwarmSummary& s, double seconds) {
+  std::string out;
+  out += fmt::format("seeds run            {} ({} failed) in {:.1f} s\n", s.seeds, s.seeds_failed, seconds);
+  out += fmt::format("steps                {} ({} reported a fault and were discarded)\n", s.steps, s.steps_failed);
+  out += fmt::format("requests             {} ({} completed, {} cancelled)\n", s.requests, s.requests_completed,
+                     s.requests_cancelled);
+  out += fmt::format("faults injected      late {}, failed fences {}, unknown fences {}, failed copies {} "
+                     "(torn {}), poisoned waits {}, device losses {}, warm-up refusals {}\n",
+                     s.faults.late, s.faults.failed_fences, s.faults.unknown_fences, s.faults.failed_copies,
+                     s.faults.torn_copies, s.faults.poisoned, s.faults.device_losses, s.faults.warmup_refusals);
+  out += fmt::format("rows verified        {}\n", s.rows_verified);
+  out += fmt::format("outputs verified     {} tokens\n", s.outputs_verified);
+  out += fmt::format("pages quarantined    {}\n", s.pages_quarantined);
+  out += fmt::format("contexts recovered   {} (from their host histories)\n", s.contexts_recovered);
+  out += fmt::format("contexts lost        {} (reported)\n", s.contexts_lost);
+  out += fmt::format("corrupted            {}\n", s.corrupted);
+  out += fmt::format("trace hash           {:016x}\n", s.trace_hash);
+  return out;
+}
+
+}  // namespace activekv::reliability
