@@ -638,7 +638,7 @@ void SwarmSummary::add(const SeedReport& r) {
   trace_hash = fnv_u64(trace_hash == 0 ? fnv_basis : trace_hash, r.trace_hash);
 }
 
-std::string replay_command(std::uint64_t seed) { return fmt::format("build/release/activekv swarm --seed {}", seed); }
+std::string replay_command(std::uint64_t seed) { return fmt::format("build/release/src/cli/activekv swarm --seed {}", seed); }
 
 std::string format_summary(const SwarmSummary& s, double seconds) {
   std::string out;

@@ -82,7 +82,7 @@ TEST(Swarm, ACorruptedHostRowIsCaught) {
 }
 
 TEST(Swarm, ReplayCommandNamesTheSeed) {
-  EXPECT_EQ(replay_command(4242), "build/release/activekv swarm --seed 4242");
+  EXPECT_EQ(replay_command(4242), "build/release/src/cli/activekv swarm --seed 4242");
 }
 
 }  // namespace
