@@ -95,12 +95,29 @@ Action setup_sim(CLI::App& sub) {
   sub.add_option("--prompt-tokens", options->prompt_tokens, "Saturating workload: prompt tokens per request");
   sub.add_option("--output-tokens", options->output_tokens, "Saturating workload: output tokens per request");
   sub.add_option("--prefill-workspace", options->prefill_workspace, "Headroom a running prefill takes back (e.g. 1GiB; 0: none)");
-  return [options, &sub] {
-    std::string command = "activekv sim";
-    for (const std::string& arg : sub.remaining_for_passthrough()) command += " " + arg;
-    if (!options->scenario.empty()) command += " --scenario " + options->scenario;
-    if (options->quick) command += " --quick";
-    return run_sim(*options, command);
+  return [options] {
+    // The command as given, for the report's header (every option that was set).
+    const sim::SimOptions& o = *options;
+    std::string command = "activekv sim --scenario " + o.scenario;
+    const auto add = [&command](const char* flag, const std::string& value) {
+      if (!value.empty()) command += std::string(" ") + flag + " " + value;
+    };
+    if (o.quick) command += " --quick";
+    if (o.no_probes) command += " --no-probes";
+    if (o.no_saturation) command += " --no-saturation";
+    add("--lengths", o.lengths);
+    add("--concurrency", o.concurrency);
+    add("--steps", o.steps);
+    add("--host-pool", o.host_pool);
+    add("--device-pool", o.device_pool);
+    add("--headroom", o.headroom);
+    add("--saturation-steps", o.saturation_steps);
+    add("--prompt-tokens", o.prompt_tokens);
+    add("--output-tokens", o.output_tokens);
+    add("--prefill-workspace", o.prefill_workspace);
+    add("--out", o.out_dir);
+    if (o.json) command += " --json";
+    return run_sim(o, command);
   };
 }
 

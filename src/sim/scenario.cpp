@@ -23,7 +23,7 @@ const char* variant_label(Variant variant) noexcept {
   switch (variant) {
     case Variant::stock: return "stock (all KV on device)";
     case Variant::activekv: return "ActiveKV, no headroom";
-    case Variant::activekv_headroom: return "ActiveKV, 8 GiB headroom";
+    case Variant::activekv_headroom: return "ActiveKV with headroom";
   }
   return "?";
 }
