@@ -523,7 +523,17 @@ Result<Fence> OpenClBackend::do_attention(const AttentionBatch& batch, std::span
   cl_command_queue compute = queue(QueueKind::compute);
 
   collect_waits(waits);
-  if (last_attention_ != nullptr) wait_list_.push_back(last_attention_);
+  if (last_attention_ != nullptr) {
+    // Chain on the previous call only while it runs: a finished one needs no wait,
+    // and a failed one must not fail every later call through the wait list.
+    cl_int execution = CL_QUEUED;
+    clGetEventInfo(last_attention_, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(execution), &execution, nullptr);
+    if (execution <= CL_COMPLETE) {
+      release_event(last_attention_);
+    } else {
+      wait_list_.push_back(last_attention_);
+    }
+  }
   const auto wait_count = static_cast<cl_uint>(wait_list_.size());
   const cl_event* wait_events = wait_list_.empty() ? nullptr : wait_list_.data();
 

@@ -531,3 +531,56 @@ TEST(OpenClAttentionSchedules, PageParallelEqualsSequentialBitForBit) {
 
 }  // namespace
 }  // namespace activekv
+
+namespace activekv {
+namespace {
+
+// Liveness after a fault: an attention call whose input copy failed reports
+// FAILED, and the next call (which shares the scratch, so is chained on the
+// device) still runs and signals with the right output.
+TEST(OpenClAttentionFaults, AFailedCallDoesNotPoisonTheNext) {
+  auto backend = make_or_skip(small_request());
+  SKIP_WITHOUT_DEVICE(backend);
+  const AttentionShape shape{2, 1, 16, DType::f32, 0.25f};
+  std::vector<std::byte> rows(8 * shape.row_bytes());
+  for (std::size_t i = 0; i < rows.size() / 4; ++i) {
+    const float v = static_cast<float>(i % 7) * 0.25f - 0.5f;
+    std::memcpy(rows.data() + i * 4, &v, 4);
+  }
+  const std::vector<AttentionPage> pages = {{0, 0, 4}, {4 * shape.row_bytes(), 4, 4}};
+  const std::vector<std::uint32_t> positions = {7};
+  std::vector<float> q(2 * 16, 0.3f), out_failed(2 * 16, -7.0f), out_good(2 * 16, -7.0f);
+  const AttentionTask task{0, 2, 0, 1};
+  AttentionBatch batch;
+  batch.shape = shape;
+  batch.tasks = std::span(&task, 1);
+  batch.pages = pages;
+  batch.query_positions = positions;
+  batch.queries = q;
+
+  ASSERT_TRUE(backend->hold_queue(QueueKind::h2d).ok());
+  auto up = backend->upload(0, rows);
+  ASSERT_TRUE(up.ok());
+  const Fence up_fence = up.value();
+  batch.output = out_failed;
+  auto failed = backend->attention(batch, std::span(&up_fence, 1));
+  ASSERT_TRUE(failed.ok());
+  ASSERT_TRUE(opencl::fail_held_queue(*backend, QueueKind::h2d).ok());
+  EXPECT_EQ(wait(*backend, up_fence), FenceOutcome::failed);
+  EXPECT_EQ(wait(*backend, failed.value()), FenceOutcome::failed);
+
+  auto again = backend->upload(0, rows);
+  ASSERT_TRUE(again.ok());
+  const Fence again_fence = again.value();
+  batch.output = out_good;
+  auto good = backend->attention(batch, std::span(&again_fence, 1));
+  ASSERT_TRUE(good.ok()) << good.error().describe();
+  EXPECT_EQ(wait(*backend, good.value()), FenceOutcome::signalled);
+
+  std::vector<double> expected;
+  gpu_testing::reference_attention(rows, shape, pages, positions, q, &expected);
+  for (std::size_t i = 0; i < out_good.size(); ++i) EXPECT_NEAR(out_good[i], expected[i], 1e-5);
+}
+
+}  // namespace
+}  // namespace activekv
