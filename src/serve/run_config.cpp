@@ -94,7 +94,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
   json object;
   try {
     object = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large
     return make_error(ErrorCode::malformed, std::string(source), fmt::format("not valid JSON ({})", e.what()));
   }
   if (!object.is_object()) return make_error(ErrorCode::malformed, std::string(source), "the configuration must be a JSON object");

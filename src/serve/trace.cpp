@@ -81,7 +81,7 @@ Result<TraceRequest> parse_trace_line(std::string_view text, std::uint32_t line,
   json object;
   try {
     object = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large (1e400)
     return line_error(source, line, fmt::format("not valid JSON ({})", e.what()));
   }
   if (!object.is_object()) {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan,
+# coverage) into build/fuzz and runs each one briefly from its committed corpus.
+#   FUZZ_SECONDS   seconds per fuzzer (default 20)
+#   JOBS           build parallelism (default 2)
+# New inputs go to build/fuzz/corpus/<target>/ (the repository's corpus is only
+# read); a crash leaves its input in build/fuzz/artifacts/ and fails the script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${FUZZ_SECONDS:-20}
+JOBS=${JOBS:-2}
+TARGETS=(fuzz_gguf fuzz_trace fuzz_run_config fuzz_command_line)
+declare -A CORPUS=([fuzz_gguf]=gguf [fuzz_trace]=trace [fuzz_run_config]=run_config [fuzz_command_line]=command_line)
+
+cmake --preset fuzz >/dev/null
+cmake --build build/fuzz -- -j"$JOBS" "${TARGETS[@]}"
+
+mkdir -p build/fuzz/artifacts
+for target in "${TARGETS[@]}"; do
+  work=build/fuzz/corpus/${CORPUS[$target]}
+  mkdir -p "$work"
+  echo "== $target: ${SECONDS_EACH}s"
+  build/fuzz/fuzz/"$target" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix=build/fuzz/artifacts/"$target"- "$work" fuzz/corpus/"${CORPUS[$target]}" 2>&1 | tail -n 12
+done
+echo "fuzz-quick: every fuzzer ran ${SECONDS_EACH}s with no crash, leak or sanitizer report"
