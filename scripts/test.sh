@@ -1,12 +1,49 @@
 #!/usr/bin/env bash
-# The test command: install what is missing, build, run every test suite.
-#   release build: all unit, property, conformance and end-to-end tests (ctest)
+# The test command: install what is missing, build, run every suite.
+#   1. release      every unit, property, conformance, end-to-end and model test (ctest),
+#                   the quick swarm (label swarm) and the slow budget-invariance run included
+#   2. asan+ubsan   the same suites under AddressSanitizer and UndefinedBehaviorSanitizer with
+#                   expensive assertions, except the tests labelled slow or model
+#   3. tsan         the backend and runtime tests under ThreadSanitizer
+#   4. fuzz         each libFuzzer target briefly from its committed corpus (scripts/fuzz-quick.sh)
+# Set STAGES to run a subset, e.g. STAGES="release" scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
-JOBS=${JOBS:-2}
+export JOBS=${JOBS:-2}
+STAGES=${STAGES:-"release asan tsan fuzz"}
+started=$SECONDS
 
-echo "== release: build and test"
-cmake --preset release >/dev/null
-cmake --build --preset release -- -j"$JOBS"
-ctest --preset release -j"$JOBS"
+stage() { echo; echo "== $1 ($(( SECONDS - started ))s since start)"; }
+
+for s in $STAGES; do
+  case "$s" in
+    release)
+      stage "release: build and test"
+      cmake --preset release >/dev/null
+      cmake --build --preset release -- -j"$JOBS"
+      ctest --preset release -j"$JOBS"
+      ;;
+    asan)
+      stage "asan+ubsan: build and test (not slow, not model)"
+      cmake --preset asan >/dev/null
+      cmake --build --preset asan -- -j"$JOBS"
+      ctest --preset asan -j"$JOBS" -LE "slow|model"
+      ;;
+    tsan)
+      stage "tsan: backend and runtime tests"
+      cmake --preset tsan >/dev/null
+      cmake --build --preset tsan -- -j"$JOBS" backend_lease_test backend_host_test backend_conformance_test \
+        backend_conformance_portable_kernel_test opencl_backend_test runtime_kv_runtime_test \
+        runtime_kv_runtime_fault_test runtime_kv_runtime_property_test
+      TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --preset tsan -j"$JOBS" -L "backend|runtime" -LE cuda
+      ;;
+    fuzz)
+      stage "fuzz: every fuzzer briefly"
+      FUZZ_SECONDS=${FUZZ_SECONDS:-15} scripts/fuzz-quick.sh
+      ;;
+    *) echo "test.sh: unknown stage '$s' (use release, asan, tsan, fuzz)" >&2; exit 2 ;;
+  esac
+done
+echo
+echo "== all stages passed in $(( SECONDS - started ))s: $STAGES"
