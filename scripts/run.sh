@@ -6,5 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target activekv -- -j"${JOBS:-2}"
+echo "run.sh: building activekv (log: build/release/build-activekv.log)"
+if ! cmake --build --preset release --target activekv -- -j"${JOBS:-2}" > build/release/build-activekv.log 2>&1; then
+  tail -n 40 build/release/build-activekv.log
+  exit 1
+fi
 exec build/release/src/cli/activekv run "$@"
