@@ -78,7 +78,6 @@ struct LayerResidency {
   std::uint32_t run_count = 0;
   std::uint32_t ring_head = 0;          // ring index of run_first's pool page
   std::uint32_t promoted_count = 0;
-  std::uint32_t tail_page = page_none;  // pool page of the run's newest page (cached: a step reads it without the ring)
   std::uint32_t pages_held() const noexcept { return (sink_page != page_none ? 1u : 0u) + run_count + promoted_count; }
 };
 
@@ -153,6 +152,20 @@ class BudgetManager {
   const LayerResidency& layer(std::uint32_t slot, std::uint32_t layer) const noexcept {
     return layers_[layer * slot_count_ + slot];
   }
+  // Cache hints for a batch of tail placements (the planner's phase 1): the ring entries a slide
+  // reads and writes, and then — once those have arrived — the record of the page it would drop.
+  // Hints only: nothing changes. The ring and the page records outgrow the caches at hundreds of
+  // contexts, and a slide's three dependent loads would otherwise each wait a full miss in turn.
+  void prefetch_run_ends(std::uint32_t slot, std::uint32_t layer) const noexcept {
+    const LayerResidency& r = this->layer(slot, layer);
+    const std::uint32_t* ring = ring_.data() + ring_offset(slot, layer);
+    __builtin_prefetch(ring + r.ring_head, 0);
+    __builtin_prefetch(ring + ring_index(r.ring_head, r.run_count), 1);
+  }
+  void prefetch_run_oldest_page(std::uint32_t slot, std::uint32_t layer) const noexcept {
+    const LayerResidency& r = this->layer(slot, layer);
+    if (r.run_count > 1) arena_.pages().prefetch(ring_[ring_offset(slot, layer) + r.ring_head]);
+  }
   // Pool page of the run's i-th page (i = 0 is run_first).
   std::uint32_t run_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t i) const noexcept;
   std::span<const std::uint32_t> promoted_logical(std::uint32_t slot, std::uint32_t layer) const noexcept;
@@ -163,6 +176,11 @@ class BudgetManager {
     return (slot * dense_layers_ + layer) * ring_capacity_;
   }
   std::uint32_t ring_capacity() const noexcept { return ring_capacity_; }
+  // (head + i) mod ring capacity for head < capacity and i ≤ capacity, without a division.
+  std::uint32_t ring_index(std::uint32_t head, std::uint32_t i) const noexcept {
+    const std::uint32_t at = head + i;
+    return at >= ring_capacity_ ? at - ring_capacity_ : at;
+  }
   std::span<const std::uint32_t> promoted_logical_storage() const noexcept { return promoted_logical_; }
   std::span<const std::uint32_t> promoted_page_storage() const noexcept { return promoted_page_; }
   std::uint32_t promoted_offset(std::uint32_t slot, std::uint32_t layer) const noexcept {

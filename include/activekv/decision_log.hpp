@@ -7,6 +7,7 @@
 // is sized at warm-up and overwrites its oldest records. explain() reads it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -59,7 +60,12 @@ class DecisionLog {
  public:
   explicit DecisionLog(std::uint32_t capacity);
 
-  void record(const Decision& decision) noexcept;
+  // Inline: the planner records a decision for every page a run slides by.
+  void record(const Decision& decision) noexcept {
+    ring_[next_] = decision;
+    if (++next_ == ring_.size()) next_ = 0;  // no division on the hot path
+    ++recorded_;
+  }
   std::uint64_t recorded() const noexcept { return recorded_; }  // ever, including overwritten
   std::uint32_t size() const noexcept;                           // held now
   // i = 0 is the oldest held record.
@@ -71,6 +77,7 @@ class DecisionLog {
  private:
   std::vector<Decision> ring_;
   std::uint64_t recorded_ = 0;
+  std::size_t next_ = 0;  // where the next record goes: recorded_ % ring_.size()
 };
 
 }  // namespace activekv

@@ -10,7 +10,8 @@
 //     at most `tiles` tiles, and the runtime runs copy → attend → release per pass.
 //     A pass never mixes dense layers (layer l+1's queries exist only after layer l);
 //   - the promotions the policy chose: tile page → pool page, device to device;
-//   - the tail rows to write back: device page + rows → host offset;
+//   - the tail rows to write back: the step's new rows, held in the run's newest pages
+//     (StepPlan::write_back() gives each region's device page, rows and host offset);
 //   - the counters: bytes staged / promoted / written back, pages resident / staged.
 // LayerPlans are ordered layer-major (all contexts' layer 0, then layer 1, ...), the
 // order a forward pass consumes them.
@@ -71,6 +72,8 @@ struct Promotion {
   Reason reason = Reason::extend_run;
 };
 
+// One region of a layer plan's tail rows to write back: new rows of one logical page, from the
+// resident pool page holding them to their place in the host history.
 struct WriteBack {
   std::uint32_t slot = 0;
   std::uint32_t layer = 0;
@@ -98,7 +101,6 @@ struct LayerPlan {
   std::uint32_t promoted_offset = 0;  // into StepPlan::promoted_*_storage (a snapshot taken for this step)
   std::uint32_t promoted_count = 0;
   std::uint32_t copy_first = 0, copy_count = 0;
-  std::uint32_t writeback_first = 0, writeback_count = 0;
   std::uint32_t promotion_first = 0, promotion_count = 0;
   std::uint32_t pages_resident = 0;
   std::uint32_t pages_staged = 0;
@@ -133,7 +135,6 @@ struct StepPlan {
   std::span<const StageCopy> copies;       // grouped by pass
   std::span<const StagePass> passes;
   std::span<const Promotion> promotions;
-  std::span<const WriteBack> write_backs;
   StepCounters counters;
   std::span<const std::uint32_t> ring_storage;
   std::uint32_t ring_capacity = 0;
@@ -141,10 +142,23 @@ struct StepPlan {
   std::span<const std::uint32_t> promoted_page_storage;
   std::uint64_t page_bytes = 0;
   std::uint64_t page_pool_offset = 0;
+  std::uint32_t page_tokens = 0;
+  std::uint64_t row_bytes = 0;
+  const HostPoolPlan* host = nullptr;  // where each history's rows live
 
   std::uint32_t run_page(const LayerPlan& layer, std::uint32_t i) const noexcept {
-    return ring_storage[layer.ring_offset + (layer.ring_head + i) % ring_capacity];
+    const std::uint32_t at = layer.ring_head + i;  // ring_head < ring_capacity and i < run_count ≤ ring_capacity
+    return ring_storage[layer.ring_offset + (at >= ring_capacity ? at - ring_capacity : at)];
   }
+  // The tail rows to write back: the step's new rows [length_before, length_tokens) of a layer
+  // plan, one region per logical page they touch, each held by the run's newest pages (or the
+  // sink). They follow from the layer plan and its page table, so they are derived when read rather
+  // than stored: a decode step has one per context and layer, and storing them cost as much as
+  // the rest of the plan. i < write_back_count(layer).
+  std::uint32_t write_back_count(const LayerPlan& layer) const noexcept {
+    return (layer.length_tokens - 1) / page_tokens - layer.length_before / page_tokens + 1;
+  }
+  WriteBack write_back(const LayerPlan& layer, std::uint32_t i) const noexcept;
   // Where logical page `logical` of this layer plan is this step (O(log) in copies/promoted).
   PageLocation locate(const LayerPlan& layer, std::uint32_t logical) const noexcept;
 };
@@ -173,12 +187,16 @@ class ResidencyPlanner {
   ResidencyPolicy& policy() noexcept { return policy_; }
 
  private:
-  void plan_layer(std::uint32_t entry, std::uint32_t layer) noexcept;
+  // Per-step totals, kept in plan_step's frame and stored into plan_.counters once.
+  struct StepSums {
+    std::uint64_t pages_resident = 0, pages_staged = 0, rows_written_back = 0;
+  };
+  void plan_layer(std::uint32_t entry, std::uint32_t layer, StepSums& sums) noexcept;
   void place_tail_pages(std::uint32_t entry, std::uint32_t layer) noexcept;
-  void stage_history(LayerPlan& lp) noexcept;
-  void promote(LayerPlan& lp) noexcept;
-  void emit_write_backs(LayerPlan& lp) noexcept;
-  void stage_range(LayerPlan& lp, std::uint32_t first, std::uint32_t count) noexcept;
+  std::uint32_t stage_history(const LayerPlan& lp) noexcept;  // returns pages staged
+  std::uint32_t promote(std::uint32_t slot, std::uint32_t layer, std::uint32_t sink_page, std::uint32_t copy_first,
+                        std::uint32_t copy_count) noexcept;  // returns promotions emitted
+  void stage_range(std::uint32_t slot, std::uint32_t layer, std::uint32_t first, std::uint32_t count) noexcept;
   void open_pass(std::uint32_t layer) noexcept;
 
   BudgetManager& budgets_;
@@ -192,18 +210,21 @@ class ResidencyPlanner {
   std::vector<StageCopy> copies_;
   std::vector<StagePass> passes_;
   std::vector<Promotion> promotions_;
-  std::vector<WriteBack> write_backs_;
   std::vector<PageRange> ranges_;        // scratch: one layer's staged ranges
   std::vector<std::uint32_t> chosen_;    // scratch: the policy's choices
   std::vector<std::uint8_t> seen_;       // scratch: slot scheduled this step
   std::vector<std::uint32_t> length_before_;  // per entry
   std::vector<std::uint8_t> may_grow_;        // per entry: the context can take a page this step
   std::vector<std::uint32_t> tail_last_;      // per entry: the last logical page the step writes
-  std::vector<std::uint32_t> pages_after_;    // per entry: logical pages after the step
+  std::vector<std::uint32_t> tail_first_;     // per entry: the first logical page the step writes
+  struct Placement {
+    std::uint32_t entry = 0, layer = 0;
+  };
+  std::vector<Placement> placements_;         // scratch: the tail placements of phase 1, in order
   std::vector<std::uint32_t> promoted_logical_snapshot_;  // the promoted sets as attention sees them this step
   std::vector<std::uint32_t> promoted_page_snapshot_;
   std::uint32_t promoted_snapshot_count_ = 0;
-  std::uint32_t layer_count_ = 0, copy_count_ = 0, pass_count_ = 0, promotion_count_ = 0, write_back_count_ = 0;
+  std::uint32_t layer_count_ = 0, copy_count_ = 0, pass_count_ = 0, promotion_count_ = 0;
   std::uint32_t tile_cursor_slot_ = 0, tile_cursor_page_ = 0;  // next free tile page in the open pass
   std::uint32_t promotions_per_layer_max_ = 0;
 };

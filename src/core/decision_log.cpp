@@ -73,11 +73,6 @@ DecisionLog::DecisionLog(std::uint32_t capacity) : ring_(capacity) {
   AK_ASSERT(capacity > 0, "a decision log holds at least one record");
 }
 
-void DecisionLog::record(const Decision& decision) noexcept {
-  ring_[recorded_ % ring_.size()] = decision;
-  ++recorded_;
-}
-
 std::uint32_t DecisionLog::size() const noexcept {
   return static_cast<std::uint32_t>(recorded_ < ring_.size() ? recorded_ : ring_.size());
 }

@@ -16,7 +16,7 @@ namespace activekv {
 std::uint32_t BudgetManager::run_page(std::uint32_t slot, std::uint32_t l, std::uint32_t i) const noexcept {
   const LayerResidency& r = layer(slot, l);
   AK_DEBUG_ASSERT(i < r.run_count, "run index outside the run");
-  return ring_[ring_offset(slot, l) + (r.ring_head + i) % ring_capacity_];
+  return ring_[ring_offset(slot, l) + ring_index(r.ring_head, i)];
 }
 
 std::span<const std::uint32_t> BudgetManager::promoted_logical(std::uint32_t slot, std::uint32_t l) const noexcept {
@@ -66,9 +66,8 @@ void BudgetManager::push_run_back(std::uint32_t slot, std::uint32_t l, std::uint
   if (r.run_count == 0) r.run_first = logical;
   AK_ASSERT(logical == r.run_first + r.run_count, "the run grows at its newest end by one logical page");
   AK_ASSERT(r.run_count < ring_capacity_, "the run ring holds at most layer_pages_max pages");
-  ring_[ring_offset(slot, l) + (r.ring_head + r.run_count) % ring_capacity_] = pool_page;
+  ring_[ring_offset(slot, l) + ring_index(r.ring_head, r.run_count)] = pool_page;
   ++r.run_count;
-  r.tail_page = pool_page;
 }
 
 void BudgetManager::push_run_front(std::uint32_t slot, std::uint32_t l, std::uint32_t pool_page) noexcept {
@@ -77,7 +76,7 @@ void BudgetManager::push_run_front(std::uint32_t slot, std::uint32_t l, std::uin
   AK_ASSERT(r.run_count > 0, "the run extends downward only from an existing run");
   AK_ASSERT(logical + 1 == r.run_first && logical >= 1, "the run grows at its oldest end by one logical page");
   AK_ASSERT(r.run_count < ring_capacity_, "the run ring holds at most layer_pages_max pages");
-  r.ring_head = (r.ring_head + ring_capacity_ - 1) % ring_capacity_;
+  r.ring_head = ring_index(r.ring_head, ring_capacity_ - 1);
   ring_[ring_offset(slot, l) + r.ring_head] = pool_page;
   --r.run_first;
   ++r.run_count;
@@ -129,7 +128,7 @@ void BudgetManager::drop_run_oldest(std::uint32_t slot, std::uint32_t l, Decisio
   const std::uint32_t page = ring_[ring_offset(slot, l) + r.ring_head];
   record(kind, reason, slot, l, r.run_first, page, 1, other_slot);
   release_page(slot, page);
-  r.ring_head = (r.ring_head + 1) % ring_capacity_;
+  r.ring_head = ring_index(r.ring_head, 1);
   ++r.run_first;
   --r.run_count;
 }
@@ -187,7 +186,7 @@ bool BudgetManager::quarantine(PageId page) noexcept {
     AK_ASSERT(owner.logical < r.run_first + r.run_count - 1, "the run's newest page is a tail page");
     while (r.run_first < owner.logical) drop_run_oldest(slot, owner.layer, DecisionKind::evict, Reason::run_slides, UINT32_MAX);
     // Now the quarantined page is the run's oldest: drop it without releasing it to the pool.
-    r.ring_head = (r.ring_head + 1) % ring_capacity_;
+    r.ring_head = ring_index(r.ring_head, 1);
     ++r.run_first;
     --r.run_count;
     --c.pages_assigned;
@@ -244,7 +243,6 @@ const char* BudgetManager::check() const noexcept {
       for (std::uint32_t i = 0; i < r.run_count; ++i) {
         if (!owned_by(run_page(s, l, i), r.run_first + i)) return "a run page is not owned by its context and logical page";
       }
-      if (r.run_count > 0 && r.tail_page != run_page(s, l, r.run_count - 1)) return "the cached tail page is not the run's newest";
       const auto logicals = promoted_logical(s, l);
       const auto pages = promoted_pages(s, l);
       for (std::uint32_t i = 0; i < r.promoted_count; ++i) {

@@ -42,14 +42,14 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   copies_.resize(layer_plans * copies_per_layer_plan);
   passes_.resize(layer_plans * copies_per_layer_plan);
   promotions_.resize(layer_plans * promotions_per_layer_max_);
-  write_backs_.resize(layer_plans * pages_spanned_max(mp_.chunk_tokens, mp_.arena.page_tokens));
   ranges_.resize(ranges_max);
   chosen_.resize(std::max(1u, promotions_per_layer_max_));
   seen_.assign(slots, 0);
   length_before_.resize(slots);
   may_grow_.resize(slots);
   tail_last_.resize(slots);
-  pages_after_.resize(slots);
+  tail_first_.resize(slots);
+  placements_.resize(layer_plans);
   promoted_logical_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   promoted_page_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   plan_.ring_storage = budgets.ring_storage();
@@ -58,6 +58,9 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   plan_.promoted_page_storage = promoted_page_snapshot_;
   plan_.page_bytes = mp_.arena.page_bytes;
   plan_.page_pool_offset = mp_.arena.page_pool.offset_bytes;
+  plan_.page_tokens = mp_.arena.page_tokens;
+  plan_.row_bytes = mp_.host.row_bytes;
+  plan_.host = &mp_.host;
 }
 
 PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> scheduled) noexcept {
@@ -79,7 +82,7 @@ PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> schedu
   budgets_.set_step(step_);
   const auto entries = static_cast<std::uint32_t>(scheduled.size());
   std::copy(scheduled.begin(), scheduled.end(), scheduled_.begin());
-  layer_count_ = copy_count_ = pass_count_ = promotion_count_ = write_back_count_ = 0;
+  layer_count_ = copy_count_ = pass_count_ = promotion_count_ = 0;
   promoted_snapshot_count_ = 0;
   plan_.counters = StepCounters{};
   const std::uint64_t evicted_before = budgets_.counters().pages_evicted;
@@ -91,21 +94,37 @@ PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> schedu
     // Page arithmetic once per context, not once per layer (a division costs tens of cycles).
     const std::uint32_t after = c.length_tokens + scheduled_[e].tokens_appended;
     c.tail_first_logical = c.length_tokens / mp_.arena.page_tokens;
+    tail_first_[e] = c.tail_first_logical;
     tail_last_[e] = (after - 1) / mp_.arena.page_tokens;
-    pages_after_[e] = tail_last_[e] + 1;
     budgets_.touch(scheduled_[e].context.slot, step_);
   }
+  // Phase 1. Most decode steps write into the run's newest page, which is resident: nothing to
+  // place. The rest (a page boundary crossed: a new page, usually by sliding the run) are gathered
+  // first, in the order they are placed (layer-major), so that the ring entries and page records
+  // each placement touches can be fetched for all of them at once rather than one miss at a time.
+  std::uint32_t placements = 0;
   for (std::uint32_t l = 0; l < layers; ++l) {
-    for (std::uint32_t e = 0; e < entries; ++e) place_tail_pages(e, l);
+    for (std::uint32_t e = 0; e < entries; ++e) {
+      const std::uint32_t slot = scheduled_[e].context.slot;
+      const LayerResidency& r = budgets_.layer(slot, l);
+      if (tail_first_[e] > 0 && tail_first_[e] >= r.run_first && tail_last_[e] < r.run_first + r.run_count) continue;
+      placements_[placements++] = Placement{e, l};
+      budgets_.prefetch_run_ends(slot, l);
+    }
   }
+  for (std::uint32_t i = 0; i < placements; ++i) {
+    budgets_.prefetch_run_oldest_page(scheduled_[placements_[i].entry].context.slot, placements_[i].layer);
+  }
+  for (std::uint32_t i = 0; i < placements; ++i) place_tail_pages(placements_[i].entry, placements_[i].layer);
   // A context that can take no page now (nothing reserved, nothing free below its burst) cannot
   // later in this step either: promotions only consume pages. Decided once per context.
   for (std::uint32_t e = 0; e < entries; ++e) {
     const ContextState& c = budgets_.context(scheduled_[e].context.slot);
     may_grow_[e] = c.pages_reserved > 0 || (c.pages_held() < c.budget.burst_pages && budgets_.pages_unreserved() > 0);
   }
+  StepSums sums;
   for (std::uint32_t l = 0; l < layers; ++l) {
-    for (std::uint32_t e = 0; e < entries; ++e) plan_layer(e, l);
+    for (std::uint32_t e = 0; e < entries; ++e) plan_layer(e, l, sums);
   }
   for (std::uint32_t e = 0; e < entries; ++e) {
     budgets_.context(scheduled_[e].context.slot).length_tokens = length_before_[e] + scheduled_[e].tokens_appended;
@@ -117,7 +136,10 @@ PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> schedu
   plan_.copies = {copies_.data(), copy_count_};
   plan_.passes = {passes_.data(), pass_count_};
   plan_.promotions = {promotions_.data(), promotion_count_};
-  plan_.write_backs = {write_backs_.data(), write_back_count_};
+  plan_.counters.bytes_staged = sums.pages_staged * mp_.arena.page_bytes;
+  plan_.counters.bytes_written_back = sums.rows_written_back * mp_.host.row_bytes;
+  plan_.counters.pages_resident = sums.pages_resident;
+  plan_.counters.pages_staged = sums.pages_staged;
   plan_.counters.copies = copy_count_;
   plan_.counters.passes = pass_count_;
   plan_.counters.promotions = promotion_count_;
@@ -140,8 +162,7 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
   const std::uint32_t slot = scheduled_[entry].context.slot;
   const std::uint32_t P = mp_.arena.page_tokens;
   const std::uint32_t before = length_before_[entry];
-  const std::uint32_t first = budgets_.context(slot).tail_first_logical;
-  for (std::uint32_t p = first; p <= tail_last_[entry]; ++p) {
+  for (std::uint32_t p = tail_first_[entry]; p <= tail_last_[entry]; ++p) {
     LayerResidency& r = budgets_.layer(slot, l);
     if (p == 0) {
       if (r.sink_page != page_none) continue;
@@ -175,12 +196,13 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
   }
 }
 
-void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l) noexcept {
+void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l, StepSums& sums) noexcept {
   AK_ASSERT(layer_count_ < layers_.size(), "layer plans sized for every slot and layer");
   const std::uint32_t slot = scheduled_[entry].context.slot;
   const LayerResidency& r = budgets_.layer(slot, l);
-  // Built in a local and stored once: the helpers read fields they just wrote, which is cheap in
-  // registers and stack, and slow through the partly written array slot (store forwarding).
+  // Built in a local whose address never escapes, stored once at the end: the helpers are inlined,
+  // so its fields live in registers. (A record filled by out-of-line helpers and then copied whole
+  // stalls on store forwarding: wide loads over narrow stores.)
   LayerPlan lp;
   lp.slot = slot;
   lp.layer = l;
@@ -202,41 +224,20 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l) noexcept
     promoted_snapshot_count_ += r.promoted_count;
   }
   lp.pages_resident = r.pages_held();
-  emit_write_backs(lp);
-  stage_history(lp);
-  promote(lp);
-  plan_.counters.pages_resident += lp.pages_resident;
-  plan_.counters.pages_staged += lp.pages_staged;
-  layers_[layer_count_++] = lp;
-}
-
-void ResidencyPlanner::emit_write_backs(LayerPlan& lp) noexcept {
-  const std::uint32_t P = mp_.arena.page_tokens;
-  const std::uint64_t row = mp_.host.row_bytes;
-  const std::uint32_t run_last = lp.run_first + lp.run_count - 1;
-  const std::uint32_t tail_page = budgets_.layer(lp.slot, lp.layer).tail_page;
-  lp.writeback_first = write_back_count_;
-  const std::uint32_t last = tail_last_[lp.entry];
-  for (std::uint32_t p = budgets_.context(lp.slot).tail_first_logical; p <= last; ++p) {
-    const std::uint32_t first = std::max(lp.length_before, p * P);
-    const std::uint32_t end = std::min(lp.length_tokens, (p + 1) * P);
-    AK_ASSERT(p == 0 || (p >= lp.run_first && p < lp.run_first + lp.run_count), "a written page is in the run");
-    // Decode writes only the run's newest page: its pool page is cached, so the ring is not read.
-    const std::uint32_t pool_page = p == 0 ? lp.sink_page : p == run_last ? tail_page : plan_.run_page(lp, p - lp.run_first);
-    AK_ASSERT(write_back_count_ < write_backs_.size(), "write-backs sized for every slot, layer and chunk");
-    WriteBack& w = write_backs_[write_back_count_++];
-    w.slot = lp.slot;
-    w.layer = lp.layer;
-    w.logical = p;
-    w.pool_page = pool_page;
-    w.row_first = first - p * P;
-    w.rows = end - first;
-    w.device_offset = mp_.arena.page_offset(pool_page) + w.row_first * row;
-    w.host_offset = mp_.host.row_offset(lp.slot, lp.layer, first);
-    w.bytes = w.rows * row;
-    plan_.counters.bytes_written_back += w.bytes;
+  AK_ASSERT(tail_last_[entry] == 0 ? lp.sink_page != page_none
+                                   : lp.run_count > 0 && tail_last_[entry] + 1 == lp.run_first + lp.run_count,
+            "the pages the step writes are the sink or end the run: the tail rows are resident");
+  sums.rows_written_back += lp.length_tokens - lp.length_before;
+  lp.copy_first = copy_count_;
+  lp.pages_staged = stage_history(lp);
+  lp.copy_count = copy_count_ - lp.copy_first;
+  lp.promotion_first = promotion_count_;
+  if (lp.pages_staged > 0 && promotions_per_layer_max_ > 0 && may_grow_[entry] != 0) {
+    lp.promotion_count = promote(slot, l, lp.sink_page, lp.copy_first, lp.copy_count);
   }
-  lp.writeback_count = write_back_count_ - lp.writeback_first;
+  sums.pages_resident += lp.pages_resident;
+  sums.pages_staged += lp.pages_staged;
+  layers_[layer_count_++] = lp;
 }
 
 void ResidencyPlanner::open_pass(std::uint32_t layer) noexcept {
@@ -246,9 +247,10 @@ void ResidencyPlanner::open_pass(std::uint32_t layer) noexcept {
   tile_cursor_page_ = 0;
 }
 
-void ResidencyPlanner::stage_range(LayerPlan& lp, std::uint32_t first, std::uint32_t count) noexcept {
+void ResidencyPlanner::stage_range(std::uint32_t slot, std::uint32_t layer, std::uint32_t first,
+                                   std::uint32_t count) noexcept {
   const ArenaPlan& a = mp_.arena;
-  if (pass_count_ == 0 || passes_[pass_count_ - 1].layer != lp.layer) open_pass(lp.layer);
+  if (pass_count_ == 0 || passes_[pass_count_ - 1].layer != layer) open_pass(layer);
   // A range that fits in one tile but not in what is left of the current one starts a fresh
   // tile rather than splitting: one large copy beats two, at the price of a partly empty tile.
   if (count <= a.tile_pages && tile_cursor_page_ > 0 && count > a.tile_pages - tile_cursor_page_) {
@@ -259,15 +261,15 @@ void ResidencyPlanner::stage_range(LayerPlan& lp, std::uint32_t first, std::uint
       ++tile_cursor_slot_;
       tile_cursor_page_ = 0;
     }
-    if (tile_cursor_slot_ == a.tiles) open_pass(lp.layer);
+    if (tile_cursor_slot_ == a.tiles) open_pass(layer);
     const std::uint32_t n = std::min(count, a.tile_pages - tile_cursor_page_);
     AK_ASSERT(copy_count_ < copies_.size(), "copies sized for the worst step");
     StageCopy& copy = copies_[copy_count_++];
-    copy.slot = lp.slot;
-    copy.layer = lp.layer;
+    copy.slot = slot;
+    copy.layer = layer;
     copy.logical_first = first;
     copy.pages = n;
-    copy.host_offset = mp_.host.row_offset(lp.slot, lp.layer, first * a.page_tokens);
+    copy.host_offset = mp_.host.row_offset(slot, layer, first * a.page_tokens);
     copy.bytes = static_cast<std::uint64_t>(n) * a.page_bytes;
     copy.tile_slot = tile_cursor_slot_;
     copy.tile_page = tile_cursor_page_;
@@ -276,51 +278,51 @@ void ResidencyPlanner::stage_range(LayerPlan& lp, std::uint32_t first, std::uint
     StagePass& pass = passes_[pass_count_ - 1];
     ++pass.copy_count;
     pass.tiles_used = tile_cursor_slot_ + 1;
-    plan_.counters.bytes_staged += copy.bytes;
     tile_cursor_page_ += n;
     first += n;
     count -= n;
   }
 }
 
-void ResidencyPlanner::stage_history(LayerPlan& lp) noexcept {
+inline std::uint32_t ResidencyPlanner::stage_history(const LayerPlan& lp) noexcept {
   // Non-resident: logical pages [1, run_first) minus the promoted ones (the sink and the run are resident).
   const std::uint32_t P = mp_.arena.page_tokens;
-  const std::uint32_t pages_total = pages_after_[lp.entry];
+  const std::uint32_t pages_total = tail_last_[lp.entry] + 1;
   const std::uint32_t stage_end = lp.run_count > 0 ? lp.run_first : std::min(pages_total, 1u);
   AK_ASSERT(lp.sink_page != page_none || lp.length_before == 0 || lp.length_before >= P,
             "a missing sink is never the page a step writes");
-  lp.copy_first = copy_count_;
   // Page 0 is staged too while the sink is missing (its page was quarantined).
   std::uint32_t cursor = lp.sink_page == page_none ? 0 : 1;
-  auto add = [&](std::uint32_t first, std::uint32_t end) {
-    if (end <= first) return;
-    stage_range(lp, first, end - first);
-    lp.pages_staged += end - first;
-  };
+  std::uint32_t staged = 0;
   for (std::uint32_t i = 0; i < lp.promoted_count; ++i) {
     const std::uint32_t q = promoted_logical_snapshot_[lp.promoted_offset + i];
-    add(cursor, q);
+    if (q > cursor) {
+      stage_range(lp.slot, lp.layer, cursor, q - cursor);
+      staged += q - cursor;
+    }
     cursor = q + 1;
   }
-  add(cursor, stage_end);
-  lp.copy_count = copy_count_ - lp.copy_first;
+  if (stage_end > cursor) {
+    stage_range(lp.slot, lp.layer, cursor, stage_end - cursor);
+    staged += stage_end - cursor;
+  }
+  return staged;
 }
 
-void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
-  if (lp.pages_staged == 0 || promotions_per_layer_max_ == 0 || may_grow_[lp.entry] == 0) return;
-  ContextState& c = budgets_.context(lp.slot);
-  const LayerResidency& r = budgets_.layer(lp.slot, lp.layer);
-  if (r.pages_held() >= c.layer_cap) return;
+std::uint32_t ResidencyPlanner::promote(std::uint32_t slot, std::uint32_t layer, std::uint32_t sink_page, std::uint32_t copy_first,
+                                        std::uint32_t copy_count) noexcept {
+  ContextState& c = budgets_.context(slot);
+  const LayerResidency& r = budgets_.layer(slot, layer);
+  if (r.pages_held() >= c.layer_cap) return 0;
   std::uint64_t grantable = c.pages_reserved;
   if (c.pages_held() < c.budget.burst_pages) grantable += std::min(c.budget.burst_pages - c.pages_held(), budgets_.pages_unreserved());
   grantable = std::min<std::uint64_t>(grantable, c.layer_cap - r.pages_held());
-  if (grantable == 0) return;
+  if (grantable == 0) return 0;
 
   // Rebuild this layer's staged ranges from its copies (a range may span several copies).
   std::uint32_t range_count = 0;
-  for (std::uint32_t i = 0; i < lp.copy_count; ++i) {
-    const StageCopy& copy = copies_[lp.copy_first + i];
+  for (std::uint32_t i = 0; i < copy_count; ++i) {
+    const StageCopy& copy = copies_[copy_first + i];
     if (range_count > 0 && ranges_[range_count - 1].first + ranges_[range_count - 1].count == copy.logical_first) {
       ranges_[range_count - 1].count += copy.pages;
     } else {
@@ -330,13 +332,13 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
   }
   PromotionQuery query;
   query.request_id = c.request_id;
-  query.slot = lp.slot;
-  query.layer = lp.layer;
+  query.slot = slot;
+  query.layer = layer;
   query.run_first = r.run_first;
   query.pages_grantable = static_cast<std::uint32_t>(std::min<std::uint64_t>(grantable, promotions_per_layer_max_));
   query.promoted_room = mp_.promoted_pages_per_layer - r.promoted_count;
   std::uint32_t n = 0;
-  if (lp.sink_page == page_none) {
+  if (sink_page == page_none) {
     chosen_[n++] = 0;  // a missing sink (quarantined) is restored first, whatever the policy
     --query.pages_grantable;
   }
@@ -344,10 +346,10 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
     n += policy_.choose_promotions(query, {ranges_.data(), range_count}, {chosen_.data() + n, chosen_.size() - n});
   }
   AK_ASSERT(n <= chosen_.size(), "a policy chooses at most the room it was given");
-  lp.promotion_first = promotion_count_;
+  const std::uint32_t promotion_first = promotion_count_;
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint32_t q = chosen_[i];
-    const LayerResidency& now = budgets_.layer(lp.slot, lp.layer);
+    const LayerResidency& now = budgets_.layer(slot, layer);
     const bool extends = now.run_count > 0 && q + 1 == now.run_first;
     const bool sink = q == 0;
     if (sink && now.sink_page != page_none) continue;
@@ -356,26 +358,26 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
       continue;
     }
     const StageCopy* from = nullptr;
-    for (std::uint32_t k = 0; k < lp.copy_count && from == nullptr; ++k) {
-      const StageCopy& copy = copies_[lp.copy_first + k];
+    for (std::uint32_t k = 0; k < copy_count && from == nullptr; ++k) {
+      const StageCopy& copy = copies_[copy_first + k];
       if (q >= copy.logical_first && q < copy.logical_first + copy.pages) from = &copy;
     }
     AK_ASSERT(from != nullptr, "a policy promotes only pages staged this step");
     const std::uint32_t page =
-        budgets_.acquire_page(lp.slot, lp.layer, q, PageState::staging, policy_.promotion_reason(), /*allow_reclaim=*/false);
+        budgets_.acquire_page(slot, layer, q, PageState::staging, policy_.promotion_reason(), /*allow_reclaim=*/false);
     if (page == page_none) break;
     if (sink) {
-      budgets_.set_sink(lp.slot, lp.layer, page);
+      budgets_.set_sink(slot, layer, page);
     } else if (extends) {
-      budgets_.push_run_front(lp.slot, lp.layer, page);
+      budgets_.push_run_front(slot, layer, page);
     } else {
-      const bool added = budgets_.add_promoted(lp.slot, lp.layer, q, page);
+      const bool added = budgets_.add_promoted(slot, layer, q, page);
       AK_ASSERT(added, "room in the promoted set was checked");
     }
     AK_ASSERT(promotion_count_ < promotions_.size(), "promotions sized for every slot and layer");
     Promotion& p = promotions_[promotion_count_++];
-    p.slot = lp.slot;
-    p.layer = lp.layer;
+    p.slot = slot;
+    p.layer = layer;
     p.logical = q;
     p.pool_page = budgets_.arena().pages().id(page);
     p.device_offset_from = from->device_offset + static_cast<std::uint64_t>(q - from->logical_first) * mp_.arena.page_bytes;
@@ -386,8 +388,8 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
     Decision d;
     d.step = step_;
     d.request_id = c.request_id;
-    d.slot = lp.slot;
-    d.layer = lp.layer;
+    d.slot = slot;
+    d.layer = layer;
     d.logical_page = q;
     d.pool_page = page;
     d.pages = 1;
@@ -395,7 +397,27 @@ void ResidencyPlanner::promote(LayerPlan& lp) noexcept {
     d.reason = p.reason;
     budgets_.log().record(d);
   }
-  lp.promotion_count = promotion_count_ - lp.promotion_first;
+  return promotion_count_ - promotion_first;
+}
+
+WriteBack StepPlan::write_back(const LayerPlan& lp, std::uint32_t i) const noexcept {
+  AK_DEBUG_ASSERT(i < write_back_count(lp), "write-back index outside the layer plan's tail pages");
+  const std::uint32_t P = page_tokens;
+  const std::uint32_t p = lp.length_before / P + i;
+  const std::uint32_t first = std::max(lp.length_before, p * P);
+  const std::uint32_t end = std::min(lp.length_tokens, (p + 1) * P);
+  AK_ASSERT(p == 0 || (p >= lp.run_first && p < lp.run_first + lp.run_count), "a written page is in the run");
+  WriteBack w;
+  w.slot = lp.slot;
+  w.layer = lp.layer;
+  w.logical = p;
+  w.pool_page = p == 0 ? lp.sink_page : run_page(lp, p - lp.run_first);
+  w.row_first = first - p * P;
+  w.rows = end - first;
+  w.device_offset = page_pool_offset + static_cast<std::uint64_t>(w.pool_page) * page_bytes + w.row_first * row_bytes;
+  w.host_offset = host->row_offset(lp.slot, lp.layer, first);
+  w.bytes = w.rows * row_bytes;
+  return w;
 }
 
 PageLocation StepPlan::locate(const LayerPlan& lp, std::uint32_t logical) const noexcept {

@@ -52,11 +52,30 @@ struct Emulator {
     const std::uint32_t P = plan.arena.page_tokens;
     const std::uint64_t row = plan.host.row_bytes;
     // 1. The new tokens' rows go into their tail pages on the device.
-    for (const WriteBack& w : p.write_backs) {
-      const std::uint64_t request = budgets.context(w.slot).request_id;
-      for (std::uint32_t r = 0; r < w.rows; ++r) {
-        fill_row(&device[w.device_offset + r * row], request, w.layer, w.logical * P + w.row_first + r);
+    std::uint32_t rows_written = 0;
+    for (const LayerPlan& lp : p.layers) {
+      std::uint32_t next = lp.length_before;  // the regions cover the new rows in order, once each
+      for (std::uint32_t i = 0; i < p.write_back_count(lp); ++i) {
+        const WriteBack w = p.write_back(lp, i);
+        if (w.slot != lp.slot || w.layer != lp.layer) return "a write-back names another context or layer";
+        if (w.logical * P + w.row_first != next) return "write-backs skip or repeat a new row";
+        if (w.rows == 0 || w.row_first + w.rows > P) return "a write-back's rows leave its page";
+        if (w.bytes != w.rows * row) return "a write-back's byte count disagrees with its rows";
+        if (w.host_offset != plan.host.row_offset(w.slot, w.layer, next)) return "a write-back's host offset is wrong";
+        if (w.device_offset != plan.arena.page_offset(w.pool_page) + w.row_first * row) return "a write-back's device offset is wrong";
+        const PageLocation at = p.locate(lp, w.logical);
+        if (at.kind != PageLocation::Kind::pool || at.pool_page != w.pool_page) return "a write-back's page is not resident there";
+        const std::uint64_t request = budgets.context(w.slot).request_id;
+        for (std::uint32_t r = 0; r < w.rows; ++r) {
+          fill_row(&device[w.device_offset + r * row], request, w.layer, next + r);
+        }
+        next += w.rows;
+        rows_written += w.rows;
       }
+      if (next != lp.length_tokens) return "write-backs do not reach the layer's new length";
+    }
+    if (static_cast<std::uint64_t>(rows_written) * row != p.counters.bytes_written_back) {
+      return "the written-back byte counter disagrees with the write-backs";
     }
     // 2. Passes: copy into the tiles, check every staged page (attention reads it now), promote.
     for (std::uint32_t k = 0; k < p.passes.size(); ++k) {
@@ -96,8 +115,11 @@ struct Emulator {
       }
     }
     // 4. Write-backs: only the new rows go to the host.
-    for (const WriteBack& w : p.write_backs) {
-      std::memcpy(&host[w.host_offset], &device[w.device_offset], w.bytes);
+    for (const LayerPlan& lp : p.layers) {
+      for (std::uint32_t i = 0; i < p.write_back_count(lp); ++i) {
+        const WriteBack w = p.write_back(lp, i);
+        std::memcpy(&host[w.host_offset], &device[w.device_offset], w.bytes);
+      }
     }
     // 5. The host copy is authoritative: every row of every scheduled context is there.
     for (const ScheduledContext& s : p.scheduled) {

@@ -653,8 +653,8 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
   std::uint32_t rows_total = 0;
   for (std::uint32_t e = 0; e < entries(); ++e) {
     const LayerPlan& lp = layer_plan(layer, e);
-    for (std::uint32_t w = 0; w < lp.writeback_count; ++w) {
-      const WriteBack& wb = plan.write_backs[lp.writeback_first + w];
+    for (std::uint32_t w = 0; w < plan.write_back_count(lp); ++w) {
+      const WriteBack wb = plan.write_back(lp, w);
       const std::uint32_t token = wb.logical * plan_.arena.page_tokens + wb.row_first;
       AK_ASSERT(token >= lp.length_before && token + wb.rows <= lp.length_tokens,
                 "kv runtime: a write-back names rows outside the step's new tokens");
@@ -808,8 +808,8 @@ bool KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits
   const std::uint32_t ticket_first = write_back_ticket_count_;
   for (std::uint32_t e = 0; e < entries(); ++e) {
     const LayerPlan& lp = layer_plan(layer, e);
-    for (std::uint32_t w = 0; w < lp.writeback_count; ++w) {
-      const WriteBack& wb = plan.write_backs[lp.writeback_first + w];
+    for (std::uint32_t w = 0; w < plan.write_back_count(lp); ++w) {
+      const WriteBack wb = plan.write_back(lp, w);
       Ticket ticket;
       if (tickets_.open(wb.host_offset, wb.bytes, HostAccess::write, &ticket) != LeaseStatus::ok) {
         note_fault("a host range to write back is held by a quarantined or conflicting copy", FenceOutcome::failed, layer);

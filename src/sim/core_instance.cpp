@@ -117,8 +117,8 @@ TranslateCounters CoreInstance::translate(std::span<LayerWork> work) noexcept {
       w.capture_bytes += static_cast<std::uint64_t>(lp.promotion_count) * plan_.arena.page_bytes;
       if (w.capture_copies == 0) w.capture_copies = 1;
     }
-    for (std::uint32_t i = lp.writeback_first; i < lp.writeback_first + lp.writeback_count; ++i) {
-      w.writeback_bytes += step.write_backs[i].bytes;
+    for (std::uint32_t i = 0; i < step.write_back_count(lp); ++i) {
+      w.writeback_bytes += step.write_back(lp, i).bytes;
       ++w.writeback_copies;
     }
   }
