@@ -205,6 +205,11 @@ class BudgetManager {
   // above the context's tail_first_logical). The freed page stays with the context as reserved.
   // Returns false when the layer has nothing it may give.
   bool evict_one(std::uint32_t slot, std::uint32_t layer, Reason reason) noexcept;
+  // The run slides by one page in place: its oldest page (below the tail, owned) becomes the new
+  // newest page, logical run_first + run_count — what evict_one() then acquire_page() from the
+  // reservation would do, without the trip through the free list. Recorded as an eviction.
+  // Returns false, changing nothing, when the run may not slide or its oldest page is not owned.
+  bool slide_run(std::uint32_t slot, std::uint32_t layer, Reason reason) noexcept;
   // Pages of `layer` that reclamation or eviction may take (promoted + run pages below the tail).
   std::uint32_t evictable(std::uint32_t slot, std::uint32_t layer) const noexcept;
   // A fence that touched `page` failed or its outcome is unknown: the page is quarantined for

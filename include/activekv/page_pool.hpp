@@ -49,6 +49,7 @@ struct PagePoolCounters {
   std::uint64_t allocations = 0;   // free → owned/staging
   std::uint64_t releases = 0;      // owned/staging → free
   std::uint64_t landings = 0;      // staging → owned
+  std::uint64_t reassignments = 0; // owned → owned by the next logical page (a run slid)
   std::uint64_t quarantines = 0;   // → quarantined
   std::uint64_t heap_allocations = 0;  // allocations the pool made itself (constructor only)
 };
@@ -62,6 +63,10 @@ class PagePool {
   PageId allocate(PageOwner owner, PageState state = PageState::owned) noexcept;
   // owned/staging → free. A stale or foreign handle is a programming error.
   void release(PageId page) noexcept;
+  // owned → owned by `owner` (the same context's next logical page): the page's old use ends
+  // and a new one begins without visiting the free list — a run sliding by one page. The
+  // generation is bumped as by release + allocate, so every handle to the old use is stale.
+  PageId reassign(PageId page, PageOwner owner) noexcept;
   // staging → owned, once its copy signalled.
   void land(PageId page) noexcept;
   // owned/staging → quarantined, for good. For the backend/lease layer.

@@ -17,8 +17,10 @@
 // order a forward pass consumes them.
 //
 // Cost: the page table is not copied into the plan; the plan refers to the budget
-// manager's incrementally kept runs by offset. A step's work is O(contexts × layers +
-// copies + changes), independent of history length when the tiles are large.
+// manager's incrementally kept runs by offset, and the write-back regions are derived
+// from each layer plan when read. A step's work is O(contexts × layers + copies +
+// changes), independent of history length when the tiles are large: one 64-byte layer
+// plan per context and layer, one copy per staged range, one slide per page boundary.
 // All storage is reserved in the constructor: plan_step() allocates nothing (invariant 7).
 //
 // Promotion targets are pool pages in the `staging` state until step_completed() says
@@ -26,6 +28,7 @@
 // before step_completed() is called.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -86,8 +89,8 @@ struct WriteBack {
   std::uint64_t bytes = 0;
 };
 
-// One context, one dense layer, this step.
-struct LayerPlan {
+// One context, one dense layer, this step: one 64-byte line (a step writes thousands).
+struct alignas(64) LayerPlan {
   std::uint32_t slot = 0;
   std::uint32_t layer = 0;
   std::uint32_t entry = 0;          // index into the scheduled contexts
@@ -96,15 +99,18 @@ struct LayerPlan {
   std::uint32_t sink_page = page_none;
   std::uint32_t run_first = 0;      // newest run: logical [run_first, run_first + run_count)
   std::uint32_t run_count = 0;
-  std::uint32_t ring_offset = 0;    // into StepPlan::ring_storage
-  std::uint32_t ring_head = 0;
+  std::uint32_t ring_head = 0;      // ring index of run_first's pool page (StepPlan::run_page)
   std::uint32_t promoted_offset = 0;  // into StepPlan::promoted_*_storage (a snapshot taken for this step)
   std::uint32_t promoted_count = 0;
   std::uint32_t copy_first = 0, copy_count = 0;
   std::uint32_t promotion_first = 0, promotion_count = 0;
-  std::uint32_t pages_resident = 0;
   std::uint32_t pages_staged = 0;
+  // Pages resident when the plan was made (the sink, the run and the promoted pages).
+  std::uint32_t pages_resident() const noexcept {
+    return (sink_page != page_none ? 1u : 0u) + run_count + promoted_count;
+  }
 };
+static_assert(sizeof(LayerPlan) == 64, "a layer plan is one cache line");
 
 struct StepCounters {
   std::uint64_t bytes_staged = 0;
@@ -138,6 +144,7 @@ struct StepPlan {
   StepCounters counters;
   std::span<const std::uint32_t> ring_storage;
   std::uint32_t ring_capacity = 0;
+  std::uint32_t dense_layers = 0;  // ring_storage holds slot × dense_layers rings
   std::span<const std::uint32_t> promoted_logical_storage;
   std::span<const std::uint32_t> promoted_page_storage;
   std::uint64_t page_bytes = 0;
@@ -148,7 +155,8 @@ struct StepPlan {
 
   std::uint32_t run_page(const LayerPlan& layer, std::uint32_t i) const noexcept {
     const std::uint32_t at = layer.ring_head + i;  // ring_head < ring_capacity and i < run_count ≤ ring_capacity
-    return ring_storage[layer.ring_offset + (at >= ring_capacity ? at - ring_capacity : at)];
+    const std::size_t ring = (static_cast<std::size_t>(layer.slot) * dense_layers + layer.layer) * ring_capacity;
+    return ring_storage[ring + (at >= ring_capacity ? at - ring_capacity : at)];
   }
   // The tail rows to write back: the step's new rows [length_before, length_tokens) of a layer
   // plan, one region per logical page they touch, each held by the run's newest pages (or the

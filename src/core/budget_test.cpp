@@ -153,6 +153,49 @@ TEST(Budget, GrowsToTargetByRightAndToBurstOnlyFromFreePages) {
   EXPECT_EQ(f.budgets.check(), nullptr);
 }
 
+TEST(Budget, ARunAtItsBudgetSlidesInPlace) {
+  MemorySettings s = small_settings(24, 1);
+  s.floor_pages = 6;
+  s.target_pages = 6;
+  s.burst_pages = 6;  // 3 pages per layer: the sink and a run of 2
+  Fixture f(s);
+  const ContextHandle a = f.budgets.submit(1, 64).handle;
+  EXPECT_FALSE(f.budgets.slide_run(a.slot, 0, Reason::run_slides));  // no run yet
+  for (int i = 0; i < 3; ++i) f.step(a, 4);  // pages 0, 1, 2 in both layers: the budget is full
+  const LayerResidency before = f.budgets.layer(a.slot, 0);
+  ASSERT_EQ(before.run_first, 1u);
+  ASSERT_EQ(before.run_count, 2u);
+  const std::uint32_t oldest = f.budgets.run_page(a.slot, 0, 0);
+  const std::uint32_t free_before = f.arena.pages().pages_free();
+  const std::uint64_t evicted_before = f.budgets.counters().pages_evicted;
+  const std::uint64_t recorded_before = f.log.recorded();
+
+  f.step(a, 4);  // page 3: each layer's run slides by one page
+  const LayerResidency& after = f.budgets.layer(a.slot, 0);
+  EXPECT_EQ(after.run_first, 2u);
+  EXPECT_EQ(after.run_count, 2u);
+  EXPECT_EQ(f.budgets.run_page(a.slot, 0, 1), oldest);  // the oldest page became the newest
+  EXPECT_EQ(f.arena.pages().owner(oldest).logical, 3u);
+  EXPECT_EQ(f.arena.pages().pages_free(), free_before);  // nothing went through the free list
+  EXPECT_EQ(f.arena.pages().counters().reassignments, 2u);  // one per layer
+  EXPECT_EQ(f.budgets.counters().pages_evicted, evicted_before + 2);
+  EXPECT_EQ(f.budgets.context(a.slot).pages_held(), 6u);
+  // Each slide is recorded as an eviction of the run's oldest logical page.
+  std::uint32_t evictions = 0;
+  for (std::uint32_t i = 0; i < f.log.size(); ++i) {
+    const Decision& d = f.log.at(i);
+    if (d.kind != DecisionKind::evict || f.log.recorded() - f.log.size() + i < recorded_before) continue;
+    EXPECT_EQ(d.reason, Reason::run_slides);
+    EXPECT_EQ(d.logical_page, 1u);
+    ++evictions;
+  }
+  EXPECT_EQ(evictions, 2u);
+  // The page the step writes is the tail: a slide never takes it.
+  f.budgets.context(a.slot).tail_first_logical = 2;
+  EXPECT_FALSE(f.budgets.slide_run(a.slot, 0, Reason::run_slides));
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
 // Three contexts borrow; their activity order is C, A, B; a fourth context's floor then reclaims
 // borrowed pages from the least recently active first: C, then A, then B.
 std::vector<Decision> reclamation_scenario() {
@@ -317,7 +360,7 @@ const char* run_seed(std::uint64_t seed, std::uint64_t* allocations_after_warmup
       // Every logical page of every layer plan is in exactly one place: resident or staged.
       for (const LayerPlan& lp : p.layers) {
         const std::uint32_t pages = (lp.length_tokens + plan.arena.page_tokens - 1) / plan.arena.page_tokens;
-        if (lp.pages_resident + lp.pages_staged != pages) broken = "resident + staged differs from the pages of a layer";
+        if (lp.pages_resident() + lp.pages_staged != pages) broken = "resident + staged differs from the pages of a layer";
         for (std::uint32_t q = 0; q < pages; ++q) {
           if (p.locate(lp, q).kind == PageLocation::Kind::absent) broken = "a page of history is neither resident nor staged";
         }

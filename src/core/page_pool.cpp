@@ -73,6 +73,17 @@ void PagePool::release(PageId page) noexcept {
   AK_EXPENSIVE_ASSERT(check() == nullptr, "page pool consistent after release");
 }
 
+PageId PagePool::reassign(PageId page, PageOwner owner) noexcept {
+  AK_ASSERT(page.index < records_.size(), "reassign of a page index outside the pool");
+  Record& r = records_[page.index];
+  AK_ASSERT(r.generation == page.generation, "reassign of a stale page handle (generation mismatch)");
+  AK_ASSERT(r.state == PageState::owned, "only an owned page is reassigned");
+  r.generation += 2;  // as release then allocate: both uses' handles differ from the new one
+  r.owner = owner;
+  ++counters_.reassignments;
+  return PageId{page.index, r.generation};
+}
+
 void PagePool::land(PageId page) noexcept {
   AK_ASSERT(page.index < records_.size(), "land of a page index outside the pool");
   Record& r = records_[page.index];

@@ -58,6 +58,40 @@ TEST(PagePool, StagingLandsAndQuarantineIsForGood) {
   EXPECT_EQ(pool.check(), nullptr);
 }
 
+TEST(PagePool, ReassignStartsANewUseInPlace) {
+  PagePool pool(3);
+  const PageId a = pool.allocate(PageOwner{2, 1, 5});
+  const PageId b = pool.reassign(a, PageOwner{2, 1, 9});
+  EXPECT_EQ(b.index, a.index);
+  EXPECT_FALSE(pool.current(a));  // the old use's handle is stale
+  EXPECT_TRUE(pool.current(b));
+  EXPECT_EQ(pool.owner(b.index).logical, 9u);
+  EXPECT_EQ(pool.state(b.index), PageState::owned);
+  EXPECT_EQ(pool.pages_owned(), 1u);  // no state changed: nothing entered or left the free list
+  EXPECT_EQ(pool.pages_free(), 2u);
+  EXPECT_EQ(pool.counters().reassignments, 1u);
+  EXPECT_EQ(pool.counters().releases, 0u);
+  // A handle of the page's use before the reassignment never matches again, even after a
+  // release and a fresh allocation of the same page.
+  pool.release(b);
+  const PageId c = pool.allocate(PageOwner{});
+  const PageId d = pool.allocate(PageOwner{});
+  const PageId e = pool.allocate(PageOwner{});
+  for (const PageId& id : {c, d, e}) {
+    if (id.index == a.index) {
+      EXPECT_NE(id.generation, a.generation);
+      EXPECT_NE(id.generation, b.generation);
+    }
+  }
+  EXPECT_EQ(pool.check(), nullptr);
+}
+
+TEST(PagePoolDeath, ReassignOfAStagingPageAborts) {
+  PagePool pool(1);
+  const PageId a = pool.allocate(PageOwner{}, PageState::staging);
+  EXPECT_DEATH(pool.reassign(a, PageOwner{0, 0, 1}), "only an owned page is reassigned");
+}
+
 TEST(PagePoolDeath, StaleReleaseAborts) {
   PagePool pool(2);
   const PageId a = pool.allocate(PageOwner{});

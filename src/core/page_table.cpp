@@ -164,6 +164,24 @@ bool BudgetManager::evict_one(std::uint32_t slot, std::uint32_t l, Reason reason
   return true;
 }
 
+bool BudgetManager::slide_run(std::uint32_t slot, std::uint32_t l, Reason reason) noexcept {
+  LayerResidency& r = layer(slot, l);
+  if (r.run_count < 2 || r.run_first >= contexts_[slot].tail_first_logical) return false;
+  PagePool& pool = arena_.pages();
+  std::uint32_t* ring = ring_.data() + ring_offset(slot, l);
+  const std::uint32_t page = ring[r.ring_head];
+  if (pool.state(page) != PageState::owned) return false;
+  const std::uint32_t logical = r.run_first + r.run_count;
+  AK_ASSERT(pool.owner(page).slot == slot && pool.owner(page).logical == r.run_first, "the ring names the run's oldest page");
+  record(DecisionKind::evict, reason, slot, l, r.run_first, page, 1, UINT32_MAX);
+  pool.reassign(pool.id(page), PageOwner{slot, l, logical});
+  ring[ring_index(r.ring_head, r.run_count)] = page;  // the slot after the newest, freed by the head moving on
+  r.ring_head = ring_index(r.ring_head, 1);
+  ++r.run_first;
+  ++counters_.pages_evicted;
+  return true;
+}
+
 bool BudgetManager::quarantine(PageId page) noexcept {
   PagePool& pool = arena_.pages();
   AK_ASSERT(pool.current(page), "quarantine of a stale page handle");

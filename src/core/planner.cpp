@@ -54,6 +54,7 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   promoted_page_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   plan_.ring_storage = budgets.ring_storage();
   plan_.ring_capacity = budgets.ring_capacity();
+  plan_.dense_layers = mp_.geometry.dense_layers;
   plan_.promoted_logical_storage = promoted_logical_snapshot_;
   plan_.promoted_page_storage = promoted_page_snapshot_;
   plan_.page_bytes = mp_.arena.page_bytes;
@@ -172,11 +173,16 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
     } else {
       AK_ASSERT(p * P >= before || r.run_count > 0, "a partly written tail page is resident");
     }
+    AK_ASSERT(p == 0 || r.run_count == 0 || p == r.run_first + r.run_count, "the run grows by its next page");
+    // At the layer's cap, or with no page to be had, the run slides: its oldest page is evicted and
+    // taken back as the new tail. Sliding in place does both at once, with the same decisions.
     if (r.pages_held() >= budgets_.context(slot).layer_cap) {
+      if (p > 0 && budgets_.slide_run(slot, l, Reason::run_slides)) continue;
       const bool freed = budgets_.evict_one(slot, l, Reason::run_slides);
       AK_ASSERT(freed, "a layer at its cap has a page below its tail");
     }
     std::uint32_t page = budgets_.acquire_page(slot, l, p, PageState::owned, Reason::new_tail);
+    if (page == page_none && p > 0 && budgets_.slide_run(slot, l, Reason::run_slides)) continue;
     if (page == page_none) {
       // The context is at its budget: its own oldest page in this layer (or, failing that, in the
       // layer with the most to give) makes room. The floor guarantees one exists.
@@ -212,7 +218,6 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l, StepSums
   lp.sink_page = r.sink_page;
   lp.run_first = r.run_first;
   lp.run_count = r.run_count;
-  lp.ring_offset = budgets_.ring_offset(slot, l);
   lp.ring_head = r.ring_head;
   lp.promoted_offset = promoted_snapshot_count_;
   lp.promoted_count = r.promoted_count;
@@ -223,7 +228,6 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l, StepSums
     std::copy(pages.begin(), pages.end(), promoted_page_snapshot_.begin() + promoted_snapshot_count_);
     promoted_snapshot_count_ += r.promoted_count;
   }
-  lp.pages_resident = r.pages_held();
   AK_ASSERT(tail_last_[entry] == 0 ? lp.sink_page != page_none
                                    : lp.run_count > 0 && tail_last_[entry] + 1 == lp.run_first + lp.run_count,
             "the pages the step writes are the sink or end the run: the tail rows are resident");
@@ -235,7 +239,7 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l, StepSums
   if (lp.pages_staged > 0 && promotions_per_layer_max_ > 0 && may_grow_[entry] != 0) {
     lp.promotion_count = promote(slot, l, lp.sink_page, lp.copy_first, lp.copy_count);
   }
-  sums.pages_resident += lp.pages_resident;
+  sums.pages_resident += lp.pages_resident();
   sums.pages_staged += lp.pages_staged;
   layers_[layer_count_++] = lp;
 }

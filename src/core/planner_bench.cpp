@@ -7,7 +7,7 @@
 //
 // Each benchmark prefills its contexts (untimed), then times plan_step + step_completed for a
 // fixed number of decode steps. Counters: heap allocations per step (must be 0), staging copies,
-// passes and pages staged per step.
+// passes, pages staged and run slides (pages evicted to make room for a new tail) per step.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -64,7 +64,7 @@ std::unique_ptr<Scenario> make_scenario(const char* preset, std::uint32_t contex
 }
 
 void run_decode(benchmark::State& state, Scenario& s) {
-  std::uint64_t copies = 0, passes = 0, staged = 0, resident = 0, steps = 0;
+  std::uint64_t copies = 0, passes = 0, staged = 0, resident = 0, slides = 0, steps = 0;
   const std::uint64_t allocations_before = testing::heap_allocations();
   for (auto _ : state) {
     const PlanOutcome outcome = s.planner->plan_step(s.decode);
@@ -75,6 +75,7 @@ void run_decode(benchmark::State& state, Scenario& s) {
     passes += c.passes;
     staged += c.pages_staged;
     resident += c.pages_resident;
+    slides += c.pages_evicted;
     ++steps;
   }
   const double n = static_cast<double>(steps);
@@ -83,6 +84,7 @@ void run_decode(benchmark::State& state, Scenario& s) {
   state.counters["passes_per_step"] = static_cast<double>(passes) / n;
   state.counters["pages_staged_per_step"] = static_cast<double>(staged) / n;
   state.counters["pages_resident_per_step"] = static_cast<double>(resident) / n;
+  state.counters["slides_per_step"] = static_cast<double>(slides) / n;
 }
 
 void decode_256x16_32k(benchmark::State& state) {

@@ -182,8 +182,8 @@ TEST(Planner, AtTheFloorTheRunSlidesAndHistoryStreamsInPasses) {
   const StepPlan& p = rig.planner.plan();
   ASSERT_EQ(p.layers.size(), 2u);
   for (const LayerPlan& lp : p.layers) {
-    EXPECT_EQ(lp.pages_resident, 4u);  // sink + 3: the layer's cap
-    EXPECT_EQ(lp.pages_resident + lp.pages_staged, (90u + 3) / 4);
+    EXPECT_EQ(lp.pages_resident(), 4u);  // sink + 3: the layer's cap
+    EXPECT_EQ(lp.pages_resident() + lp.pages_staged, (90u + 3) / 4);
   }
   // 19 staged pages per layer through 2 tiles of 2 pages: ceil(19 / 4) = 5 passes per layer.
   EXPECT_EQ(p.passes.size(), 10u);
