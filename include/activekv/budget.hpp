@@ -124,8 +124,10 @@ class BudgetManager {
   // budget == nullptr: the plan's default budget.
   AdmitResult submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget = nullptr) noexcept;
   // Returns every page and the history, then admits from the queue head while floors fit.
-  void finish(ContextHandle context) noexcept;
-  void cancel(ContextHandle context) noexcept;
+  // retire: the history leaves use for good instead of returning to the free list (see
+  // retire_history), decided before a queued request could be admitted into it.
+  void finish(ContextHandle context, bool retire = false) noexcept;
+  void cancel(ContextHandle context, bool retire = false) noexcept;
   // Removes a waiting request; false if it is not queued.
   bool cancel_queued(std::uint64_t request_id) noexcept;
   // Contexts admitted from the queue since the last call (copied into out; returns count copied).
@@ -231,6 +233,15 @@ class BudgetManager {
   std::uint32_t running() const noexcept { return running_; }
   std::uint32_t queued() const noexcept { return queue_size_; }
   std::uint32_t slots() const noexcept { return static_cast<std::uint32_t>(contexts_.size()); }
+  std::uint32_t histories_free() const noexcept { return free_slot_count_; }
+  std::uint32_t histories_retired() const noexcept { return retired_count_; }
+  // Takes a host history out of use for good: a copy that touched its host range failed, so the
+  // range is quarantined (invariant 4) and no later context may write or stage there. The slot
+  // must not be running (finish or cancel with retire = true does it as the context leaves).
+  // Recorded as a retire decision. With every
+  // history retired, submit() refuses (no_usable_history). Returns false when already retired.
+  bool retire_history(std::uint32_t slot) noexcept;
+  bool history_retired(std::uint32_t slot) const noexcept { return retired_[slot] != 0; }
   const BudgetCounters& counters() const noexcept { return counters_; }
 
   // Invariants 1 and 2 and the page tables' consistency; nullptr when sound, else what broke.
@@ -272,6 +283,8 @@ class BudgetManager {
   std::vector<std::uint32_t> promoted_page_;
   std::vector<std::uint32_t> free_slots_;     // stack of free slots
   std::uint32_t free_slot_count_ = 0;
+  std::vector<std::uint8_t> retired_;   // per slot: the history is out of use for good
+  std::uint32_t retired_count_ = 0;
   std::vector<Waiting> queue_;                // FIFO ring, queue_max
   std::uint32_t queue_head_ = 0;
   std::uint32_t queue_size_ = 0;

@@ -14,7 +14,7 @@
 
 namespace activekv {
 
-enum class DecisionKind : std::uint8_t { admit, queue, grow, borrow, reclaim, promote, evict, refuse, finish, cancel };
+enum class DecisionKind : std::uint8_t { admit, queue, grow, borrow, reclaim, promote, evict, refuse, finish, cancel, retire };
 
 enum class Reason : std::uint8_t {
   floor_fits,            // admit: a history is free and the floor fits in the pool
@@ -35,6 +35,8 @@ enum class Reason : std::uint8_t {
   run_slides,            // evict: the layer is at its page cap; the run's oldest page gives way
   finished,              // finish: every page and the history returned
   cancelled,             // cancel: same, before completion
+  host_range_quarantined,  // retire: a failed copy touched the history's host range: it is never reused
+  no_usable_history,     // refuse: every host history is retired
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

@@ -110,6 +110,8 @@ struct KvCounters {
   std::uint64_t reclaim_steps = 0;
   std::uint64_t quarantines = 0;                 // tiles, host ranges and pages quarantined by failed/unknown fences
   std::uint64_t failed_steps = 0;                // steps that reported a fault
+  std::uint64_t tiles_retired = 0;               // staging tiles taken out of the planner's rotation (quarantined)
+  std::uint64_t histories_retired = 0;           // host histories taken out of use (a quarantined host range)
   std::uint64_t device_allocations_after_warmup = 0;  // from the backend's own counter: must stay 0
   std::uint64_t heap_allocations_in_steps = 0;        // heap allocations (any thread) during the step calls: must stay 0
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
@@ -180,6 +182,11 @@ class KvRuntime {
   // Pages a failed or unknown fence took out of use for good.
   virtual std::uint32_t pages_quarantined() const = 0;
   virtual std::uint32_t histories_free() const = 0;
+  // Host histories retired for good: a failed copy quarantined part of their host range.
+  // histories_free() + running contexts + histories_retired() = concurrency.
+  virtual std::uint32_t histories_retired() const = 0;
+  // Staging tiles still usable (not quarantined). With none, every step is refused.
+  virtual std::uint32_t tiles_usable() const = 0;
 };
 
 }  // namespace activekv

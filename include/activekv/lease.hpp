@@ -185,6 +185,8 @@ class CopyTickets {
   // True while any open or quarantined ticket overlaps the range: the host may
   // not overwrite or recycle it.
   bool host_range_busy(std::uint64_t offset, std::uint64_t bytes) const;
+  // True while a quarantined ticket overlaps the range: for good.
+  bool range_quarantined(std::uint64_t offset, std::uint64_t bytes) const;
   // Open tickets overlapping the range (the range's lease count).
   std::uint32_t tickets_overlapping(std::uint64_t offset, std::uint64_t bytes) const;
 

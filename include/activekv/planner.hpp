@@ -177,6 +177,7 @@ enum class PlanOutcome : std::uint8_t {
   chunk_too_large,     // tokens_appended > chunk_tokens (or 0)
   beyond_tokens_max,   // the context would exceed its tokens_max (≤ --max-context)
   duplicate_context,   // a context scheduled twice in one step
+  no_staging_tiles,    // every staging tile was retired (quarantined): nothing can be staged
 };
 const char* plan_outcome_text(PlanOutcome outcome) noexcept;
 
@@ -191,6 +192,12 @@ class ResidencyPlanner {
   const StepPlan& plan() const noexcept { return plan_; }
   // The step's fences signalled: promotion targets land (staging → owned).
   void step_completed() noexcept;
+  // Takes a staging tile out of rotation for good: a fence that touched it failed, so its lease
+  // is quarantined (invariant 4) and no later plan may place a copy there. Later passes use the
+  // remaining tiles (more passes, each with fewer tiles). With none left, plan_step() refuses
+  // every step (no_staging_tiles). Call between steps; returns false when it was already retired.
+  bool retire_tile(std::uint32_t tile_slot) noexcept;
+  std::uint32_t tiles_usable() const noexcept { return tiles_usable_; }
   std::uint64_t step() const noexcept { return step_; }
   ResidencyPolicy& policy() noexcept { return policy_; }
 
@@ -233,7 +240,9 @@ class ResidencyPlanner {
   std::vector<std::uint32_t> promoted_page_snapshot_;
   std::uint32_t promoted_snapshot_count_ = 0;
   std::uint32_t layer_count_ = 0, copy_count_ = 0, pass_count_ = 0, promotion_count_ = 0;
-  std::uint32_t tile_cursor_slot_ = 0, tile_cursor_page_ = 0;  // next free tile page in the open pass
+  std::vector<std::uint32_t> tile_order_;  // the tile slots in rotation, ascending; [0, tiles_usable_)
+  std::uint32_t tiles_usable_ = 0;
+  std::uint32_t tile_cursor_rank_ = 0, tile_cursor_page_ = 0;  // next free tile page in the open pass (rank in tile_order_)
   std::uint32_t promotions_per_layer_max_ = 0;
 };
 

@@ -487,6 +487,13 @@ bool CopyTickets::host_range_busy(std::uint64_t offset, std::uint64_t bytes) con
   return false;
 }
 
+bool CopyTickets::range_quarantined(std::uint64_t offset, std::uint64_t bytes) const {
+  for (const Slot& slot : slots_) {
+    if (slot.quarantined && overlaps(offset, bytes, slot.offset, slot.bytes)) return true;
+  }
+  return false;
+}
+
 std::uint32_t CopyTickets::tickets_overlapping(std::uint64_t offset, std::uint64_t bytes) const {
   std::uint32_t count = 0;
   for (const Slot& slot : slots_) {

@@ -57,6 +57,7 @@ BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& 
   free_slots_.resize(slots);
   for (std::uint32_t i = 0; i < slots; ++i) free_slots_[i] = slots - 1 - i;  // slot 0 is used first
   free_slot_count_ = slots;
+  retired_.assign(slots, 0);
   queue_.resize(std::max(1u, plan.queue_max));
   admitted_.resize(std::max(1u, slots));  // entries are running contexts (finish removes theirs)
   order_.resize(slots);
@@ -121,6 +122,7 @@ AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens
     return result;
   };
   if (tokens_max == 0 || tokens_max > plan_.host.max_context_tokens) return refuse(Reason::context_too_long);
+  if (retired_count_ == contexts_.size()) return refuse(Reason::no_usable_history);
   if (!budget_ok(request.budget)) return refuse(Reason::budget_invalid);
 
   Reason wait = Reason::floor_fits;
@@ -186,6 +188,23 @@ AdmitResult BudgetManager::admit(const Waiting& request, Reason reason) noexcept
   return AdmitResult{AdmitOutcome::admitted, ContextHandle{slot, generation}, request.request_id, reason};
 }
 
+bool BudgetManager::retire_history(std::uint32_t slot) noexcept {
+  AK_ASSERT(slot < contexts_.size(), "retire_history of a slot outside the budget manager");
+  AK_ASSERT(!contexts_[slot].running, "a running context's history is retired only after it is cancelled");
+  if (retired_[slot] != 0) return false;
+  // Out of the free list, keeping its order (slot 0 is used first).
+  std::uint32_t kept = 0;
+  for (std::uint32_t i = 0; i < free_slot_count_; ++i) {
+    if (free_slots_[i] != slot) free_slots_[kept++] = free_slots_[i];
+  }
+  AK_ASSERT(kept + 1 == free_slot_count_, "a slot that is not running is on the free list");
+  free_slot_count_ = kept;
+  retired_[slot] = 1;
+  ++retired_count_;
+  record(DecisionKind::retire, Reason::host_range_quarantined, slot, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0);
+  return true;
+}
+
 void BudgetManager::release_all(std::uint32_t slot) noexcept {
   ContextState& c = contexts_[slot];
   for (std::uint32_t l = 0; l < dense_layers_; ++l) {
@@ -211,22 +230,24 @@ void BudgetManager::release_all(std::uint32_t slot) noexcept {
   admitted_count_ = kept;
 }
 
-void BudgetManager::finish(ContextHandle context) noexcept {
+void BudgetManager::finish(ContextHandle context, bool retire) noexcept {
   AK_ASSERT(current(context), "finish of a stale or unknown context handle");
   record(DecisionKind::finish, Reason::finished, context.slot, UINT32_MAX, UINT32_MAX, UINT32_MAX,
          static_cast<std::uint32_t>(contexts_[context.slot].pages_held()));
   release_all(context.slot);
   ++counters_.finished;
+  if (retire) retire_history(context.slot);  // before the queue can take the slot
   admit_from_queue();
   AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after finish");
 }
 
-void BudgetManager::cancel(ContextHandle context) noexcept {
+void BudgetManager::cancel(ContextHandle context, bool retire) noexcept {
   AK_ASSERT(current(context), "cancel of a stale or unknown context handle");
   record(DecisionKind::cancel, Reason::cancelled, context.slot, UINT32_MAX, UINT32_MAX, UINT32_MAX,
          static_cast<std::uint32_t>(contexts_[context.slot].pages_held()));
   release_all(context.slot);
   ++counters_.cancelled;
+  if (retire) retire_history(context.slot);  // before the queue can take the slot
   admit_from_queue();
   AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after cancel");
 }

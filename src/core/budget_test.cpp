@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "activekv/planner.hpp"
@@ -150,6 +151,49 @@ TEST(Budget, GrowsToTargetByRightAndToBurstOnlyFromFreePages) {
   EXPECT_EQ(f.budgets.counters().reclaim_steps, 1u);
   // A grows back toward its burst only from free pages; there are none.
   EXPECT_EQ(f.budgets.grow(a.handle, 4), 0u);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
+TEST(Budget, ARetiredHistoryIsNeverAdmittedIntoAgain) {
+  MemorySettings s = small_settings(64, 3);
+  Fixture f(s);
+  const AdmitResult a = f.budgets.submit(1, 64);
+  const AdmitResult b = f.budgets.submit(2, 64);
+  ASSERT_EQ(a.outcome, AdmitOutcome::admitted);
+  ASSERT_EQ(b.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(f.budgets.histories_free(), 1u);
+  // A's history held a quarantined copy: it leaves use as A is cancelled.
+  f.budgets.cancel(a.handle, /*retire=*/true);
+  EXPECT_TRUE(f.budgets.history_retired(a.handle.slot));
+  EXPECT_EQ(f.budgets.histories_retired(), 1u);
+  EXPECT_EQ(f.budgets.histories_free(), 1u);
+  const Decision& last = f.log.at(f.log.size() - 1);
+  EXPECT_EQ(last.kind, DecisionKind::retire);
+  EXPECT_EQ(last.reason, Reason::host_range_quarantined);
+  EXPECT_EQ(last.slot, a.handle.slot);
+  // The free history is taken; the next request waits for one, and never gets A's.
+  const AdmitResult c = f.budgets.submit(3, 64);
+  ASSERT_EQ(c.outcome, AdmitOutcome::admitted);
+  EXPECT_NE(c.handle.slot, a.handle.slot);
+  const AdmitResult d = f.budgets.submit(4, 64);
+  EXPECT_EQ(d.outcome, AdmitOutcome::queued);
+  EXPECT_EQ(d.reason, Reason::no_free_history);
+  // B leaves with its history retired too: the queued request is not admitted into it.
+  f.budgets.finish(b.handle, /*retire=*/true);
+  AdmitResult admitted[2];
+  EXPECT_EQ(f.budgets.take_admitted(admitted), 0u);
+  EXPECT_FALSE(f.budgets.retire_history(b.handle.slot));  // already retired
+  // C's history returns normally; D gets it.
+  f.budgets.finish(c.handle);
+  ASSERT_EQ(f.budgets.take_admitted(admitted), 1u);
+  EXPECT_EQ(admitted[0].handle.slot, c.handle.slot);
+  f.budgets.cancel(admitted[0].handle, /*retire=*/true);
+  // Every history is retired: a request can never run, and says why.
+  const AdmitResult e = f.budgets.submit(5, 64);
+  EXPECT_EQ(e.outcome, AdmitOutcome::refused);
+  EXPECT_EQ(e.reason, Reason::no_usable_history);
+  EXPECT_NE(std::string(reason_text(e.reason)).find("retired"), std::string::npos);
+  EXPECT_EQ(f.budgets.histories_free(), 0u);
   EXPECT_EQ(f.budgets.check(), nullptr);
 }
 

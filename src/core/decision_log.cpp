@@ -17,6 +17,7 @@ const char* decision_kind_name(DecisionKind kind) noexcept {
     case DecisionKind::refuse: return "refuse";
     case DecisionKind::finish: return "finish";
     case DecisionKind::cancel: return "cancel";
+    case DecisionKind::retire: return "retire";
   }
   return "?";
 }
@@ -41,6 +42,8 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::run_slides: return "run_slides";
     case Reason::finished: return "finished";
     case Reason::cancelled: return "cancelled";
+    case Reason::host_range_quarantined: return "host_range_quarantined";
+    case Reason::no_usable_history: return "no_usable_history";
   }
   return "?";
 }
@@ -65,6 +68,10 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::run_slides: return "the layer is at its page cap: the run's oldest page gives way";
     case Reason::finished: return "finished: every page and the history returned";
     case Reason::cancelled: return "cancelled: every page and the history returned";
+    case Reason::host_range_quarantined:
+      return "a copy that touched the history's host range failed: the history is retired for good";
+    case Reason::no_usable_history:
+      return "every host history is retired after failed copies: recreate the runtime and its device";
   }
   return "?";
 }

@@ -23,6 +23,8 @@ const char* plan_outcome_text(PlanOutcome outcome) noexcept {
     case PlanOutcome::chunk_too_large: return "a context appends 0 tokens or more than --chunk-tokens in one step";
     case PlanOutcome::beyond_tokens_max: return "a context would grow beyond its tokens_max (at most --max-context)";
     case PlanOutcome::duplicate_context: return "a context is scheduled twice in one step";
+    case PlanOutcome::no_staging_tiles:
+      return "every staging tile is quarantined (a copy into each failed): recreate the runtime and its device";
   }
   return "?";
 }
@@ -49,6 +51,9 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   may_grow_.resize(slots);
   tail_last_.resize(slots);
   tail_first_.resize(slots);
+  tile_order_.resize(mp_.arena.tiles);
+  for (std::uint32_t t = 0; t < mp_.arena.tiles; ++t) tile_order_[t] = t;
+  tiles_usable_ = mp_.arena.tiles;
   placements_.resize(layer_plans);
   promoted_logical_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
   promoted_page_snapshot_.resize(layer_plans * mp_.promoted_pages_per_layer);
@@ -67,6 +72,7 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
 PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> scheduled) noexcept {
   AK_ASSERT(!step_open_, "step_completed() must be called after each planned step, before the next");
   if (scheduled.size() > scheduled_.size()) return PlanOutcome::too_many_contexts;
+  if (tiles_usable_ == 0) return PlanOutcome::no_staging_tiles;
   PlanOutcome outcome = PlanOutcome::planned;
   for (const ScheduledContext& s : scheduled) {
     AK_ASSERT(budgets_.current(s.context), "a scheduled context handle is stale or unknown");
@@ -159,6 +165,18 @@ void ResidencyPlanner::step_completed() noexcept {
   step_open_ = false;
 }
 
+bool ResidencyPlanner::retire_tile(std::uint32_t tile_slot) noexcept {
+  AK_ASSERT(!step_open_, "tiles are retired between steps");
+  AK_ASSERT(tile_slot < mp_.arena.tiles, "retire_tile of a tile slot outside the arena");
+  const auto begin = tile_order_.begin();
+  const auto end = begin + tiles_usable_;
+  const auto at = std::find(begin, end, tile_slot);
+  if (at == end) return false;
+  std::copy(at + 1, end, at);  // keeps the rotation ascending
+  --tiles_usable_;
+  return true;
+}
+
 void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) noexcept {
   const std::uint32_t slot = scheduled_[entry].context.slot;
   const std::uint32_t P = mp_.arena.page_tokens;
@@ -247,7 +265,7 @@ void ResidencyPlanner::plan_layer(std::uint32_t entry, std::uint32_t l, StepSums
 void ResidencyPlanner::open_pass(std::uint32_t layer) noexcept {
   AK_ASSERT(pass_count_ < passes_.size(), "passes sized for the worst step");
   passes_[pass_count_++] = StagePass{layer, copy_count_, 0, 0};
-  tile_cursor_slot_ = 0;
+  tile_cursor_rank_ = 0;
   tile_cursor_page_ = 0;
 }
 
@@ -262,10 +280,11 @@ void ResidencyPlanner::stage_range(std::uint32_t slot, std::uint32_t layer, std:
   }
   while (count > 0) {
     if (tile_cursor_page_ == a.tile_pages) {
-      ++tile_cursor_slot_;
+      ++tile_cursor_rank_;
       tile_cursor_page_ = 0;
     }
-    if (tile_cursor_slot_ == a.tiles) open_pass(layer);
+    if (tile_cursor_rank_ == tiles_usable_) open_pass(layer);
+    const std::uint32_t tile = tile_order_[tile_cursor_rank_];
     const std::uint32_t n = std::min(count, a.tile_pages - tile_cursor_page_);
     AK_ASSERT(copy_count_ < copies_.size(), "copies sized for the worst step");
     StageCopy& copy = copies_[copy_count_++];
@@ -275,13 +294,13 @@ void ResidencyPlanner::stage_range(std::uint32_t slot, std::uint32_t layer, std:
     copy.pages = n;
     copy.host_offset = mp_.host.row_offset(slot, layer, first * a.page_tokens);
     copy.bytes = static_cast<std::uint64_t>(n) * a.page_bytes;
-    copy.tile_slot = tile_cursor_slot_;
+    copy.tile_slot = tile;
     copy.tile_page = tile_cursor_page_;
-    copy.device_offset = a.tile_offset(tile_cursor_slot_) + static_cast<std::uint64_t>(tile_cursor_page_) * a.page_bytes;
+    copy.device_offset = a.tile_offset(tile) + static_cast<std::uint64_t>(tile_cursor_page_) * a.page_bytes;
     copy.pass = pass_count_ - 1;
     StagePass& pass = passes_[pass_count_ - 1];
     ++pass.copy_count;
-    pass.tiles_used = tile_cursor_slot_ + 1;
+    pass.tiles_used = tile_cursor_rank_ + 1;
     tile_cursor_page_ += n;
     first += n;
     count -= n;

@@ -108,7 +108,10 @@ class SeedRun {
     const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, m.page_tokens));
     const std::uint64_t all_pages = std::uint64_t{m.max_seqs} * g.dense_layers * (m.max_context_tokens / m.page_tokens);
     const std::uint64_t pages = floor_pages * m.max_seqs + uniform(0, 60) * (all_pages - floor_pages * m.max_seqs) / 100;
-    m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * g.row_bytes() +
+    // Exactly `pages` pool pages: the page pool starts at the tiles' end rounded up to the arena
+    // alignment (slack beyond that would become more pages, and every history would fit).
+    const std::uint64_t tiles_bytes = std::uint64_t{m.tiles} * m.tile_tokens * g.row_bytes();
+    m.device_pool_bytes = (tiles_bytes + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes +
                           pages * m.page_tokens * g.row_bytes();
     settings_.q_heads = g.kv_heads * uniform(1, 2);
     settings_.policy = chance(50) ? ResidencyPolicyKind::exact : ResidencyPolicyKind::hotness;
@@ -147,6 +150,7 @@ class SeedRun {
 
   // ---- devices ------------------------------------------------------------------
   bool open_device(bool faulty) {
+    device_exhausted_ = false;
     BackendOptions options;
     options.deterministic = true;
     options.seed = report_.seed * 2 + (faulty ? 0 : 1);
@@ -203,10 +207,14 @@ class SeedRun {
     if (rt.pages_free() + rt.pages_quarantined() != rt.pages_total())
       fail(fmt::format("pages did not drain: {} free + {} quarantined of {} ({} histories free of {})", rt.pages_free(),
                        rt.pages_quarantined(), rt.pages_total(), rt.histories_free(), rt.plan().budget.concurrency));
-    if (rt.histories_free() != rt.plan().budget.concurrency) fail("histories did not drain");
+    if (rt.histories_free() + rt.histories_retired() != rt.plan().budget.concurrency) fail("histories did not drain");
+    if (!device_.faulty && rt.histories_retired() != 0) fail("a fault-free device retired a host history");
     if (!device_.faulty && rt.pages_quarantined() != 0) fail("a fault-free device quarantined pages");
     if (rt.counters().device_allocations_after_warmup != 0) fail("a device allocation after warm-up");
     report_.pages_quarantined += rt.pages_quarantined();
+    report_.pages_staged += rt.counters().pages_staged;
+    report_.tiles_retired += rt.counters().tiles_retired;
+    report_.histories_retired += rt.histories_retired();
     trace(rt.pages_quarantined()), trace(rt.counters().steps), trace(rt.counters().quarantines);
     const auto& f = device_.backend->faults_injected();
     report_.faults.late += f.late;
@@ -250,7 +258,16 @@ class SeedRun {
 
   void open(Request& r) {
     auto result = device_.runtime->open_context(next_request_id_++ * 64 + r.id, r.tokens_max);
-    if (!result.ok()) return fail("open_context refused a request within --max-context: " + result.error().describe());
+    if (!result.ok()) {
+      // A faulty device whose every history was retired (failed copies quarantined part of each
+      // host range) can run nothing more: its fault phase ends here, the request waits for the next device.
+      if (exhausted()) {
+        device_exhausted_ = true;
+        --next_request_id_;
+        return;
+      }
+      return fail("open_context refused a request within --max-context: " + result.error().describe());
+    }
     request_of_.push_back(static_cast<std::uint32_t>(&r - requests_.data()));
     if (result->outcome == AdmitOutcome::admitted) {
       opened(r, result->handle);
@@ -276,6 +293,13 @@ class SeedRun {
   void release(Request& r, bool finished) {
     if (finished) device_.runtime->finish(r.handle); else device_.runtime->cancel(r.handle);
     sync_admitted();
+  }
+
+  // A faulty device whose failed copies quarantined every staging tile, or part of every host
+  // history, can run nothing more: its fault phase ends there (the runtime refuses, by name).
+  bool exhausted() const {
+    const KvRuntime& rt = *device_.runtime;
+    return device_.faulty && (rt.tiles_usable() == 0 || rt.histories_retired() == rt.plan().budget.concurrency);
   }
 
   // ---- recovery ---------------------------------------------------------------------
@@ -318,6 +342,12 @@ class SeedRun {
     for (std::uint32_t done = 0; done < r.length;) {
       const std::uint32_t n = std::min(settings_.memory.chunk_tokens, r.length - done);
       const StepEntry entry{r.handle, n};
+      if (exhausted()) {  // replayed on the next device instead
+        device_exhausted_ = true;
+        release(r, false);
+        r.state = Request::State::pending;
+        return false;
+      }
       Status s = rt.begin_step({&entry, 1});
       if (!s.ok()) {
         fail("a replay step was refused: " + s.error().describe());
@@ -391,6 +421,10 @@ class SeedRun {
     const bool cancel_mid_step = chance(2) && hooks_.corrupt_host_row_after_step == 0;
     const std::uint32_t cancel_layer = uniform(0, g.dense_layers - 1);
 
+    if (exhausted()) {  // nothing more runs here: the fault phase ends before this step
+      device_exhausted_ = true;
+      return true;
+    }
     const std::uint64_t heap_before = testing::heap_allocations();
     Status s = rt.begin_step(entries_);
     if (!s.ok()) {
@@ -564,7 +598,7 @@ class SeedRun {
                                                         settings_.memory.page_tokens);
     if (!open_device(fault_phase_steps_ > 0)) return;
     for (step_ = 0; step_ < steps_limit && violation_.empty(); ++step_) {
-      if (device_.faulty && step_ >= fault_phase_steps_) migrate();
+      if (device_.faulty && (step_ >= fault_phase_steps_ || device_exhausted_)) migrate();
       if (!violation_.empty()) break;
       between_steps();
       if (!violation_.empty()) break;
@@ -598,6 +632,7 @@ class SeedRun {
   FaultRates faults_;
   bool reorder_ = true;
   std::uint64_t fault_phase_steps_ = 0;
+  bool device_exhausted_ = false;  // the faulty device can run nothing more (see exhausted())
   std::uint64_t lose_device_at_ = 0;
   std::uint32_t lose_device_layer_ = 0;
   bool refuse_warmup_ = false;
@@ -630,6 +665,7 @@ void SwarmSummary::add(const SeedReport& r) {
   steps += r.steps, steps_failed += r.steps_failed, requests += r.requests;
   requests_completed += r.requests_completed, requests_cancelled += r.requests_cancelled;
   rows_verified += r.rows_verified, outputs_verified += r.outputs_verified, pages_quarantined += r.pages_quarantined;
+  pages_staged += r.pages_staged, tiles_retired += r.tiles_retired, histories_retired += r.histories_retired;
   contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
   faults.late += r.faults.late, faults.failed_fences += r.faults.failed_fences;
   faults.unknown_fences += r.faults.unknown_fences, faults.failed_copies += r.faults.failed_copies;
@@ -652,7 +688,10 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
                      s.faults.torn_copies, s.faults.poisoned, s.faults.device_losses, s.faults.warmup_refusals);
   out += fmt::format("rows verified        {}\n", s.rows_verified);
   out += fmt::format("outputs verified     {} tokens\n", s.outputs_verified);
+  out += fmt::format("pages staged         {} (read through the tiles)\n", s.pages_staged);
   out += fmt::format("pages quarantined    {}\n", s.pages_quarantined);
+  out += fmt::format("retired              {} staging tiles, {} host histories (after failed copies)\n", s.tiles_retired,
+                     s.histories_retired);
   out += fmt::format("contexts recovered   {} (from their host histories)\n", s.contexts_recovered);
   out += fmt::format("contexts lost        {} (reported)\n", s.contexts_lost);
   out += fmt::format("corrupted            {}\n", s.corrupted);

@@ -57,6 +57,9 @@ struct SeedReport {
   std::uint64_t rows_verified = 0;       // host rows compared against their checksums
   std::uint64_t outputs_verified = 0;    // attention outputs compared against the reference
   std::uint64_t pages_quarantined = 0;
+  std::uint64_t pages_staged = 0;        // page reads served from the staging tiles (history beyond the pool)
+  std::uint64_t tiles_retired = 0;       // staging tiles out of the planner's rotation after a failed copy
+  std::uint64_t histories_retired = 0;   // host histories out of use after a failed copy touched them
   std::uint64_t contexts_recovered = 0;  // moved from their host history into a fresh context
   std::uint64_t contexts_lost = 0;       // reported lost: the host history failed its checksums
   std::uint64_t corrupted = 0;           // a good step read or wrote a wrong row: always a violation
@@ -78,6 +81,7 @@ struct SwarmSummary {
   std::uint64_t first_failed_seed = 0;
   std::uint64_t steps = 0, steps_failed = 0, requests = 0, requests_completed = 0, requests_cancelled = 0;
   std::uint64_t rows_verified = 0, outputs_verified = 0, pages_quarantined = 0;
+  std::uint64_t pages_staged = 0, tiles_retired = 0, histories_retired = 0;
   std::uint64_t contexts_recovered = 0, contexts_lost = 0, corrupted = 0;
   FaultTally faults;
   std::uint64_t trace_hash = 0;  // all seeds' hashes folded in order

@@ -48,6 +48,9 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   EXPECT_GT(summary.faults.device_losses, 0u);
   EXPECT_GT(summary.faults.warmup_refusals, 0u);
   EXPECT_GT(summary.pages_quarantined, 0u);
+  EXPECT_GT(summary.pages_staged, 0u) << "histories must outgrow the pool, or staging goes untested";
+  EXPECT_GT(summary.tiles_retired, 0u);
+  EXPECT_GT(summary.histories_retired, 0u);
   EXPECT_GT(summary.contexts_recovered, 0u);
   EXPECT_GT(summary.requests_completed, 0u);
   EXPECT_GT(summary.requests_cancelled, 0u);

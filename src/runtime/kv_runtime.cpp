@@ -155,7 +155,13 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
   std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
-  std::uint32_t histories_free() const override { return plan_.budget.concurrency - budgets_.running(); }
+  std::uint32_t histories_free() const override { return budgets_.histories_free(); }
+  std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
+  std::uint32_t tiles_usable() const override {
+    std::uint32_t usable = 0;
+    for (std::uint32_t t = 0; t < plan_.arena.tiles; ++t) usable += leases_.slot_state(t) != LeaseState::quarantined ? 1u : 0u;
+    return usable;
+  }
 
  private:
   static std::unique_ptr<ResidencyPolicy> make_policy(const KvRuntimeSettings& settings);
@@ -186,6 +192,8 @@ class KvRuntimeImpl final : public KvRuntime {
   // fault) closes at the first poll that sees its fences resolve.
   void close_ticket(Ticket ticket) noexcept;
   void apply_deferred_cancels() noexcept;
+  // A history whose host range holds a quarantined copy is retired as its context leaves.
+  bool history_quarantined(std::uint32_t slot) const noexcept;
 
   KvRuntimeSettings settings_;
   MemoryPlan plan_;
@@ -339,6 +347,9 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
 Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::uint32_t tokens_max) {
   if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
   const AdmitResult result = budgets_.submit(request_id, tokens_max);
+  if (result.outcome == AdmitOutcome::refused && result.reason == Reason::no_usable_history) {
+    return make_error(ErrorCode::backend, "device", fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
+  }
   if (result.outcome == AdmitOutcome::refused) {
     return make_error(ErrorCode::exhausted, "--queue-max",
                       fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
@@ -351,7 +362,9 @@ void KvRuntimeImpl::finish(ContextId context) {
   AK_ASSERT(!step_open_, "kv runtime: finish() during a step; use cancel()");
   AK_ASSERT(budgets_.current(context), "kv runtime: finish() of a context that is not running");
   policy_->forget(context.slot);
-  budgets_.finish(context);
+  const bool retire = history_quarantined(context.slot);
+  budgets_.finish(context, retire);
+  if (retire) ++counters_.histories_retired;
   slot_faulted_[context.slot] = 0;
 }
 
@@ -363,7 +376,9 @@ void KvRuntimeImpl::cancel(ContextId context) {
     return;
   }
   policy_->forget(context.slot);
-  budgets_.cancel(context);
+  const bool retire = history_quarantined(context.slot);
+  budgets_.cancel(context, retire);
+  if (retire) ++counters_.histories_retired;
   slot_faulted_[context.slot] = 0;
 }
 
@@ -372,10 +387,16 @@ void KvRuntimeImpl::apply_deferred_cancels() noexcept {
     const ContextId c = deferred_cancels_[i];
     if (!budgets_.current(c)) continue;
     policy_->forget(c.slot);
-    budgets_.cancel(c);
+    const bool retire = history_quarantined(c.slot);
+    budgets_.cancel(c, retire);
+    if (retire) ++counters_.histories_retired;
     slot_faulted_[c.slot] = 0;
   }
   deferred_cancel_count_ = 0;
+}
+
+bool KvRuntimeImpl::history_quarantined(std::uint32_t slot) const noexcept {
+  return tickets_.range_quarantined(plan_.host.segment_offset(slot, 0), plan_.host.history_bytes);
 }
 
 std::uint32_t KvRuntimeImpl::length(ContextId context) const {
@@ -478,6 +499,11 @@ Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
     return make_error(ErrorCode::invalid_argument, "--chunk-tokens",
                       fmt::format("{} new tokens in one step; at most {} were reserved at warm-up", total,
                                   sizes_.tokens_max));
+  }
+  // A tile whose lease is quarantined (a fence that touched it failed) is never planned into
+  // again; the remaining tiles carry the staging, in more passes.
+  for (std::uint32_t t = 0; t < plan_.arena.tiles; ++t) {
+    if (leases_.slot_state(t) == LeaseState::quarantined && planner_.retire_tile(t)) ++counters_.tiles_retired;
   }
   const std::uint64_t plan_start = now_ns();
   const PlanOutcome outcome = planner_.plan_step({scheduled_.data(), entries.size()});

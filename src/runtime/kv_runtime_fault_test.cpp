@@ -147,8 +147,9 @@ void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std:
   run.quarantines = rt.counters().quarantines;
   const auto injected = backend.faults_injected();
   run.faults_injected = injected.failed_fences + injected.unknown_fences + injected.failed_copies + injected.torn_copies;
-  // Every page that is not quarantined and every history came back.
-  EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency);
+  // Every page that is not quarantined and every history that is not retired came back.
+  EXPECT_EQ(rt.histories_free() + rt.histories_retired(), rt.plan().budget.concurrency);
+  EXPECT_EQ(rt.histories_retired(), rt.counters().histories_retired);
   EXPECT_EQ(rt.pages_free() + rt.pages_quarantined(), rt.pages_total());
   EXPECT_EQ(rt.check(), nullptr);
 }
@@ -202,6 +203,42 @@ TEST(KvRuntimeFaults, DeviceLossMidStepFailsTheStepAndEverythingElseDrains) {
   drive(**rt, backend, 96, 3, true, run);
   EXPECT_EQ(run.good_steps, 20u) << "every step before the loss is good";
   EXPECT_EQ(run.failed_steps, 1u);
+}
+
+// One failed staging copy quarantines the tile it filled and the host ranges it read. The tile
+// leaves the planner's rotation and the histories leave the free list, so the same runtime goes
+// on: later contexts stage through the remaining tile, on the remaining histories, exactly.
+TEST(KvRuntimeFaults, AFailedStagingCopyRetiresItsTileAndHistoriesAndLaterStepsStillStage) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  BackendOptions options;
+  options.deterministic = true;
+  options.seed = 17;
+  host::HostBackend backend(options);
+  auto created = KvRuntime::create(fault_settings(4, 160, 0.25), backend);
+  ASSERT_TRUE(created.ok()) << created.error().describe();
+  KvRuntime& rt = *created.value();
+
+  backend.fail_next_copy(CopyDirection::h2d);  // the first staging copy
+  FaultRun first;
+  drive(rt, backend, 160, 1, false, first);
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(first.failed_steps, 1u);
+  EXPECT_GT(first.good_steps, 0u) << "steps before the history outgrew the pool stage nothing";
+  EXPECT_GE(rt.counters().quarantines, 1u);
+  const std::uint32_t retired = rt.histories_retired();
+  EXPECT_GE(retired, 1u) << "the failed copy read from a history: that history is retired";
+  EXPECT_LE(retired, 2u);
+  EXPECT_EQ(rt.histories_free(), 4u - retired);
+
+  const std::uint64_t staged_before = rt.counters().pages_staged;
+  FaultRun second;
+  drive(rt, backend, 160, 2, false, second);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(second.failed_steps, 0u) << "a quarantined tile or history was used again";
+  EXPECT_GT(second.good_steps, 0u);
+  EXPECT_GT(rt.counters().pages_staged, staged_before) << "the second run must stage to test anything";
+  EXPECT_EQ(rt.counters().tiles_retired, 1u);
+  EXPECT_EQ(rt.histories_retired(), retired);
 }
 
 TEST(KvRuntimeFaults, HeldCopyStallsTheStepAndNoLaterStepReusesItsBuffers) {

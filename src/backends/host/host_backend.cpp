@@ -227,6 +227,12 @@ Status HostBackend::push_waits(Queue& q, std::span<const Fence> waits) {
   return Status::success();
 }
 
+void HostBackend::fail_next_copy(CopyDirection direction) {
+  std::lock_guard lock(mutex_);
+  AK_ASSERT(options_.deterministic, "fail_next_copy() needs the deterministic host backend");
+  fail_next_copy_[static_cast<std::size_t>(direction)] = true;
+}
+
 void HostBackend::draw(Command& command, bool is_copy) {
   if (!options_.deterministic) return;
   const FaultRates& rates = options_.faults;
@@ -299,6 +305,13 @@ Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const Copy
   q.region_tail = position + count;
   command.region_end = q.region_tail;
   draw(command, true);
+  if (bool& fail = fail_next_copy_[static_cast<std::size_t>(direction)]; fail && command.fault != Fault::failed_copy) {
+    if (command.fault == Fault::failed_fence) --faults_.failed_fences;
+    if (command.fault == Fault::unknown_fence) --faults_.unknown_fences;
+    command.fault = Fault::failed_copy;
+    ++faults_.failed_copies;
+  }
+  fail_next_copy_[static_cast<std::size_t>(direction)] = false;
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;

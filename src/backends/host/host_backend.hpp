@@ -65,6 +65,10 @@ class HostBackend final : public Backend {
   // unknown, later enqueues are refused.
   void lose_device();
 
+  // Deterministic mode only: the next batched copy (copy(), not upload/download) in `direction`
+  // fails as an injected failed copy would — a targeted fault for tests of what follows one.
+  void fail_next_copy(CopyDirection direction);
+
   struct FaultCounts {
     std::uint64_t late = 0, failed_fences = 0, unknown_fences = 0, failed_copies = 0, torn_copies = 0, poisoned = 0;
   };
@@ -182,6 +186,7 @@ class HostBackend final : public Backend {
   std::mt19937_64 rng_;
   std::vector<std::uint64_t> resolved_at_;    // [fence slots]: when each fence resolved
   FaultCounts faults_{};
+  bool fail_next_copy_[3] = {false, false, false};  // [CopyDirection]
 };
 
 }  // namespace activekv::host

@@ -151,6 +151,22 @@ TEST(HostDeterministic, AWaitOnAFailedFencePoisonsTheDependentAndNothingLands) {
   EXPECT_GE(backend->faults_injected().poisoned, 1u);
 }
 
+TEST(HostDeterministic, FailNextCopyFailsExactlyTheNextCopyInThatDirection) {
+  auto backend = make(deterministic(6));
+  backend->fail_next_copy(CopyDirection::h2d);
+  // An upload and a copy the other way are not the targeted copy.
+  std::vector<std::byte> bytes(64, std::byte{0x5A});
+  const Fence upload = backend->upload(0, bytes).value();
+  const Fence d2h = copy(*backend, CopyDirection::d2h, 0, 4096, 64);
+  const Fence failed = copy(*backend, CopyDirection::h2d, 0, 0, 4096);
+  const Fence next = copy(*backend, CopyDirection::h2d, 0, 0, 4096);
+  EXPECT_EQ(backend->wait_host(upload, 1s).value(), FenceOutcome::signalled);
+  EXPECT_EQ(backend->wait_host(d2h, 1s).value(), FenceOutcome::signalled);
+  EXPECT_EQ(backend->wait_host(failed, 1s).value(), FenceOutcome::failed);
+  EXPECT_EQ(backend->wait_host(next, 1s).value(), FenceOutcome::signalled);
+  EXPECT_EQ(backend->faults_injected().failed_copies, 1u);
+}
+
 TEST(HostDeterministic, AHeldQueueCannotBeWaitedOnForever) {
   auto backend = make(deterministic(9));
   ASSERT_TRUE(backend->hold_queue(QueueKind::h2d).ok());
