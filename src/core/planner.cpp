@@ -4,8 +4,9 @@
 //   1. tail pages: every scheduled context and layer gets pool pages for the tokens it
 //      appends (from its reservation, its target, its burst, or by sliding its own run);
 //      this is the only phase that may reclaim pages from other contexts;
-//   2. per layer, per context (layer-major): snapshot the page table, emit the
-//      write-backs of the new rows, and stage every non-resident page into tiles;
+//   2. per layer, per context (layer-major): snapshot the page table (the write-backs of the
+//      new rows follow from it: StepPlan::write_back) and stage every non-resident page into
+//      the tiles in rotation (retire_tile takes a quarantined one out);
 //   3. right after each snapshot, promotions: the policy picks staged pages to keep;
 //      they take free or reserved pages only (never another context's), and extend the
 //      run below the snapshot's range or join the promoted set after the snapshot was copied.
