@@ -274,38 +274,46 @@ void ResidencyPlanner::stage_range(std::uint32_t slot, std::uint32_t layer, std:
                                    std::uint32_t count) noexcept {
   const ArenaPlan& a = mp_.arena;
   if (pass_count_ == 0 || passes_[pass_count_ - 1].layer != layer) open_pass(layer);
+  // The cursor in locals: the copies written below would otherwise force it to be reloaded.
+  std::uint32_t rank = tile_cursor_rank_, page = tile_cursor_page_;
   // A range that fits in one tile but not in what is left of the current one starts a fresh
   // tile rather than splitting: one large copy beats two, at the price of a partly empty tile.
-  if (count <= a.tile_pages && tile_cursor_page_ > 0 && count > a.tile_pages - tile_cursor_page_) {
-    tile_cursor_page_ = a.tile_pages;
-  }
+  if (count <= a.tile_pages && page > 0 && count > a.tile_pages - page) page = a.tile_pages;
+  const std::uint32_t first_page = first;
+  const std::uint64_t host_first = mp_.host.row_offset(slot, layer, first * a.page_tokens);
+  const std::uint64_t page_bytes = a.page_bytes;
   while (count > 0) {
-    if (tile_cursor_page_ == a.tile_pages) {
-      ++tile_cursor_rank_;
-      tile_cursor_page_ = 0;
+    if (page == a.tile_pages) {
+      ++rank;
+      page = 0;
     }
-    if (tile_cursor_rank_ == tiles_usable_) open_pass(layer);
-    const std::uint32_t tile = tile_order_[tile_cursor_rank_];
-    const std::uint32_t n = std::min(count, a.tile_pages - tile_cursor_page_);
+    if (rank == tiles_usable_) {
+      open_pass(layer);
+      rank = 0;
+    }
+    const std::uint32_t tile = tile_order_[rank];
+    const std::uint32_t n = std::min(count, a.tile_pages - page);
     AK_ASSERT(copy_count_ < copies_.size(), "copies sized for the worst step");
     StageCopy& copy = copies_[copy_count_++];
     copy.slot = slot;
     copy.layer = layer;
     copy.logical_first = first;
     copy.pages = n;
-    copy.host_offset = mp_.host.row_offset(slot, layer, first * a.page_tokens);
-    copy.bytes = static_cast<std::uint64_t>(n) * a.page_bytes;
+    copy.host_offset = host_first + static_cast<std::uint64_t>(first - first_page) * page_bytes;  // a page is P rows
+    copy.bytes = static_cast<std::uint64_t>(n) * page_bytes;
     copy.tile_slot = tile;
-    copy.tile_page = tile_cursor_page_;
-    copy.device_offset = a.tile_offset(tile) + static_cast<std::uint64_t>(tile_cursor_page_) * a.page_bytes;
+    copy.tile_page = page;
+    copy.device_offset = a.tile_offset(tile) + static_cast<std::uint64_t>(page) * page_bytes;
     copy.pass = pass_count_ - 1;
     StagePass& pass = passes_[pass_count_ - 1];
     ++pass.copy_count;
-    pass.tiles_used = tile_cursor_rank_ + 1;
-    tile_cursor_page_ += n;
+    pass.tiles_used = rank + 1;
+    page += n;
     first += n;
     count -= n;
   }
+  tile_cursor_rank_ = rank;
+  tile_cursor_page_ = page;
 }
 
 inline std::uint32_t ResidencyPlanner::stage_history(const LayerPlan& lp) noexcept {
