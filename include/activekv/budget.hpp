@@ -238,8 +238,8 @@ class BudgetManager {
   // Takes a host history out of use for good: a copy that touched its host range failed, so the
   // range is quarantined (invariant 4) and no later context may write or stage there. The slot
   // must not be running (finish or cancel with retire = true does it as the context leaves).
-  // Recorded as a retire decision. With every
-  // history retired, submit() refuses (no_usable_history). Returns false when already retired.
+  // Recorded as a retire decision. With every history retired, submit() refuses
+  // (no_usable_history). Returns false when already retired.
   bool retire_history(std::uint32_t slot) noexcept;
   bool history_retired(std::uint32_t slot) const noexcept { return retired_[slot] != 0; }
   const BudgetCounters& counters() const noexcept { return counters_; }
