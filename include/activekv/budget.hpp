@@ -105,7 +105,6 @@ struct BudgetCounters {
   std::uint64_t reclaim_steps = 0;      // contexts visited by reclamation
   std::uint64_t pages_evicted = 0;      // a context's own pages giving way to its new tail/promotion
   std::uint64_t pages_promoted = 0;
-  std::uint64_t pages_quarantined = 0;  // taken out of page tables by quarantine()
 };
 
 class BudgetManager {

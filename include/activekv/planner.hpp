@@ -150,7 +150,6 @@ struct StepPlan {
   std::uint64_t page_bytes = 0;
   std::uint64_t page_pool_offset = 0;
   std::uint32_t page_tokens = 0;
-  std::uint64_t row_bytes = 0;
   const HostPoolPlan* host = nullptr;  // where each history's rows live
 
   std::uint32_t run_page(const LayerPlan& layer, std::uint32_t i) const noexcept {

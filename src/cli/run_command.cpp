@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
 #include "serve/clock.hpp"
@@ -69,11 +70,8 @@ Result<serve::RunConfig> load_config(const RunOptions& o) {
     c.host_pool_bytes = *bytes;
   }
   if (!o.device_pool.empty()) {
-    if (o.device_pool == "auto") {
-      return make_error(ErrorCode::refused, "--device-pool",
-                        "\"auto\" is refused: an automatic size hides the memory decision; state one (see `activekv plan`)");
-    }
-    auto bytes = parse_size(o.device_pool, "--device-pool");
+    // The core's parser: an automatic size ("auto", 0, a fraction, "max") is refused with the reason.
+    auto bytes = parse_device_pool(o.device_pool, MemorySettings{});
     if (!bytes) return bytes.error();
     c.device_pool_bytes = *bytes;
   }

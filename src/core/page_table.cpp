@@ -187,7 +187,6 @@ bool BudgetManager::quarantine(PageId page) noexcept {
   AK_ASSERT(pool.current(page), "quarantine of a stale page handle");
   const PageOwner owner = pool.owner(page.index);
   pool.quarantine_page(page);
-  ++counters_.pages_quarantined;
   if (owner.slot >= contexts_.size() || !contexts_[owner.slot].running) return true;
   const std::uint32_t slot = owner.slot;
   ContextState& c = contexts_[slot];
@@ -208,7 +207,7 @@ bool BudgetManager::quarantine(PageId page) noexcept {
     ++r.run_first;
     --r.run_count;
     --c.pages_assigned;
-    // The pages dropped above went back to the pool; keep them as this context's reservation.
+    // The pages dropped above went back to the pool; the floor loop below reserves what it needs.
   } else {
     std::uint32_t* logicals = promoted_logical_.data() + promoted_offset(slot, owner.layer);
     std::uint32_t* pages = promoted_page_.data() + promoted_offset(slot, owner.layer);

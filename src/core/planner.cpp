@@ -66,7 +66,6 @@ ResidencyPlanner::ResidencyPlanner(BudgetManager& budgets, ResidencyPolicy& poli
   plan_.page_bytes = mp_.arena.page_bytes;
   plan_.page_pool_offset = mp_.arena.page_pool.offset_bytes;
   plan_.page_tokens = mp_.arena.page_tokens;
-  plan_.row_bytes = mp_.host.row_bytes;
   plan_.host = &mp_.host;
 }
 
@@ -446,9 +445,9 @@ WriteBack StepPlan::write_back(const LayerPlan& lp, std::uint32_t i) const noexc
   w.pool_page = p == 0 ? lp.sink_page : run_page(lp, p - lp.run_first);
   w.row_first = first - p * P;
   w.rows = end - first;
-  w.device_offset = page_pool_offset + static_cast<std::uint64_t>(w.pool_page) * page_bytes + w.row_first * row_bytes;
+  w.device_offset = page_pool_offset + static_cast<std::uint64_t>(w.pool_page) * page_bytes + w.row_first * host->row_bytes;
   w.host_offset = host->row_offset(lp.slot, lp.layer, first);
-  w.bytes = w.rows * row_bytes;
+  w.bytes = w.rows * host->row_bytes;
   return w;
 }
 

@@ -49,8 +49,6 @@ class Engine {
 
   const Model& model() const noexcept { return *model_; }
   const ModelConfig& config() const noexcept { return model_->config(); }
-  KvAccess& kv() noexcept { return *kv_; }
-  std::uint32_t length(ContextId context) const { return kv_->length(context); }
 
   // One batched step (forward.hpp); a validation error leaves every context unchanged.
   Status step(std::span<const StepInput> inputs) { return forward_->step(inputs); }

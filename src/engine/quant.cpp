@@ -171,7 +171,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, std::size_t elem
     case GgmlType::q8_0: dequantize_q8_0(static_cast<const BlockQ8_0*>(src), count, dst); return;
     case GgmlType::q4_k: dequantize_q4_k(static_cast<const BlockQ4_K*>(src), count, dst); return;
     case GgmlType::q6_k: dequantize_q6_k(static_cast<const BlockQ6_K*>(src), count, dst); return;
-    default: return;  // unreachable: quant_supported() was asserted above
+    default: AK_ASSERT(false, "dequantize_row: quant_supported() and this switch disagree");
   }
 }
 

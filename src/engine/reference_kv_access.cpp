@@ -23,11 +23,6 @@ const ReferenceKvAccess::Slot& ReferenceKvAccess::slot(ContextId context) const 
   return slots_[context.slot];
 }
 
-std::span<const std::byte> ReferenceKvAccess::row(ContextId context, std::uint32_t layer, std::uint32_t token) const {
-  slot(context);
-  return kv_.encoded_row(context.slot, layer, token);
-}
-
 std::uint32_t ReferenceKvAccess::length(ContextId context) const { return slot(context).length; }
 
 Status ReferenceKvAccess::begin_step(std::span<const StepEntry> entries) {

@@ -21,7 +21,6 @@ class ReferenceKvAccess final : public KvAccess {
 
   // A new, empty context of at most tokens_max tokens.
   ContextId open(std::uint32_t tokens_max);
-  std::span<const std::byte> row(ContextId context, std::uint32_t layer, std::uint32_t token) const;
 
   std::uint32_t length(ContextId context) const override;
   Status begin_step(std::span<const StepEntry> entries) override;

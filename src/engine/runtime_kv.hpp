@@ -33,8 +33,6 @@ class RuntimeKv final : public KvAccess {
   Status attend(std::uint32_t layer, const float* q, float* out) override { return runtime_.attend(layer, q, out); }
   Status end_step() override { return runtime_.end_step(); }
 
-  KvRuntime& runtime() noexcept { return runtime_; }
-
  private:
   KvRuntime& runtime_;
 };

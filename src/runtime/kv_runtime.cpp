@@ -157,11 +157,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
   std::uint32_t histories_free() const override { return budgets_.histories_free(); }
   std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
-  std::uint32_t tiles_usable() const override {
-    std::uint32_t usable = 0;
-    for (std::uint32_t t = 0; t < plan_.arena.tiles; ++t) usable += leases_.slot_state(t) != LeaseState::quarantined ? 1u : 0u;
-    return usable;
-  }
+  std::uint32_t tiles_usable() const override { return leases_.buffers() - leases_.count(LeaseState::quarantined); }
 
  private:
   static std::unique_ptr<ResidencyPolicy> make_policy(const KvRuntimeSettings& settings);
@@ -184,7 +180,7 @@ class KvRuntimeImpl final : public KvRuntime {
   // Issues the plan's next pass if it belongs to `layer` and the tiles are free.
   void issue_next_pass_of(std::uint32_t layer) noexcept;
   // The layer's tail rows, device to host, after `waits` (the kernel, or the uploads) on the device.
-  bool write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept;
+  void write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept;
   // Waits the layer's row uploads; a tail page whose upload failed is quarantined.
   void retire_uploads(std::uint32_t layer) noexcept;
   void finish_promotions() noexcept;
@@ -194,6 +190,8 @@ class KvRuntimeImpl final : public KvRuntime {
   void apply_deferred_cancels() noexcept;
   // A history whose host range holds a quarantined copy is retired as its context leaves.
   bool history_quarantined(std::uint32_t slot) const noexcept;
+  // A context leaves its slot (finish or cancel): its policy state, its pages and its history go.
+  void leave(ContextId context, bool finished) noexcept;
 
   KvRuntimeSettings settings_;
   MemoryPlan plan_;
@@ -361,11 +359,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
 void KvRuntimeImpl::finish(ContextId context) {
   AK_ASSERT(!step_open_, "kv runtime: finish() during a step; use cancel()");
   AK_ASSERT(budgets_.current(context), "kv runtime: finish() of a context that is not running");
-  policy_->forget(context.slot);
-  const bool retire = history_quarantined(context.slot);
-  budgets_.finish(context, retire);
-  if (retire) ++counters_.histories_retired;
-  slot_faulted_[context.slot] = 0;
+  leave(context, /*finished=*/true);
 }
 
 void KvRuntimeImpl::cancel(ContextId context) {
@@ -375,23 +369,20 @@ void KvRuntimeImpl::cancel(ContextId context) {
     deferred_cancels_[deferred_cancel_count_++] = context;
     return;
   }
+  leave(context, /*finished=*/false);
+}
+
+void KvRuntimeImpl::leave(ContextId context, bool finished) noexcept {
   policy_->forget(context.slot);
   const bool retire = history_quarantined(context.slot);
-  budgets_.cancel(context, retire);
+  if (finished) budgets_.finish(context, retire); else budgets_.cancel(context, retire);
   if (retire) ++counters_.histories_retired;
   slot_faulted_[context.slot] = 0;
 }
 
 void KvRuntimeImpl::apply_deferred_cancels() noexcept {
-  for (std::uint32_t i = 0; i < deferred_cancel_count_; ++i) {
-    const ContextId c = deferred_cancels_[i];
-    if (!budgets_.current(c)) continue;
-    policy_->forget(c.slot);
-    const bool retire = history_quarantined(c.slot);
-    budgets_.cancel(c, retire);
-    if (retire) ++counters_.histories_retired;
-    slot_faulted_[c.slot] = 0;
-  }
+  AK_ASSERT(!step_open_, "kv runtime: deferred cancels apply once the step is closed");
+  for (std::uint32_t i = 0; i < deferred_cancel_count_; ++i) cancel(deferred_cancels_[i]);
   deferred_cancel_count_ = 0;
 }
 
@@ -828,7 +819,7 @@ Status KvRuntimeImpl::attend_none(std::uint32_t layer) {
   return fault_.what == nullptr ? Status::success() : fault_status();
 }
 
-bool KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept {
+void KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept {
   const StepPlan& plan = planner_.plan();
   std::uint32_t n = 0;
   const std::uint32_t ticket_first = write_back_ticket_count_;
@@ -839,7 +830,7 @@ bool KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits
       Ticket ticket;
       if (tickets_.open(wb.host_offset, wb.bytes, HostAccess::write, &ticket) != LeaseStatus::ok) {
         note_fault("a host range to write back is held by a quarantined or conflicting copy", FenceOutcome::failed, layer);
-        return false;
+        return;
       }
       write_back_tickets_[write_back_ticket_count_++] = ticket;
       regions_[n++] = CopyRegion{wb.device_offset, wb.host_offset, wb.bytes};
@@ -847,18 +838,17 @@ bool KvRuntimeImpl::write_back(std::uint32_t layer, std::span<const Fence> waits
       counters_.bytes_written_back += wb.bytes;
     }
   }
-  if (n == 0) return true;
+  if (n == 0) return;
   Result<Fence> d2h = backend_.copy(CopyDirection::d2h, {regions_.data(), n}, waits);
   if (!d2h.ok()) {
     note_refusal("the tail write-back (d2h) was refused by the backend", d2h.error(), layer);
-    return false;
+    return;
   }
   ++counters_.d2h_copies;
   write_backs_[layer] = d2h.value();
   for (std::uint32_t i = ticket_first; i < write_back_ticket_count_; ++i) {
     tickets_.attach(write_back_tickets_[i], write_backs_[layer]);
   }
-  return true;
 }
 
 void KvRuntimeImpl::close_ticket(Ticket ticket) noexcept {
@@ -876,8 +866,7 @@ void KvRuntimeImpl::finish_promotions() noexcept {
     const bool issued = p.pass < passes_issued_;
     if ((promotion_failed_[i] != 0 || !issued) && arena_.pages().current(p.pool_page) &&
         arena_.pages().state(p.pool_page.index) == PageState::staging) {
-      arena_.pages().quarantine_page(p.pool_page);
-      ++counters_.quarantines;
+      arena_.pages().quarantine_page(p.pool_page);  // counted by the pool: end_step sums the quarantines
     }
   }
   planner_.step_completed();

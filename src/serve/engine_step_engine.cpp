@@ -9,7 +9,7 @@
 #include "activekv/kv_runtime.hpp"
 #include "activekv/memory_plan.hpp"
 #include "engine/engine.hpp"
-#include "engine/kv_access.hpp"
+#include "engine/runtime_kv.hpp"
 #include "engine/model.hpp"
 #include "engine/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -17,20 +17,6 @@
 namespace activekv::serve {
 
 namespace {
-
-// The forward pass's door to the KV, straight onto the runtime.
-class RuntimeAccess final : public engine::KvAccess {
- public:
-  explicit RuntimeAccess(KvRuntime& runtime) : runtime_(runtime) {}
-  std::uint32_t length(ContextId context) const override { return runtime_.length(context); }
-  Status begin_step(std::span<const StepEntry> entries) override { return runtime_.begin_step(entries); }
-  Status write_kv(std::uint32_t layer, const float* k, const float* v) override { return runtime_.write_kv(layer, k, v); }
-  Status attend(std::uint32_t layer, const float* q, float* out) override { return runtime_.attend(layer, q, out); }
-  Status end_step() override { return runtime_.end_step(); }
-
- private:
-  KvRuntime& runtime_;
-};
 
 activekv::ContextHandle to_runtime(serve::ContextHandle c) { return activekv::ContextHandle{c.index, c.generation}; }
 serve::ContextHandle to_serve(activekv::ContextHandle c) { return serve::ContextHandle{c.slot, c.generation}; }
@@ -112,7 +98,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   es.threads = c.threads;
   es.limits.step_tokens_max = c.step_tokens;
   es.limits.step_entries_max = entries_max;
-  auto eng = engine::Engine::create(std::move(model).value(), std::make_unique<RuntimeAccess>(*parts->runtime), es);
+  auto eng = engine::Engine::create(std::move(model).value(), std::make_unique<engine::RuntimeKv>(*parts->runtime), es);
   if (!eng) return eng.error();
   parts->engine = std::move(eng).value();
 
@@ -140,7 +126,6 @@ std::string EngineStepEngine::plan_text() const {
                      parts_->engine->threads(), format_memory_plan(parts_->runtime->plan()));
 }
 
-std::string EngineStepEngine::description() const { return parts_->model_name; }
 
 Result<std::vector<std::int32_t>> EngineStepEngine::encode(std::string_view text) {
   return parts_->tokenizer->encode(text, tokenizer::Special::allow);

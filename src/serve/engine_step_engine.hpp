@@ -52,9 +52,6 @@ class EngineStepEngine final : public StepEngine {
   EngineCounters counters() const override;
   bool all_returned() const override;
 
-  // The model's name and the backend's, for reports.
-  std::string description() const;
-
   struct Parts;  // engine_step_engine.cpp
 
  private:

@@ -33,5 +33,11 @@ grep -q '"reject_reason": "longer_than_max_context"' "$dir/long/report.json" || 
 "$bin" run --engine fake --device-pool auto > /dev/null 2> "$dir/err.txt"
 code=$?
 [[ $code -eq 2 ]] || fail "--device-pool auto exited $code, expected 2"
-grep -q "hides the memory decision" "$dir/err.txt" || fail "auto refusal does not say why"
+grep -q "automatic device pool size is refused" "$dir/err.txt" || fail "auto refusal does not say why"
+for automatic in 0 50% max; do
+  code=0
+  "$bin" run --engine fake --device-pool "$automatic" > /dev/null 2> "$dir/err.txt" || code=$?
+  [[ $code -eq 2 ]] || fail "--device-pool $automatic exited $code, expected 2"
+  grep -q "automatic device pool size is refused" "$dir/err.txt" || fail "--device-pool $automatic refusal does not say why"
+done
 echo "run_command_test: ok"

@@ -77,6 +77,7 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
   std::uint64_t heap = 0;
   double last_print_s = 0;
   std::uint32_t last_ended = 0;
+  bool printed = false;
   while (!s.done()) {
     const std::uint64_t before = activekv::testing::heap_allocations();
     Status status = s.advance();
@@ -88,6 +89,7 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
       print_progress(s, now_s, options, false);
       last_print_s = now_s;
       last_ended = s.ended();
+      printed = true;
     }
   }
   double first_arrival_s = 0, last_end_s = 0;
@@ -96,8 +98,9 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
     first_arrival_s = s.requests()[0].arrival_s;
     for (const RequestRecord& r : s.requests()) first_arrival_s = std::min(first_arrival_s, r.arrival_s);
   }
-  print_progress(s, clock.now_s(), options, true);
-  if (options.terminal) fmt::print(options.out, "\n");
+  // The loop printed the final state already when a line went out as the last request ended;
+  // a terminal's last line is rewritten, and ends with a newline.
+  if (options.terminal || !printed || last_ended != s.ended()) print_progress(s, clock.now_s(), options, true);
 
   inputs.scheduler = &s;
   inputs.plan = engine.plan();

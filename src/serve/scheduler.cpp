@@ -45,16 +45,6 @@ const char* reject_reason_name(RejectReason reason) noexcept {
   return "?";
 }
 
-const char* admit_outcome_name(AdmitOutcome outcome) noexcept {
-  switch (outcome) {
-    case AdmitOutcome::admitted: return "admitted";
-    case AdmitOutcome::no_free_history: return "no_free_history";
-    case AdmitOutcome::floor_does_not_fit: return "floor_does_not_fit";
-    case AdmitOutcome::max_seqs: return "max_seqs";
-  }
-  return "?";
-}
-
 namespace {
 
 constexpr std::size_t pages_samples_max = 4u << 20;  // bound on the pages time series (entries)
@@ -63,7 +53,6 @@ WaitReason wait_reason_of(AdmitOutcome outcome) {
   switch (outcome) {
     case AdmitOutcome::no_free_history: return WaitReason::no_free_history;
     case AdmitOutcome::floor_does_not_fit: return WaitReason::floor_does_not_fit;
-    case AdmitOutcome::max_seqs: return WaitReason::max_seqs;
     case AdmitOutcome::admitted: break;
   }
   AK_ASSERT(false, "an admitted context has no wait reason");

@@ -30,9 +30,7 @@ enum class AdmitOutcome : std::uint8_t {
   admitted,
   no_free_history,     // every host-pool history is owned by a running context
   floor_does_not_fit,  // the device pool cannot hold another context's floor now
-  max_seqs,            // the configured (or plan-lowered) concurrency is reached
 };
-const char* admit_outcome_name(AdmitOutcome outcome) noexcept;
 
 // A context as the engine names it. Generation-checked by the engine.
 struct ContextHandle {

@@ -89,8 +89,6 @@ TranslateCounters CoreInstance::translate(std::span<LayerWork> work) noexcept {
       w.d2d_copies += split.retained_runs > 0 ? 1 : 0;
       w.d2d_bytes += split.retained_tokens * row;
       counters.retained_bytes += split.retained_tokens * row;
-      counters.host_bytes += split.host_tokens * row;
-      // Keep what just crossed the link, while headroom has room: one d2d per captured run.
       // Keep what just crossed the link, while headroom has room: one batched d2d per staged copy.
       bool captured_any = false;
       for (std::uint32_t r = 0; r < split.runs && retained_->headroom().pages_free() > 0; ++r) {
@@ -107,7 +105,7 @@ TranslateCounters CoreInstance::translate(std::span<LayerWork> work) noexcept {
       }
       if (captured_any) ++w.capture_copies;
     }
-    if (!retained_) counters.host_bytes += w.h2d_bytes;
+    counters.host_bytes += w.h2d_bytes;  // with or without retention: what crossed the host link
     const std::uint64_t staged_tokens = staged_pages * P;
     AK_ASSERT(staged_tokens <= lp.length_tokens, "a layer stages no more tokens than it holds");
     w.staged_tokens = staged_tokens;

@@ -40,8 +40,6 @@ void NaiveAdmission::admit(NaiveStep& out) noexcept {
     }
     Request& r = table_[index];
     r.pages = need;
-    r.admitted_order = admissions_++;
-    r.ever_admitted = true;
     pages_used_ += need;
     running_[running_count_++] = index;
     ++out.admitted;

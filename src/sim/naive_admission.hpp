@@ -69,14 +69,11 @@ class NaiveAdmission {
   NaiveStep step() noexcept;
   const NaiveTotals& totals() const noexcept { return totals_; }
   std::uint64_t pages_free() const noexcept { return settings_.capacity_pages - pages_used_; }
-  std::uint32_t running() const noexcept { return static_cast<std::uint32_t>(running_count_); }
 
  private:
   struct Request {
     std::uint32_t generated = 0;           // output tokens produced so far (kept across eviction)
     std::uint64_t pages = 0;               // KV pages held (0 while waiting)
-    std::uint64_t admitted_order = 0;
-    bool ever_admitted = false;
   };
   std::uint64_t kv_pages(std::uint64_t tokens) const noexcept {
     return (tokens + settings_.page_tokens - 1) / settings_.page_tokens;
@@ -95,7 +92,6 @@ class NaiveAdmission {
   std::uint32_t waiting_head_ = 0;
   std::uint32_t waiting_count_ = 0;
   std::uint64_t pages_used_ = 0;
-  std::uint64_t admissions_ = 0;
   NaiveTotals totals_;
 };
 

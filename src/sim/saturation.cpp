@@ -198,6 +198,7 @@ Result<SaturationResult> run_saturation(const Scenario& scenario, const Saturati
     std::uint32_t evictions = 0, running = 0;
     window.activekv_decoded += server.step(result.activekv, evictions, running);
     window.activekv_evictions += evictions;
+    result.activekv.evictions += evictions;  // every step, as the naive totals count (windows may not divide the run)
     window.activekv_running_max = std::max(window.activekv_running_max, running);
     window.activekv_running_min = std::min(window.activekv_running_min, running);
 
@@ -205,7 +206,6 @@ Result<SaturationResult> run_saturation(const Scenario& scenario, const Saturati
       window.naive_seconds = result.naive.seconds;
       window.activekv_seconds = result.activekv.seconds;
       if (core.headroom() != nullptr) window.headroom_takings = core.headroom()->counters().takings - takings_before;
-      result.activekv.evictions += window.activekv_evictions;
       result.windows.push_back(window);
     }
   }

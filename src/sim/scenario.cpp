@@ -140,7 +140,6 @@ Scenario llama_8b_h200() {
 
 }  // namespace
 
-std::vector<std::string> scenario_names() { return {"hybrid-27b", "llama-3.1-8b"}; }
 
 Result<Scenario> make_scenario(std::string_view name) {
   if (name == "hybrid-27b") return hybrid_27b();

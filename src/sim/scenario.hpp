@@ -36,7 +36,6 @@
 namespace activekv::sim {
 
 enum class Variant : std::uint8_t { stock, activekv, activekv_headroom };
-inline constexpr std::uint32_t variant_count = 3;
 const char* variant_name(Variant variant) noexcept;   // "stock", "activekv", "activekv+headroom"
 const char* variant_label(Variant variant) noexcept;  // for tables and legends
 
@@ -76,8 +75,7 @@ struct Scenario {
   Status validate() const;
 };
 
-// The built-in scenarios, and lookup by name (an Error naming --scenario lists them).
-std::vector<std::string> scenario_names();
+// The built-in scenarios by name (an Error naming --scenario lists them).
 Result<Scenario> make_scenario(std::string_view name);
 
 // A reduced copy for tests and quick runs: the first `lengths` lengths and the given
