@@ -31,4 +31,21 @@ struct Command {
 // All registered commands, sorted by order.
 const Command* commands(int* count);
 
+// What a command is allocating now, named by its settings, for the top-level
+// handler in main.cpp: should a std::bad_alloc escape the command while a scope
+// is open, the refusal says "out of memory while allocating <what>" (exit 1).
+// Sizes are checked against limits before allocation; this is the last line.
+class AllocationScope {
+ public:
+  explicit AllocationScope(const char* what) noexcept : previous_(current_) { current_ = what; }
+  ~AllocationScope() { current_ = previous_; }
+  AllocationScope(const AllocationScope&) = delete;
+  AllocationScope& operator=(const AllocationScope&) = delete;
+  static const char* current() noexcept { return current_; }
+
+ private:
+  const char* previous_;
+  static inline const char* current_ = nullptr;
+};
+
 }  // namespace activekv::cli

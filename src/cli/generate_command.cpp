@@ -24,7 +24,9 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
+#include "cli/machine_memory.hpp"
 #include "engine/engine.hpp"
+#include "engine/forward.hpp"
 #include "engine/generate.hpp"
 #include "engine/model_path.hpp"
 #include "engine/reference_kv_access.hpp"
@@ -57,6 +59,8 @@ struct GenerateOptions {
   bool verbose = false;
 };
 
+constexpr std::uint32_t threads_max = 64;  // the host backend's compute threads
+
 int fail(const Error& error) {
   std::fprintf(stderr, "activekv generate: %s\n", error.describe().c_str());
   return 1;
@@ -74,9 +78,30 @@ bool print_token(void* user, engine::TokenId token) {
   return true;
 }
 
+// The flags' bounds, checked before anything is loaded or sized.
+Status check_flags(const GenerateOptions& o) {
+  auto range = [](const char* flag, std::uint32_t value, std::uint32_t lo, std::uint32_t hi) -> Status {
+    if (value >= lo && value <= hi) return Status::success();
+    return make_error(ErrorCode::invalid_argument, flag, fmt::format("{} is out of range: give {} to {}", value, lo, hi));
+  };
+  for (Status s : {range("--threads", o.threads, 1, threads_max),
+                   range("--page-tokens", o.page_tokens, 1, engine::context_tokens_max),
+                   range("--tile-tokens", o.tile_tokens, 1, engine::context_tokens_max),
+                   range("--chunk-tokens", o.chunk_tokens, 1, engine::step_tokens_limit),
+                   range("--max-tokens", o.max_tokens, 1, engine::context_tokens_max)}) {
+    if (!s) return s;
+  }
+  if (o.max_context != 0 && o.page_tokens > o.max_context)
+    return make_error(ErrorCode::invalid_argument, "--page-tokens",
+                      fmt::format("{} is longer than --max-context {}: a page holds at most one context", o.page_tokens,
+                                  o.max_context));
+  return Status::success();
+}
+
 int run(const GenerateOptions& o) {
   const engine::SamplerSettings sampling{o.seed, o.temperature, o.top_p};
   if (Status s = engine::validate(sampling); !s) return fail(s.error());
+  if (Status s = check_flags(o); !s) return fail(s.error());
   if (o.kv != "runtime" && o.kv != "reference")
     return fail(make_error(ErrorCode::invalid_argument, "--kv", "choose 'runtime' (ActiveKV) or 'reference' (the contiguous test oracle)"));
 
@@ -86,6 +111,7 @@ int run(const GenerateOptions& o) {
     if (!found) return fail(found.error());
     path = *found;
   }
+  AllocationScope loading("the model's tables and tokenizer (--model)");
   Result<std::unique_ptr<engine::Model>> loaded = engine::Model::load(path);
   if (!loaded) return fail(loaded.error());
   std::unique_ptr<engine::Model> model = std::move(loaded).value();
@@ -93,6 +119,7 @@ int run(const GenerateOptions& o) {
 
   Result<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::from_gguf(model->file());
   if (!tok) return fail(tok.error());
+  if (Status s = engine::check_vocabulary(*model, static_cast<std::uint64_t>(tok->vocab_size())); !s) return fail(s.error());
   std::string text = o.prompt;
   if (o.chat) {
     Result<tokenizer::ChatTemplate> chat = tokenizer::ChatTemplate::from_gguf(model->file());
@@ -106,7 +133,12 @@ int run(const GenerateOptions& o) {
   const std::uint32_t max_context = o.max_context != 0 ? o.max_context : cfg.context_tokens;
   if (max_context > cfg.context_tokens)
     return fail(make_error(ErrorCode::invalid_argument, "--max-context",
-                           fmt::format("{} is past the model's context length of {}", max_context, cfg.context_tokens)));
+                           fmt::format("{} is past the model's llama.context_length of {} ({})", max_context,
+                                       cfg.context_tokens, path)));
+  if (o.page_tokens > max_context)
+    return fail(make_error(ErrorCode::invalid_argument, "--page-tokens",
+                           fmt::format("{} is longer than the max context {}: a page holds at most one context",
+                                       o.page_tokens, max_context)));
   if (prompt.size() + 1 > max_context)
     return fail(make_error(ErrorCode::refused, "--max-context",
                            fmt::format("the prompt is {} tokens; the max context is {} (shorten the prompt or raise "
@@ -115,7 +147,9 @@ int run(const GenerateOptions& o) {
   const std::uint32_t max_tokens =
       std::min<std::uint32_t>(o.max_tokens, max_context - static_cast<std::uint32_t>(prompt.size()));
 
-  engine::ForwardLimits limits{o.chunk_tokens, 1};
+  engine::ForwardLimits limits{o.chunk_tokens, 1, max_context};
+  AllocationScope warm_up("the host pool, the device arena and the engine's buffers (--host-pool, --device-pool, "
+                          "--max-context, --chunk-tokens)");
   std::unique_ptr<Backend> backend;
   std::unique_ptr<KvRuntime> runtime;
   std::unique_ptr<engine::KvAccess> kv;
@@ -124,6 +158,7 @@ int run(const GenerateOptions& o) {
     MemorySettings memory;
     Result<std::uint64_t> host = parse_size(o.host_pool, "--host-pool");
     if (!host) return fail(host.error());
+    if (Status s = check_fits_machine(*host, "--host-pool"); !s) return fail(s.error());
     memory.host_pool_bytes = *host;
     memory.max_context_tokens = max_context;
     memory.page_tokens = o.page_tokens;
@@ -132,6 +167,9 @@ int run(const GenerateOptions& o) {
     KvRuntimeSettings settings = engine::runtime_settings(*model, memory, limits);
     Result<std::uint64_t> device = parse_device_pool(o.device_pool, settings.memory);
     if (!device) return fail(device.error());
+    if (o.backend == "host") {  // the host backend emulates the device arena in host memory
+      if (Status s = check_fits_machine(*device, "--device-pool"); !s) return fail(s.error());
+    }
     settings.memory.device_pool_bytes = *device;
     BackendOptions options;
     options.compute_threads = o.threads;

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <exception>
 #include <map>
+#include <new>
 #include <string>
 
 #include "cli/command.hpp"
@@ -47,10 +49,30 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and succeed; every other parse error is bad
+    // command-line syntax: one line, exit 2 (the documented code), never
+    // CLI11's own codes (104-114).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "activekv: %s (see --help)\n", e.what());
+    return 2;
   }
   for (auto& [sub, action] : actions) {
-    if (sub->parsed()) return action();
+    if (!sub->parsed()) continue;
+    // The top-level handler: no exception leaves a command. Every size is checked
+    // against a limit before it is allocated; should an allocation fail anyway
+    // (a limit on the process's address space, a machine short of memory), the
+    // refusal names the command and what to lower.
+    try {
+      return action();
+    } catch (const std::bad_alloc&) {
+      const char* what = activekv::cli::AllocationScope::current();
+      std::fprintf(stderr, "activekv %s: out of memory while allocating %s (lower it, or raise the process's memory limit)\n",
+                   sub->get_name().c_str(), what != nullptr ? what : "its working memory (--host-pool, --device-pool, --max-context)");
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "activekv %s: internal error: %s\n", sub->get_name().c_str(), e.what());
+      return 1;
+    }
   }
   std::fprintf(stderr, "activekv: no subcommand given (try --help)\n");
   return 2;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -20,6 +21,7 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
+#include "cli/machine_memory.hpp"
 #include "serve/clock.hpp"
 #include "serve/fake_engine.hpp"
 #include "serve/run_config.hpp"
@@ -50,8 +52,28 @@ struct RunOptions {
   std::uint32_t step_tokens = 0;
   std::uint32_t prefill_chunk_tokens = 0;
   std::uint32_t max_requests = 0;
-  double arrival_scale = -1;
+  double arrival_scale = 1.0;
+  // Which overrides were given (a given 0, nan or negative is refused, never taken for "not given").
+  CLI::Option* max_seqs_given = nullptr;
+  CLI::Option* threads_given = nullptr;
+  CLI::Option* step_tokens_given = nullptr;
+  CLI::Option* prefill_chunk_given = nullptr;
+  CLI::Option* max_requests_given = nullptr;
+  CLI::Option* arrival_scale_given = nullptr;
 };
+
+// Bounds of the overrides: what the engine and the scheduler can be sized for.
+constexpr std::uint32_t threads_max = 64;        // the host backend's compute threads
+constexpr std::uint32_t count_flag_max = 1u << 24;  // as in the configuration file (run_config.cpp)
+
+bool given(const CLI::Option* option) { return option != nullptr && option->count() > 0; }
+
+Status count_flag(const CLI::Option* option, const char* flag, std::uint32_t value, std::uint32_t hi) {
+  if (!given(option)) return {};
+  if (value == 0 || value > hi)
+    return make_error(ErrorCode::invalid_argument, flag, fmt::format("{} is out of range: give 1 to {}", value, hi));
+  return {};
+}
 
 int fail(const Error& error, int code) {
   std::fprintf(stderr, "activekv run: %s\n", error.describe().c_str());
@@ -75,12 +97,28 @@ Result<serve::RunConfig> load_config(const RunOptions& o) {
     if (!bytes) return bytes.error();
     c.device_pool_bytes = *bytes;
   }
-  if (o.max_seqs != 0) c.max_seqs = o.max_seqs;
-  if (o.threads != 0) c.threads = o.threads;
-  if (o.step_tokens != 0) c.step_tokens = o.step_tokens;
-  if (o.prefill_chunk_tokens != 0) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
-  if (o.arrival_scale >= 0) c.arrival_scale = o.arrival_scale;
+  for (Status s : {count_flag(o.max_seqs_given, "--max-seqs", o.max_seqs, count_flag_max),
+                   count_flag(o.threads_given, "--threads", o.threads, threads_max),
+                   count_flag(o.step_tokens_given, "--step-tokens", o.step_tokens, count_flag_max),
+                   count_flag(o.prefill_chunk_given, "--prefill-chunk", o.prefill_chunk_tokens, count_flag_max),
+                   count_flag(o.max_requests_given, "--max-requests", o.max_requests, UINT32_MAX)}) {
+    if (!s) return s.error();
+  }
+  if (given(o.arrival_scale_given) && (!std::isfinite(o.arrival_scale) || o.arrival_scale < 0.0 || o.arrival_scale > 1e6)) {
+    return make_error(ErrorCode::invalid_argument, "--arrival-scale",
+                      fmt::format("{} is out of range: give a finite number from 0 to 1e6 (0: all arrive at once)",
+                                  o.arrival_scale));
+  }
+  if (given(o.max_seqs_given)) c.max_seqs = o.max_seqs;
+  if (given(o.threads_given)) c.threads = o.threads;
+  if (given(o.step_tokens_given)) c.step_tokens = o.step_tokens;
+  if (given(o.prefill_chunk_given)) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
+  if (given(o.arrival_scale_given)) c.arrival_scale = o.arrival_scale;
   if (!o.model.empty()) c.model = o.model;
+  if (c.threads > threads_max) {
+    return make_error(ErrorCode::invalid_argument, o.config.empty() ? "configs/default.json: threads" : o.config + ": threads",
+                      fmt::format("{} is out of range: give 1 to {}", c.threads, threads_max));
+  }
   if (Status s = c.validate("command line"); !s) return s.error();
   return c;
 }
@@ -99,14 +137,25 @@ Result<std::vector<serve::TraceRequest>> load_trace(const RunOptions& o) {
 Result<std::unique_ptr<serve::StepEngine>> make_engine(const RunOptions& o, const serve::RunConfig& c,
                                                        serve::ManualClock* fake_clock, std::string* model_name) {
   if (o.engine == "fake") {
+    // Sizes in 64 bits, each checked before it is narrowed: a history slot per 64 MiB of host pool (no more
+    // than max_seqs can ever run, so no more slots are made), pages of 768-byte rows.
     serve::FakeEngineConfig fc;
-    fc.histories = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, c.host_pool_bytes / (64 * MiB)));
+    fc.histories = static_cast<std::uint32_t>(
+        std::clamp<std::uint64_t>(c.host_pool_bytes / (64 * MiB), 1, std::max<std::uint32_t>(1, c.max_seqs)));
     fc.max_seqs = c.max_seqs;
     fc.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : 8192;
     fc.page_tokens = c.page_tokens;
-    fc.pool_pages = static_cast<std::uint32_t>(c.device_pool_bytes / (std::uint64_t{c.page_tokens} * 768));
+    const std::uint64_t pool_pages = c.device_pool_bytes / (std::uint64_t{c.page_tokens} * 768);
+    const std::uint64_t target_pages = pool_pages / std::max(1u, c.max_seqs);
+    if (pool_pages > UINT32_MAX || target_pages * 2 > UINT32_MAX) {
+      return make_error(ErrorCode::invalid_argument, "--device-pool",
+                        fmt::format("{} holds {} pages of {} tokens, more than a page table can name (2^32 - 1): lower "
+                                    "--device-pool or raise --page-tokens",
+                                    format_bytes(c.device_pool_bytes), pool_pages, c.page_tokens));
+    }
+    fc.pool_pages = static_cast<std::uint32_t>(pool_pages);
     fc.dense_layers = 30;
-    fc.target_pages = fc.pool_pages / std::max(1u, c.max_seqs);
+    fc.target_pages = static_cast<std::uint32_t>(target_pages);
     fc.burst_pages = fc.target_pages * 2;
     fc.row_bytes = 768;
     fc.clock = fake_clock;
@@ -140,6 +189,19 @@ int run(const RunOptions& o) {
   serve::ManualClock fake_clock;
   serve::WallClock wall_clock;
   std::string model_name;
+  if (o.engine != "fake") {  // the fake engine allocates neither pool
+    const std::string source = o.config.empty() ? "configs/default.json" : o.config;
+    const bool host_given = !o.host_pool.empty(), device_given = !o.device_pool.empty();
+    if (Status s = check_fits_machine(config->host_pool_bytes, host_given ? "--host-pool" : source + ": host_pool"); !s)
+      return fail(s.error(), 2);
+    if (o.backend == "host") {  // the host backend emulates the device arena in host memory
+      if (Status s = check_fits_machine(config->device_pool_bytes, device_given ? "--device-pool" : source + ": device_pool");
+          !s)
+        return fail(s.error(), 2);
+    }
+  }
+  AllocationScope warm_up("the host pool, the device arena and the engine's buffers (--host-pool, --device-pool, "
+                          "--step-tokens, max_context)");
   auto engine = make_engine(o, *config, &fake_clock, &model_name);
   if (!engine) return fail(engine.error(), 2);
   serve::Clock& clock = o.engine == "fake" ? static_cast<serve::Clock&>(fake_clock) : wall_clock;
@@ -180,12 +242,14 @@ Action setup(CLI::App& sub) {
   sub.add_option("--backend", o->backend, "Device backend: host, opencl or cuda");
   sub.add_option("--host-pool", o->host_pool, "Override the configuration's host pool size");
   sub.add_option("--device-pool", o->device_pool, "Override the configuration's device pool size");
-  sub.add_option("--max-seqs", o->max_seqs, "Override the concurrency asked for");
-  sub.add_option("--threads", o->threads, "Override the compute threads");
-  sub.add_option("--step-tokens", o->step_tokens, "Override the token budget per step");
-  sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
-  sub.add_option("--max-requests", o->max_requests, "Run only the trace's first N requests");
-  sub.add_option("--arrival-scale", o->arrival_scale, "Multiply every arrival time (0: all arrive at once)");
+  o->max_seqs_given = sub.add_option("--max-seqs", o->max_seqs, "Override the concurrency asked for");
+  o->threads_given = sub.add_option("--threads", o->threads, "Override the compute threads (1 to 64)");
+  o->step_tokens_given = sub.add_option("--step-tokens", o->step_tokens, "Override the token budget per step");
+  o->prefill_chunk_given =
+      sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
+  o->max_requests_given = sub.add_option("--max-requests", o->max_requests, "Run only the trace's first N requests");
+  o->arrival_scale_given =
+      sub.add_option("--arrival-scale", o->arrival_scale, "Multiply every arrival time (0: all arrive at once; up to 1e6)");
   return [o] { return run(*o); };
 }
 

@@ -111,6 +111,10 @@ Status check_shape(const MemorySettings& s) {
   if (Status g = s.geometry.validate(); !g) return g;
   if (s.max_context_tokens == 0) return invalid("--max-context", "must be at least 1 token");
   if (s.page_tokens == 0) return invalid("--page-tokens", "must be at least 1 token (16 is a good start)");
+  if (s.page_tokens > s.max_context_tokens) {
+    return invalid("--page-tokens", fmt::format("{} is longer than --max-context {}: a page holds at most one context",
+                                                s.page_tokens, s.max_context_tokens));
+  }
   if (s.max_context_tokens % s.page_tokens != 0) {
     const std::uint32_t below = s.max_context_tokens / s.page_tokens * s.page_tokens;
     return invalid("--max-context",
@@ -179,6 +183,11 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
   ArenaPlan a;
   a.device_pool_bytes = s.device_pool_bytes;
   if (s.device_pool_bytes == 0) return automatic_device_pool(s);
+  // The headroom is part of the device pool: checked before it is aligned (align_up would wrap near 2^64).
+  if (s.headroom_bytes > s.device_pool_bytes) {
+    return refused("--headroom", fmt::format("{} is larger than the device pool ({}): the headroom is part of it",
+                                             format_bytes(s.headroom_bytes), format_bytes(s.device_pool_bytes)));
+  }
   const std::uint64_t row = h.row_bytes;
   a.page_tokens = s.page_tokens;
   a.page_bytes = static_cast<std::uint64_t>(s.page_tokens) * row;

@@ -17,6 +17,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std
     return make_error(ErrorCode::unsupported, "--isa", fmt::format("this CPU cannot run the {} kernels", isa_name(isa)));
   if (settings.limits.step_tokens_max == 0 || settings.limits.step_entries_max == 0)
     return make_error(ErrorCode::invalid_argument, "step limits", "tokens and entries per step must be at least 1");
+  if (settings.limits.step_tokens_max > step_tokens_limit)
+    return make_error(ErrorCode::invalid_argument, "step limits",
+                      fmt::format("{} tokens per step is past the engine's {}", settings.limits.step_tokens_max,
+                                  step_tokens_limit));
+  if (settings.limits.context_tokens > model->config().context_tokens)
+    return make_error(ErrorCode::invalid_argument, "--max-context",
+                      fmt::format("{} is past the model's llama.context_length {}", settings.limits.context_tokens,
+                                  model->config().context_tokens));
   std::unique_ptr<Engine> engine(new Engine());
   engine->model_ = std::move(model);
   engine->kv_ = std::move(kv);

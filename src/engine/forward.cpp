@@ -53,10 +53,13 @@ Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Fo
   scratch_.assign(scratch_stride_ * pool.threads(), 0.0f);
 
   // RoPE angles, computed in double once: theta_i(pos) = pos × base^(−2i/rope_dims).
+  // One row per position the run can reach: the run's context, never more than the model's.
+  AK_ASSERT(limits.context_tokens <= cfg_.context_tokens, "Forward: the run's context is past the model's");
+  context_tokens_ = limits.context_tokens != 0 ? limits.context_tokens : cfg_.context_tokens;
   const std::size_t pairs = cfg_.rope_dims / 2;
-  rope_cos_.assign(std::size_t{cfg_.context_tokens} * pairs, 0.0f);
-  rope_sin_.assign(std::size_t{cfg_.context_tokens} * pairs, 0.0f);
-  for (std::size_t pos = 0; pos < cfg_.context_tokens; ++pos) {
+  rope_cos_.assign(std::size_t{context_tokens_} * pairs, 0.0f);
+  rope_sin_.assign(std::size_t{context_tokens_} * pairs, 0.0f);
+  for (std::size_t pos = 0; pos < context_tokens_; ++pos) {
     for (std::size_t i = 0; i < pairs; ++i) {
       const double freq = std::pow(static_cast<double>(cfg_.rope_theta), -2.0 * static_cast<double>(i) / cfg_.rope_dims);
       const double angle = static_cast<double>(pos) * freq;
@@ -87,10 +90,10 @@ Status Forward::validate(std::span<const StepInput> inputs) const {
                           fmt::format("token id {} is outside the vocabulary ({} tokens)", t, cfg_.vocab));
     }
     const std::uint64_t end = std::uint64_t{kv_.length(in.context)} + in.tokens.size();
-    if (end > cfg_.context_tokens) {
+    if (end > context_tokens_) {
       return make_error(ErrorCode::refused, "--max-context",
-                        fmt::format("the context would hold {} tokens; the model's context length is {}", end,
-                                    cfg_.context_tokens));
+                        fmt::format("the context would hold {} tokens; the run's context length is {}", end,
+                                    context_tokens_));
     }
   }
   if (total > limits_.step_tokens_max) {

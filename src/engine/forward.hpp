@@ -63,7 +63,13 @@ struct PhaseTimes {
 struct ForwardLimits {
   std::uint32_t step_tokens_max = 256;  // Σ tokens of one step
   std::uint32_t step_entries_max = 16;  // entries of one step
+  std::uint32_t context_tokens = 0;     // the run's longest context (≤ the model's); 0: the model's.
+                                        // The RoPE tables are sized by it, not by the model's.
 };
+
+// Most tokens one step may feed: the forward pass's buffers are sized by it
+// (tokens × (embedding + ffn + heads) floats).
+inline constexpr std::uint32_t step_tokens_limit = 8192;
 
 class Forward {
  public:
@@ -114,7 +120,8 @@ class Forward {
   std::vector<float> logits_;              // step_entries_max × vocab
   std::vector<float> scratch_;             // per thread: the widest matrix row in fp32
   std::size_t scratch_stride_ = 0;
-  std::vector<float> rope_cos_, rope_sin_; // context_tokens × rope_dims / 2
+  std::uint32_t context_tokens_ = 0;        // positions the RoPE tables cover (ForwardLimits::context_tokens)
+  std::vector<float> rope_cos_, rope_sin_; // context_tokens_ × rope_dims / 2
   std::uint32_t logit_count_ = 0;
 };
 

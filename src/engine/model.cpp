@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 
 namespace activekv::engine {
@@ -48,10 +49,27 @@ Result<const float*> bind_norm(const gguf::File& file, const std::string& name, 
   return reinterpret_cast<const float*>(file.tensor_data(*t).data());
 }
 
-Result<std::uint32_t> positive_u32(const gguf::File& file, const std::string& key) {
+// A whole-number hyper-parameter in [1, hi], or an error naming the file, the key and the value.
+Result<std::uint32_t> positive_u32(const gguf::File& file, const std::string& key, std::uint32_t hi, const char* unit) {
   Result<std::uint32_t> v = file.get_u32(key);
   if (!v) return v.error();
-  if (*v == 0) return model_error(file, ErrorCode::malformed, fmt::format("metadata '{}' is 0", key));
+  if (*v == 0 || *v > hi) {
+    return model_error(file, ErrorCode::malformed,
+                       fmt::format("metadata '{}' is {}: the engine takes 1 to {} {}", key, *v, hi, unit));
+  }
+  return *v;
+}
+
+// A float hyper-parameter, finite and in [lo, hi]: NaN, infinities and negatives are refused before they
+// reach a table (a NaN RoPE base would silently give empty output).
+Result<float> bounded_f32(const gguf::File& file, const std::string& key, float fallback, double lo, double hi) {
+  if (!file.has(key)) return fallback;
+  Result<float> v = file.get_f32(key);
+  if (!v) return v.error();
+  if (!std::isfinite(*v) || *v < lo || *v > hi) {
+    return model_error(file, ErrorCode::malformed,
+                       fmt::format("metadata '{}' is {}: it must be a finite number from {:g} to {:g}", key, *v, lo, hi));
+  }
   return *v;
 }
 
@@ -85,11 +103,12 @@ Status Model::bind() {
   }
   if (Result<std::string_view> n = f.get_string("general.name"); n) config_.name = std::string(*n);
   const std::string p = config_.architecture + ".";
-  Result<std::uint32_t> layers = positive_u32(f, p + "block_count");
-  Result<std::uint32_t> embedding = positive_u32(f, p + "embedding_length");
-  Result<std::uint32_t> ffn = positive_u32(f, p + "feed_forward_length");
-  Result<std::uint32_t> q_heads = positive_u32(f, p + "attention.head_count");
-  Result<std::uint32_t> context = positive_u32(f, p + "context_length");
+  // Every value is checked against its limit (model.hpp) before anything is sized from it.
+  Result<std::uint32_t> layers = positive_u32(f, p + "block_count", layers_max, "layers");
+  Result<std::uint32_t> embedding = positive_u32(f, p + "embedding_length", embedding_max, "elements");
+  Result<std::uint32_t> ffn = positive_u32(f, p + "feed_forward_length", ffn_max, "elements");
+  Result<std::uint32_t> q_heads = positive_u32(f, p + "attention.head_count", heads_max, "heads");
+  Result<std::uint32_t> context = positive_u32(f, p + "context_length", context_tokens_max, "tokens");
   for (const Result<std::uint32_t>* r : {&layers, &embedding, &ffn, &q_heads, &context})
     if (!*r) return r->error();
   config_.layers = *layers;
@@ -99,7 +118,7 @@ Status Model::bind() {
   config_.context_tokens = *context;
   config_.kv_heads = config_.q_heads;
   if (f.has(p + "attention.head_count_kv")) {
-    Result<std::uint32_t> kv = positive_u32(f, p + "attention.head_count_kv");
+    Result<std::uint32_t> kv = positive_u32(f, p + "attention.head_count_kv", heads_max, "heads");
     if (!kv) return kv.error();
     config_.kv_heads = *kv;
   }
@@ -109,9 +128,14 @@ Status Model::bind() {
                                    config_.embedding, config_.q_heads, config_.kv_heads));
   }
   config_.head_dim = config_.embedding / config_.q_heads;
+  if (config_.head_dim > head_dim_max) {
+    return model_error(f, ErrorCode::malformed,
+                       fmt::format("head dim {} (embedding {} / head_count {}) is past the engine's {}", config_.head_dim,
+                                   config_.embedding, config_.q_heads, head_dim_max));
+  }
   config_.rope_dims = config_.head_dim;
   if (f.has(p + "rope.dimension_count")) {
-    Result<std::uint32_t> dims = positive_u32(f, p + "rope.dimension_count");
+    Result<std::uint32_t> dims = positive_u32(f, p + "rope.dimension_count", head_dim_max, "dimensions");
     if (!dims) return dims.error();
     config_.rope_dims = *dims;
   }
@@ -120,21 +144,19 @@ Status Model::bind() {
                        fmt::format("head dim {} and rope dimension count {} must be even, rope ≤ head dim",
                                    config_.head_dim, config_.rope_dims));
   }
-  if (f.has(p + "rope.freq_base")) {
-    Result<float> theta = f.get_f32(p + "rope.freq_base");
-    if (!theta) return theta.error();
-    config_.rope_theta = *theta;
-  }
-  if (f.has(p + "attention.layer_norm_rms_epsilon")) {
-    Result<float> eps = f.get_f32(p + "attention.layer_norm_rms_epsilon");
-    if (!eps) return eps.error();
-    config_.rms_epsilon = *eps;
-  }
+  Result<float> theta = bounded_f32(f, p + "rope.freq_base", config_.rope_theta, 1.0, 1e12);
+  if (!theta) return theta.error();
+  config_.rope_theta = *theta;
+  Result<float> eps = bounded_f32(f, p + "attention.layer_norm_rms_epsilon", config_.rms_epsilon, 1e-12, 1.0);
+  if (!eps) return eps.error();
+  config_.rms_epsilon = *eps;
 
   const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return model_error(f, ErrorCode::malformed, "tensor 'token_embd.weight' is missing");
-  if (embd->n_dims != 2 || embd->ne[1] == 0 || embd->ne[1] > UINT32_MAX)
-    return model_error(f, ErrorCode::malformed, "tensor 'token_embd.weight' must be 2-dimensional [embedding, vocab]");
+  if (embd->n_dims != 2 || embd->ne[1] == 0 || embd->ne[1] > vocab_max)
+    return model_error(f, ErrorCode::malformed,
+                       fmt::format("tensor 'token_embd.weight' must be 2-dimensional [embedding, vocab] with 1 to {} rows",
+                                   vocab_max));
   config_.vocab = static_cast<std::uint32_t>(embd->ne[1]);
   const std::uint32_t e = config_.embedding;
   const std::uint32_t qd = config_.q_heads * config_.head_dim;
@@ -151,6 +173,13 @@ Status Model::bind() {
   if (!on) return on.error();
   output_norm_ = *on;
 
+  // Each layer needs 9 tensors: a block count past what the file holds is refused before the table is sized.
+  if (std::uint64_t{config_.layers} * 9 > f.tensors().size()) {
+    return model_error(f, ErrorCode::malformed,
+                       fmt::format("metadata '{}block_count' is {}, but the file holds {} tensors (each layer needs 9): "
+                                   "tensor 'blk.{}.attn_q.weight' is missing",
+                                   p, config_.layers, f.tensors().size(), config_.layers - 1));
+  }
   layers_.resize(config_.layers);
   for (std::uint32_t l = 0; l < config_.layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
@@ -177,6 +206,15 @@ Status Model::bind() {
     w.ffn_norm = *fn;
   }
   return Status::success();
+}
+
+Status check_vocabulary(const Model& model, std::uint64_t tokenizer_tokens) {
+  const std::uint32_t rows = model.config().vocab;
+  if (tokenizer_tokens == rows) return Status::success();
+  return model_error(model.file(), ErrorCode::malformed,
+                     fmt::format("metadata 'tokenizer.ggml.tokens' holds {} tokens but tensor 'token_embd.weight' has {} "
+                                 "rows: every token id the engine can sample must have a token, and every token a row",
+                                 tokenizer_tokens, rows));
 }
 
 Geometry Model::geometry() const noexcept {

@@ -32,6 +32,16 @@
 
 namespace activekv::engine {
 
+// Limits on the hyper-parameters (far past any Llama the engine can run on a CPU;
+// a value outside is refused before anything is sized from it).
+inline constexpr std::uint32_t layers_max = 4096;
+inline constexpr std::uint32_t embedding_max = 1u << 16;
+inline constexpr std::uint32_t ffn_max = 1u << 18;
+inline constexpr std::uint32_t heads_max = 1024;
+inline constexpr std::uint32_t head_dim_max = 1024;
+inline constexpr std::uint32_t context_tokens_max = 1u << 24;
+inline constexpr std::uint32_t vocab_max = 1u << 24;
+
 struct ModelConfig {
   std::string architecture;           // "llama"
   std::string name;                   // general.name, for reports
@@ -88,5 +98,10 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
 };
+
+// The tokenizer's vocabulary and token_embd's rows must agree: a sampled id
+// past the vocabulary has no text, a token past the rows no embedding. Error:
+// malformed, naming the file, tokenizer.ggml.tokens and token_embd.weight.
+Status check_vocabulary(const Model& model, std::uint64_t tokenizer_tokens);
 
 }  // namespace activekv::engine

@@ -321,10 +321,12 @@ class Parser {
     const std::uint64_t data_bytes = bytes_.size() - start;
     for (const TensorInfo& info : file_.tensors_) {
       if (info.offset > data_bytes || info.bytes > data_bytes - info.offset) {
-        return fail(info.info_offset, "tensor '" + std::string(info.name) + "' data [" +
-                                          std::to_string(start + info.offset) + ", +" + std::to_string(info.bytes) +
-                                          ") lies beyond the end of the file (" + std::to_string(bytes_.size()) +
-                                          " bytes)");
+        // Offsets are printed as the file gives them (relative to the data section), never summed: a sum
+        // could wrap past 2^64 and name a range inside the file.
+        return fail(info.info_offset, "tensor '" + std::string(info.name) + "' data offset " +
+                                          std::to_string(info.offset) + " + " + std::to_string(info.bytes) +
+                                          " bytes lies beyond the data section (" + std::to_string(data_bytes) +
+                                          " bytes from byte " + std::to_string(start) + " to the end of the file)");
       }
     }
     return {};

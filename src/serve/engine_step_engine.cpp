@@ -12,6 +12,7 @@
 #include "engine/runtime_kv.hpp"
 #include "engine/model.hpp"
 #include "engine/sampler.hpp"
+#include "engine/forward.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace activekv::serve {
@@ -58,6 +59,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   if (!model) return model.error();
   auto tok = tokenizer::Tokenizer::from_gguf((*model)->file());
   if (!tok) return tok.error();
+  if (Status v = engine::check_vocabulary(**model, static_cast<std::uint64_t>(tok->vocab_size())); !v) return v.error();
   parts->tokenizer = std::make_unique<tokenizer::Tokenizer>(std::move(tok).value());
   const engine::ModelConfig& mc = (*model)->config();
   parts->model_name = mc.name.empty() ? s.model_path : mc.name;
@@ -75,7 +77,13 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   memory.chunk_tokens = c.prefill_chunk_tokens;
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",
-                      fmt::format("{} exceeds the model's context length {}", memory.max_context_tokens, mc.context_tokens));
+                      fmt::format("the configuration's max_context {} exceeds the model's llama.context_length {} ({}): "
+                                  "lower max_context",
+                                  memory.max_context_tokens, mc.context_tokens, s.model_path));
+  }
+  if (c.step_tokens > engine::step_tokens_limit) {
+    return make_error(ErrorCode::invalid_argument, "step_tokens (--step-tokens)",
+                      fmt::format("{} tokens per step is past the engine's {}", c.step_tokens, engine::step_tokens_limit));
   }
   KvRuntimeSettings kvs;
   kvs.memory = memory;
@@ -98,6 +106,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   es.threads = c.threads;
   es.limits.step_tokens_max = c.step_tokens;
   es.limits.step_entries_max = entries_max;
+  es.limits.context_tokens = memory.max_context_tokens;
   auto eng = engine::Engine::create(std::move(model).value(), std::make_unique<engine::RuntimeKv>(*parts->runtime), es);
   if (!eng) return eng.error();
   parts->engine = std::move(eng).value();
@@ -105,7 +114,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   const MemoryPlan& mp = parts->runtime->plan();
   EnginePlan& p = parts->plan;
   p.max_context_tokens = mp.host.max_context_tokens;
-  p.histories = static_cast<std::uint32_t>(mp.host.histories);
+  p.histories = static_cast<std::uint32_t>(std::min<std::uint64_t>(mp.host.histories, UINT32_MAX));  // no wrap to 0
   p.max_seqs = mp.host.max_seqs;
   p.concurrency = std::min<std::uint32_t>(mp.host.concurrency, mp.budget.concurrency);
   p.pool_pages = mp.arena.pages;
@@ -113,7 +122,9 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   p.host_pool_bytes = mp.host.used_bytes;
   p.device_arena_bytes = mp.arena.used_bytes;
   p.eos_token = parts->tokenizer->eos().value_or(-1);
-  parts->admitted_scratch.resize(std::max<std::size_t>(p.histories, 1) + 8);
+  p.vocab = mc.vocab;
+  // Admissions at once are bounded by the concurrency, not by how many histories a huge pool could hold.
+  parts->admitted_scratch.resize(std::max<std::size_t>(std::min(p.histories, p.concurrency), 1) + 8);
   parts->inputs.resize(entries_max);
   parts->device_allocations_at_warmup = parts->runtime->counters().device_allocations_after_warmup;
   return std::unique_ptr<EngineStepEngine>(new EngineStepEngine(std::move(parts)));
@@ -215,9 +226,11 @@ EngineCounters EngineStepEngine::counters() const {
   return c;
 }
 
+// Compared with what was allocated (the plan's concurrency: min(max_seqs, histories that fit)), never with
+// what the pool could hold: a pool larger than max_seqs histories is no leak.
 bool EngineStepEngine::all_returned() const {
   const Parts& p = *parts_;
-  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.histories &&
+  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
          p.runtime->check() == nullptr;
 }
 

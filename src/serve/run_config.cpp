@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "activekv/size.hpp"
+#include "serve/input_file.hpp"
+#include "serve/json_limits.hpp"
 
 namespace activekv::serve {
 
@@ -30,7 +32,7 @@ Status read_size(const json& object, const char* field, std::uint64_t& out, std:
     if (out == 0) return field_error(source, field, "must be more than 0 bytes");
     return {};
   }
-  if (!value.is_string()) return field_error(source, field, fmt::format("must be a size such as \"512MiB\", got {}", value.dump()));
+  if (!value.is_string()) return field_error(source, field, fmt::format("must be a size such as \"512MiB\", got {}", describe_json(value)));
   const std::string text = value.get<std::string>();
   if (text == "auto") {
     return field_error(source, field,
@@ -50,7 +52,7 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
   }
   const json& value = object.at(field);
   if (!value.is_number_integer() || value.get<std::int64_t>() < lo || value.get<std::int64_t>() > count_max) {
-    return field_error(source, field, fmt::format("must be a whole number from {} to {}, got {}", lo, count_max, value.dump()));
+    return field_error(source, field, fmt::format("must be a whole number from {} to {}, got {}", lo, count_max, describe_json(value)));
   }
   out = static_cast<std::uint32_t>(value.get<std::int64_t>());
   return {};
@@ -91,12 +93,9 @@ Status RunConfig::validate(std::string_view source) const {
 }
 
 Result<RunConfig> parse_run_config(std::string_view text, std::string_view source) {
-  json object;
-  try {
-    object = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large
-    return make_error(ErrorCode::malformed, std::string(source), fmt::format("not valid JSON ({})", e.what()));
-  }
+  Result<json> parsed = parse_json(text, json_depth_max, source, /*comments=*/true);
+  if (!parsed) return parsed.error();
+  json object = std::move(parsed).value();
   if (!object.is_object()) return make_error(ErrorCode::malformed, std::string(source), "the configuration must be a JSON object");
   for (const auto& [key, value] : object.items()) {
     (void)value;
@@ -136,11 +135,9 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
 }
 
 Result<RunConfig> load_run_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error(ErrorCode::not_found, "--config", fmt::format("cannot open configuration file {}", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_run_config(text.str(), path);
+  Result<std::string> text = read_input_file(path, config_file_bytes_max, "--config");
+  if (!text) return text.error();
+  return parse_run_config(*text, path);
 }
 
 }  // namespace activekv::serve

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "testing/alloc_counter.hpp"
@@ -58,6 +60,21 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
                              const RunConfig& config, ReportInputs inputs, const RunJobOptions& options) {
   fmt::print(options.out, "{}", engine.plan_text());
   fmt::print(options.out, "{}", admission_text(engine.plan(), config));
+  // Arrival times are scaled in doubles: a product that overflows to infinity is refused here, naming the line.
+  const std::uint32_t vocab = engine.plan().vocab;
+  for (const TraceRequest& t : trace) {
+    for (const std::int32_t id : t.prompt_tokens) {
+      if (vocab != 0 && static_cast<std::uint32_t>(id) >= vocab) {
+        return make_error(ErrorCode::invalid_argument, fmt::format("{}:{}: prompt_tokens", inputs.trace, t.line),
+                          fmt::format("token id {} is outside the model's vocabulary of {} tokens", id, vocab));
+      }
+    }
+    if (!std::isfinite(t.arrival_s * config.arrival_scale)) {
+      return make_error(ErrorCode::invalid_argument, fmt::format("{}:{}: arrival_s", inputs.trace, t.line),
+                        fmt::format("arrival {} s × arrival scale {} is past any representable time: lower arrival_s "
+                                    "or --arrival-scale", t.arrival_s, config.arrival_scale));
+    }
+  }
   SchedulerConfig sc;
   sc.max_seqs = config.max_seqs;
   sc.step_tokens = config.step_tokens;

@@ -132,11 +132,15 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const std::vector<TraceRequ
     if (r.previous_turn < 0 && r.turn_tokens.empty()) {
       return make_error(ErrorCode::malformed, fmt::format("trace line {}", t.line), "the prompt tokenizes to no tokens");
     }
+    // A turn's buffer holds the previous turns' sequence and this turn's; a request never runs past the max
+    // context (make_ready rejects it), so no buffer is reserved past max context + this turn's tokens: the
+    // reservation is linear in the trace, not quadratic in a session's turns.
     const std::size_t before = r.previous_turn >= 0 ? capacity[static_cast<std::size_t>(r.previous_turn)] : 0;
-    capacity[i] = before + r.turn_tokens.size() + r.max_tokens;
+    capacity[i] = std::min<std::size_t>(before + r.turn_tokens.size() + r.max_tokens,
+                                        std::size_t{s->max_context_tokens_} + r.turn_tokens.size());
     r.tokens.reserve(capacity[i]);
     steps_bound += capacity[i] + 1;
-    tokens_out_bound += r.max_tokens;
+    tokens_out_bound += std::min(r.max_tokens, s->max_context_tokens_);
   }
   s->arrival_order_.resize(n);
   std::iota(s->arrival_order_.begin(), s->arrival_order_.end(), 0u);

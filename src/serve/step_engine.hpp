@@ -92,6 +92,7 @@ struct EnginePlan {
   std::uint64_t host_pool_bytes = 0;
   std::uint64_t device_arena_bytes = 0;
   std::int32_t eos_token = -1;       // -1: none
+  std::uint32_t vocab = 0;           // prompt token ids must be below it (run_job checks the trace); 0: any id
 };
 
 class StepEngine {

@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "serve/input_file.hpp"
+#include "serve/json_limits.hpp"
+
 namespace activekv::serve {
 
 namespace {
@@ -36,12 +39,12 @@ bool is_skipped(std::string_view text) {
 Result<std::int64_t> whole_number(const json& value, const char* field, std::int64_t lo, std::int64_t hi,
                                   std::string_view source, std::uint32_t line) {
   if (!value.is_number()) {
-    return line_error(source, line, fmt::format("field \"{}\" must be a whole number, got {}", field, value.dump()));
+    return line_error(source, line, fmt::format("field \"{}\" must be a whole number, got {}", field, describe_json(value)));
   }
   const double d = value.get<double>();
   if (std::floor(d) != d || d < static_cast<double>(lo) || d > static_cast<double>(hi)) {
     return line_error(source, line,
-                      fmt::format("field \"{}\" must be a whole number from {} to {}, got {}", field, lo, hi, value.dump()));
+                      fmt::format("field \"{}\" must be a whole number from {} to {}, got {}", field, lo, hi, describe_json(value)));
   }
   return static_cast<std::int64_t>(d);
 }
@@ -54,7 +57,7 @@ Status read_prompt(const json& object, TraceRequest& request, std::string_view s
   }
   if (has_text) {
     const json& text = object.at("prompt");
-    if (!text.is_string()) return line_error(source, line, fmt::format("field \"prompt\" must be a string, got {}", text.dump()));
+    if (!text.is_string()) return line_error(source, line, fmt::format("field \"prompt\" must be a string, got {}", describe_json(text)));
     request.prompt = text.get<std::string>();
     if (request.prompt.empty() && request.session.empty()) {
       return line_error(source, line, "field \"prompt\" is empty");
@@ -64,7 +67,7 @@ Status read_prompt(const json& object, TraceRequest& request, std::string_view s
   const json& ids = object.at("prompt_tokens");
   if (!ids.is_array() || ids.empty()) {
     return line_error(source, line, fmt::format("field \"prompt_tokens\" must be a non-empty array of token ids, got {}",
-                                                ids.is_array() ? std::string("[]") : ids.dump()));
+                                                describe_json(ids)));
   }
   request.prompt_tokens.reserve(ids.size());
   for (const json& id : ids) {
@@ -78,12 +81,9 @@ Status read_prompt(const json& object, TraceRequest& request, std::string_view s
 }  // namespace
 
 Result<TraceRequest> parse_trace_line(std::string_view text, std::uint32_t line, std::string_view source) {
-  json object;
-  try {
-    object = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number too large (1e400)
-    return line_error(source, line, fmt::format("not valid JSON ({})", e.what()));
-  }
+  Result<json> parsed = parse_json(text, json_depth_max, fmt::format("{}:{}", source, line));
+  if (!parsed) return parsed.error();
+  json object = std::move(parsed).value();
   if (!object.is_object()) {
     return line_error(source, line, "a trace line must be a JSON object such as {\"arrival_s\": 0, \"prompt\": \"...\", \"max_tokens\": 16}");
   }
@@ -108,7 +108,7 @@ Result<TraceRequest> parse_trace_line(std::string_view text, std::uint32_t line,
   {
     const json& arrival = object["arrival_s"];
     if (!arrival.is_number() || !std::isfinite(arrival.get<double>()) || arrival.get<double>() < 0.0) {
-      return line_error(source, line, fmt::format("field \"arrival_s\" must be a number of seconds >= 0, got {}", arrival.dump()));
+      return line_error(source, line, fmt::format("field \"arrival_s\" must be a number of seconds >= 0, got {}", describe_json(arrival)));
     }
     request.arrival_s = arrival.get<double>();
   }
@@ -151,8 +151,9 @@ Result<std::vector<TraceRequest>> read_trace(std::istream& in, std::string_view 
 }
 
 Result<std::vector<TraceRequest>> read_trace_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error(ErrorCode::not_found, "--trace", fmt::format("cannot open trace file {}", path));
+  Result<std::string> text = read_input_file(path, trace_file_bytes_max, "--trace");
+  if (!text) return text.error();
+  std::istringstream in(std::move(text).value());
   return read_trace(in, path);
 }
 

@@ -12,7 +12,7 @@ namespace activekv::sim {
 
 namespace {
 
-Result<std::vector<std::uint32_t>> parse_list(const std::string& text, const char* setting) {
+Result<std::vector<std::uint32_t>> parse_list(const std::string& text, const char* setting, std::uint64_t hi) {
   std::vector<std::uint32_t> values;
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -20,9 +20,11 @@ Result<std::vector<std::uint32_t>> parse_list(const std::string& text, const cha
     const std::string_view item = rest.substr(0, comma);
     Result<std::uint64_t> value = parse_count(item, setting);
     if (!value) return value.error();
-    if (*value == 0 || *value > std::numeric_limits<std::uint32_t>::max()) {
-      return make_error(ErrorCode::invalid_argument, setting, "'" + std::string(item) + "' must be between 1 and 4294967295");
+    if (*value == 0 || *value > hi) {
+      return make_error(ErrorCode::invalid_argument, setting,
+                        "'" + std::string(item) + "' must be between 1 and " + std::to_string(hi));
     }
+    if (values.size() == 256) return make_error(ErrorCode::invalid_argument, setting, "more than 256 values");
     values.push_back(static_cast<std::uint32_t>(*value));
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     if (comma != std::string_view::npos && rest.empty()) {
@@ -33,12 +35,18 @@ Result<std::vector<std::uint32_t>> parse_list(const std::string& text, const cha
   return values;
 }
 
-Status count_into(const std::string& text, const char* setting, std::uint32_t& out) {
+// Bounds of the counts: a simulated run does work in proportion to each (steps × cells), so each is capped
+// where a run would take hours, not where a u32 wraps.
+constexpr std::uint64_t steps_max = 1u << 16;             // --steps: measured decode steps per cell
+constexpr std::uint64_t saturation_steps_max = 1u << 20;  // --saturation-steps
+constexpr std::uint64_t tokens_max = 1u << 24;            // --prompt-tokens, --output-tokens, --lengths
+
+Status count_into(const std::string& text, const char* setting, std::uint32_t& out, std::uint64_t hi) {
   if (text.empty()) return Status::success();
   Result<std::uint64_t> value = parse_count(text, setting);
   if (!value) return value.error();
-  if (*value == 0 || *value > std::numeric_limits<std::uint32_t>::max()) {
-    return make_error(ErrorCode::invalid_argument, setting, "'" + text + "' must be between 1 and 4294967295");
+  if (*value == 0 || *value > hi) {
+    return make_error(ErrorCode::invalid_argument, setting, "'" + text + "' must be between 1 and " + std::to_string(hi));
   }
   out = static_cast<std::uint32_t>(*value);
   return Status::success();
@@ -76,16 +84,16 @@ Result<SimConfig> make_sim_config(const SimOptions& o) {
   saturation.prefill_workspace_bytes = GiB;  // assumption (docs/SIMULATION.md): a prefill chunk's workspace
   if (o.quick) make_quick(s, saturation);
   if (!o.lengths.empty()) {
-    Result<std::vector<std::uint32_t>> lengths = parse_list(o.lengths, "--lengths");
+    Result<std::vector<std::uint32_t>> lengths = parse_list(o.lengths, "--lengths", tokens_max);
     if (!lengths) return lengths.error();
     s.context_tokens = std::move(lengths.value());
   }
   if (!o.concurrency.empty()) {
-    Result<std::vector<std::uint32_t>> concurrency = parse_list(o.concurrency, "--concurrency");
+    Result<std::vector<std::uint32_t>> concurrency = parse_list(o.concurrency, "--concurrency", 1u << 16);
     if (!concurrency) return concurrency.error();
     s.concurrency = std::move(concurrency.value());
   }
-  if (Status st = count_into(o.steps, "--steps", s.measure_steps); !st) return st.error();
+  if (Status st = count_into(o.steps, "--steps", s.measure_steps, steps_max); !st) return st.error();
   if (Status st = size_into(o.host_pool, "--host-pool", s.host_pool_bytes, false); !st) return st.error();
   if (Status st = size_into(o.device_pool, "--device-pool", s.device_pool_bytes, false); !st) return st.error();
   if (!o.headroom.empty()) {
@@ -93,11 +101,20 @@ Result<SimConfig> make_sim_config(const SimOptions& o) {
     if (!headroom) return headroom.error();
     s.headroom_bytes = *headroom;
   }
-  if (Status st = count_into(o.saturation_steps, "--saturation-steps", saturation.steps); !st) return st.error();
-  if (Status st = count_into(o.prompt_tokens, "--prompt-tokens", saturation.prompt_tokens); !st) return st.error();
-  if (Status st = count_into(o.output_tokens, "--output-tokens", saturation.output_tokens); !st) return st.error();
+  if (Status st = count_into(o.saturation_steps, "--saturation-steps", saturation.steps, saturation_steps_max); !st) return st.error();
+  if (Status st = count_into(o.prompt_tokens, "--prompt-tokens", saturation.prompt_tokens, tokens_max); !st) return st.error();
+  if (Status st = count_into(o.output_tokens, "--output-tokens", saturation.output_tokens, tokens_max); !st) return st.error();
   if (Status st = size_into(o.prefill_workspace, "--prefill-workspace", saturation.prefill_workspace_bytes, true); !st) {
     return st.error();
+  }
+  // Each part of the card is checked alone before the sum (Scenario::validate) is taken: no sum wraps.
+  if (s.device_pool_bytes > s.card.device_memory_bytes) {
+    return make_error(ErrorCode::refused, "--device-pool",
+                      format_bytes(s.device_pool_bytes) + " is more than the card's " + format_bytes(s.card.device_memory_bytes));
+  }
+  if (s.headroom_bytes > s.card.device_memory_bytes) {
+    return make_error(ErrorCode::refused, "--headroom",
+                      format_bytes(s.headroom_bytes) + " is more than the card's " + format_bytes(s.card.device_memory_bytes));
   }
   if (Status st = s.validate(); !st) return st.error();
   if (saturation.prompt_tokens + static_cast<std::uint64_t>(saturation.output_tokens) > s.max_context_tokens) {

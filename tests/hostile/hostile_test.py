@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""hostile_test.py — the process-level hostile-input suite (ctest: hostile_input_test, label hostile).
+
+Every case runs one `activekv` command with hostile input (a malformed model,
+a flag out of range, a trace or configuration that is no such thing) and
+asserts the contract of docs/RELIABILITY.md, "Hostile input":
+
+  - the exit code is 1 or 2 (never 0, never a signal, never >= 3, never a timeout);
+  - stderr is ONE line, and it names the input (the flag, or the file and key)
+    and what is wrong (each case lists the words that must appear).
+
+Valid-but-unusual inputs (a tiny model with random weights, a non-default
+alignment, a tied output matrix) must run: exit 0.
+
+The cases are a table per command (CASES["generate"], CASES["run"], ...); a
+new command (`serve`) adds its own table. Malformed models are generated here
+by mutating a valid tiny model (tiny_model.py). The real SmolLM2 model is used
+only by a case that needs it and is fast (--max-tokens 1), and skipped if absent.
+
+Usage: hostile_test.py path/to/activekv [--only SUBSTRING]
+"""
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiny_model  # noqa: E402
+from gguf import GGUFValueType  # noqa: E402
+
+TIMEOUT_S = 60
+U32_MAX = 2**32 - 1
+
+
+class Case:
+    def __init__(self, name, args, needles, exits=(1, 2), klass=None, stdout_has=()):
+        self.name, self.args, self.needles, self.exits, self.klass = name, args, needles, exits, klass
+        self.stdout_has = stdout_has
+
+
+def bad(klass, name, args, *needles):
+    return Case(name, args, needles, (1, 2), klass)
+
+
+def ok(name, args, *stdout_has):
+    """A valid (if unusual) input: exit 0, and stdout holds each of stdout_has."""
+    return Case(name, args, (), (0,), "valid", stdout_has)
+
+
+def make_inputs(tmp):
+    """Writes every file the cases name; returns {name: path}."""
+    p = {}
+
+    def model(name, **kw):
+        p[name] = tiny_model.write(os.path.join(tmp, name + ".gguf"), **kw)
+
+    model("tiny")
+    model("tiny_align64", alignment=64)
+    model("tiny_tied", drop=("output.weight",))
+    # class 1: model values used before they are checked
+    model("layers_huge", meta={"llama.block_count": U32_MAX})
+    model("layers_extra", meta={"llama.block_count": 3})
+    model("context_huge", meta={"llama.context_length": U32_MAX})
+    model("context_zero", meta={"llama.context_length": 0})
+    # the tokenizer has 259 tokens (ids kept inside them), token_embd 260 rows; and the other way round
+    model("vocab_short", tokens=259, meta={"tokenizer.ggml.eos_token_id": 258, "tokenizer.ggml.bos_token_id": 258})
+    model("vocab_rows_short", vocab_rows=100)
+    model("rope_nan", meta={"llama.rope.freq_base": float("nan")})
+    model("rope_inf", meta={"llama.rope.freq_base": float("inf")})
+    model("rope_negative", meta={"llama.rope.freq_base": -10000.0})
+    model("eps_negative", meta={"llama.attention.layer_norm_rms_epsilon": -1e-5})
+    model("eps_nan", meta={"llama.attention.layer_norm_rms_epsilon": float("nan")})
+    model("heads_zero", meta={"llama.attention.head_count": 0})
+    model("heads_huge", meta={"llama.attention.head_count": U32_MAX})
+    model("kv_heads_huge", meta={"llama.attention.head_count_kv": U32_MAX})
+    model("embedding_huge", meta={"llama.embedding_length": 2**31})
+    model("ffn_huge", meta={"llama.feed_forward_length": U32_MAX})
+    model("rope_dims_odd", meta={"llama.rope.dimension_count": 15})
+    model("eos_past_vocab", meta={"tokenizer.ggml.eos_token_id": 100000})
+    model("block_count_string", meta={"llama.block_count": "two"})
+    model("missing_tensor", drop=("blk.1.ffn_down.weight",))
+    # class 6: a tensor offset near 2^64 — patch the first tensor's offset in the header
+    with open(p["tiny"], "rb") as f:
+        data = bytearray(f.read())
+    name = b"token_embd.weight"
+    at = data.find(name) + len(name)
+    # after the name: n_dims (u32) = 2, ne[0], ne[1] (u64 each), type (u32), offset (u64)
+    off_at = at + 4 + 8 * 2 + 4
+    data[off_at:off_at + 8] = (2**64 - 32).to_bytes(8, "little")
+    p["offset_huge"] = os.path.join(tmp, "offset_huge.gguf")
+    with open(p["offset_huge"], "wb") as f:
+        f.write(data)
+
+    def text(name, content):
+        p[name] = os.path.join(tmp, name)
+        with open(p[name], "w") as f:
+            f.write(content)
+
+    text("trace_ok", '{"arrival_s": 0, "prompt_tokens": [1, 2, 3], "max_tokens": 2}\n')
+    text("trace_deep", '{"arrival_s": 0, "prompt_tokens": ' + "[" * 100000 + "]" * 100000 + ', "max_tokens": 2}\n')
+    text("trace_deep_field", '{"arrival_s": 0, "max_tokens": 2, "prompt": ' + "[" * 100000 + "]" * 100000 + '}\n')
+    text("trace_arrival_huge", '{"arrival_s": 1e308, "prompt_tokens": [1, 2, 3], "max_tokens": 2}\n')
+    text("trace_token_past_vocab", '{"arrival_s": 0, "prompt_tokens": [1, 2, 100000], "max_tokens": 2}\n')
+    text("trace_session_60", "".join(
+        f'{{"arrival_s": {i}, "session": "s", "prompt_tokens": [1, 2], "max_tokens": 1048576}}\n' for i in range(60)))
+    cfg = ('{"host_pool": "64MiB", "device_pool": "8MiB", "page_tokens": 16, "tile_tokens": 64, "tiles": 2, '
+           '"max_context": 256, "max_seqs": 2, "step_tokens": 64, "prefill_chunk_tokens": 32, "threads": 1%s}')
+    text("config_tiny", cfg % "")
+    text("config_deep", '{"comment": ' + "[" * 100000 + "]" * 100000 + "}")
+    text("config_deep_value", '{"host_pool": ' + "{\"a\":" * 50000 + "1" + "}" * 50000 + "}")
+    text("config_context_past_model", cfg.replace('"max_context": 256', '"max_context": 4096') % "")
+    text("config_host_huge", cfg.replace('"64MiB"', '"131072TiB"') % "")
+    text("config_arrival_inf", cfg % ', "arrival_scale": 1e308')
+    p["dir"] = tmp
+    return p
+
+
+def cases(p):
+    tiny = p["tiny"]
+    gen = ["generate", "--prompt", "hello", "--max-tokens", "2"]
+    c = {}
+    c["generate"] = [
+        ok("tiny model", gen + ["--model", tiny]),
+        ok("tiny model, chat", gen + ["--model", tiny, "--chat"]),
+        ok("tiny model, alignment 64", gen + ["--model", p["tiny_align64"]]),
+        ok("tiny model, tied output", gen + ["--model", p["tiny_tied"]]),
+        ok("tiny model, reference KV", gen + ["--model", tiny, "--kv", "reference"]),
+        ok("tiny model, --max-context below the model's", gen + ["--model", tiny, "--max-context", "64", "--chunk-tokens", "32"]),
+        bad(1, "block_count 2^32-1", gen + ["--model", p["layers_huge"]], "llama.block_count", "4294967295"),
+        bad(1, "block_count past the tensors", gen + ["--model", p["layers_extra"]], "blk.2"),
+        bad(1, "context_length 2^32-1", gen + ["--model", p["context_huge"]], "llama.context_length", "4294967295"),
+        bad(1, "context_length 0", gen + ["--model", p["context_zero"]], "llama.context_length"),
+        bad(1, "vocabulary shorter than token_embd", gen + ["--model", p["vocab_short"]], "tokenizer.ggml.tokens", "token_embd"),
+        bad(1, "token_embd shorter than the vocabulary", gen + ["--model", p["vocab_rows_short"]], "tokenizer.ggml.tokens", "token_embd"),
+        bad(1, "rope.freq_base NaN", gen + ["--model", p["rope_nan"]], "llama.rope.freq_base", "nan"),
+        bad(1, "rope.freq_base inf", gen + ["--model", p["rope_inf"]], "llama.rope.freq_base", "inf"),
+        bad(1, "rope.freq_base negative", gen + ["--model", p["rope_negative"]], "llama.rope.freq_base", "-10000"),
+        bad(1, "rms epsilon negative", gen + ["--model", p["eps_negative"]], "layer_norm_rms_epsilon", "-1e-05"),
+        bad(1, "rms epsilon NaN", gen + ["--model", p["eps_nan"]], "layer_norm_rms_epsilon", "nan"),
+        bad(1, "head_count 0", gen + ["--model", p["heads_zero"]], "llama.attention.head_count"),
+        bad(1, "head_count 2^32-1", gen + ["--model", p["heads_huge"]], "head_count"),
+        bad(1, "head_count_kv 2^32-1", gen + ["--model", p["kv_heads_huge"]], "head_count_kv"),
+        bad(1, "embedding_length 2^31", gen + ["--model", p["embedding_huge"]], "embedding"),
+        bad(1, "feed_forward_length 2^32-1", gen + ["--model", p["ffn_huge"]], "ffn"),
+        bad(1, "rope dimension count odd", gen + ["--model", p["rope_dims_odd"]], "rope dimension count", "15"),
+        bad(1, "eos id past the vocabulary", gen + ["--model", p["eos_past_vocab"]], "tokenizer.ggml.eos_token_id"),
+        bad(1, "block_count a string", gen + ["--model", p["block_count_string"]], "llama.block_count"),
+        bad(1, "tensor missing", gen + ["--model", p["missing_tensor"]], "blk.1.ffn_down.weight", "missing"),
+        bad(2, "--chunk-tokens 1000000", gen + ["--model", tiny, "--chunk-tokens", "1000000"], "--chunk-tokens", "1000000"),
+        bad(2, "--chunk-tokens 0", gen + ["--model", tiny, "--chunk-tokens", "0"], "--chunk-tokens"),
+        bad(2, "--device-pool 1TiB on the host backend", gen + ["--model", tiny, "--device-pool", "1TiB"], "--device-pool"),
+        bad(2, "--host-pool 131072TiB", gen + ["--model", tiny, "--host-pool", "131072TiB"], "--host-pool"),
+        bad(5, "--threads 0", gen + ["--model", tiny, "--threads", "0"], "--threads", "0"),
+        bad(5, "--threads 65", gen + ["--model", tiny, "--threads", "65"], "--threads", "65"),
+        bad(5, "--page-tokens 0, reference KV", gen + ["--model", tiny, "--kv", "reference", "--page-tokens", "0"], "--page-tokens"),
+        bad(5, "--page-tokens 0", gen + ["--model", tiny, "--page-tokens", "0"], "--page-tokens"),
+        bad(5, "--page-tokens 2^32-1", gen + ["--model", tiny, "--page-tokens", str(U32_MAX)], "--page-tokens", "4294967295"),
+        bad(5, "--max-tokens 0", gen + ["--model", tiny, "--max-tokens", "0"], "--max-tokens"),
+        bad(5, "--tile-tokens 0", gen + ["--model", tiny, "--tile-tokens", "0"], "--tile-tokens"),
+        bad(5, "--max-context 2^32-1", gen + ["--model", tiny, "--max-context", str(U32_MAX)], "--max-context"),
+        bad(5, "--threads -1 (syntax)", gen + ["--model", tiny, "--threads", "-1"], "--threads"),
+        bad(5, "--page-tokens 2^32 (syntax)", gen + ["--model", tiny, "--page-tokens", str(2**32)], "--page-tokens"),
+        bad(5, "unknown flag", gen + ["--model", tiny, "--no-such-flag"], "--no-such-flag"),
+        bad(5, "--prompt without value", ["generate", "--prompt"], "--prompt"),
+        bad(6, "model context is not --max-context", gen + ["--model", p["context_huge"]], "llama.context_length"),
+        bad(6, "tensor offset near 2^64", gen + ["--model", p["offset_huge"]], "token_embd.weight", str(2**64 - 32)),
+        bad(6, "directory as --model", gen + ["--model", p["dir"]], "--model"),
+        bad(6, "/dev/zero as --model", gen + ["--model", "/dev/zero"], "--model"),
+    ]
+    run = ["run", "--model", tiny, "--config", p["config_tiny"], "--trace", p["trace_ok"]]
+    fake = ["run", "--engine", "fake", "--trace", p["trace_ok"]]
+    c["run"] = [
+        ok("tiny model, tiny trace", run),
+        ok("fake engine", fake),
+        ok("tiny model, alignment 64", ["run", "--model", p["tiny_align64"], "--config", p["config_tiny"], "--trace", p["trace_ok"]]),
+        bad(1, "block_count 2^32-1", ["run", "--model", p["layers_huge"], "--config", p["config_tiny"], "--trace", p["trace_ok"]],
+            "llama.block_count"),
+        bad(1, "vocabulary and token_embd disagree", ["run", "--model", p["vocab_short"], "--config", p["config_tiny"],
+                                                      "--trace", p["trace_ok"]], "tokenizer.ggml.tokens"),
+        bad(1, "token id past the vocabulary", run[:-1] + [p["trace_token_past_vocab"]], "prompt_tokens", "100000"),
+        ok("--host-pool 131072TiB (fake engine: nothing allocated, slots capped at max_seqs)",
+           fake + ["--host-pool", "131072TiB"]),
+        bad(2, "--host-pool 131072TiB", run + ["--host-pool", "131072TiB"], "--host-pool"),
+        bad(2, "host_pool 131072TiB in the config", ["run", "--model", tiny, "--config", p["config_host_huge"], "--trace", p["trace_ok"]],
+            "host_pool"),
+        bad(2, "--device-pool 1TiB on the host backend", run + ["--device-pool", "1TiB"], "--device-pool"),
+        bad(3, "--device-pool 47TiB (fake engine: pages past 32 bits)", fake + ["--device-pool", "47TiB", "--max-seqs", "1"], "--device-pool"),
+        bad(2, "/dev/zero as --config", ["run", "--engine", "fake", "--config", "/dev/zero"], "--config", "/dev/zero"),
+        bad(2, "directory as --config", ["run", "--engine", "fake", "--config", p["dir"]], "--config", "directory"),
+        bad(2, "/dev/zero as --trace", ["run", "--engine", "fake", "--trace", "/dev/zero"], "--trace", "/dev/zero"),
+        bad(2, "directory as --trace", ["run", "--engine", "fake", "--trace", p["dir"]], "--trace", "directory"),
+        bad(2, "missing --trace", ["run", "--engine", "fake", "--trace", os.path.join(p["dir"], "nope")], "--trace"),
+        bad(3, "--arrival-scale 10 times arrival 1e308", ["run", "--engine", "fake", "--trace", p["trace_arrival_huge"],
+                                                        "--arrival-scale", "10"], "arrival"),
+        bad(3, "arrival_scale 1e308 times arrival 1e308", ["run", "--engine", "fake", "--config", p["config_arrival_inf"],
+                                                           "--trace", p["trace_arrival_huge"]], "arrival"),
+        ok("60-turn session with huge max_tokens (fake)", ["run", "--engine", "fake", "--trace", p["trace_session_60"],
+                                                         "--max-requests", "60"]),
+        bad(4, "trace nested 100000 deep", ["run", "--engine", "fake", "--trace", p["trace_deep"]], "trace_deep:1", "nest"),
+        bad(4, "trace field nested 100000 deep", ["run", "--engine", "fake", "--trace", p["trace_deep_field"]], "trace_deep_field:1"),
+        bad(4, "config nested 100000 deep", ["run", "--engine", "fake", "--config", p["config_deep"]], "config_deep", "nest"),
+        bad(4, "config value nested 50000 deep", ["run", "--engine", "fake", "--config", p["config_deep_value"]], "config_deep_value"),
+        bad(5, "--arrival-scale nan", fake + ["--arrival-scale", "nan"], "--arrival-scale"),
+        bad(5, "--arrival-scale -5", fake + ["--arrival-scale", "-5"], "--arrival-scale"),
+        bad(5, "--arrival-scale inf", fake + ["--arrival-scale", "inf"], "--arrival-scale", "finite"),
+        bad(5, "--max-seqs 0", fake + ["--max-seqs", "0"], "--max-seqs"),
+        bad(5, "--threads 0", fake + ["--threads", "0"], "--threads"),
+        bad(5, "--threads 65", run + ["--threads", "65"], "--threads", "65"),
+        bad(5, "--step-tokens 0", fake + ["--step-tokens", "0"], "--step-tokens"),
+        bad(5, "--prefill-chunk 0", fake + ["--prefill-chunk", "0"], "--prefill-chunk"),
+        bad(5, "--max-requests 0", fake + ["--max-requests", "0"], "--max-requests"),
+        bad(5, "--max-seqs 2^32-1", fake + ["--max-seqs", str(U32_MAX)], "--max-seqs"),
+        bad(5, "--step-tokens 2^32-1", fake + ["--step-tokens", str(U32_MAX)], "--step-tokens"),
+        bad(5, "--engine unknown", fake + ["--engine", "nope"], "--engine"),
+        bad(5, "syntax: --max-seqs abc", fake + ["--max-seqs", "abc"], "--max-seqs"),
+        bad(6, "config max_context past the model's", ["run", "--model", tiny, "--config", p["config_context_past_model"],
+                                                      "--trace", p["trace_ok"]], "max_context", "llama.context_length"),
+        bad(6, "model context_length 2^32-1", ["run", "--model", p["context_huge"], "--config", p["config_tiny"],
+                                               "--trace", p["trace_ok"]], "llama.context_length"),
+    ]
+    plan = ["plan", "--preset", "smollm2-135m", "--host-pool", "1GiB", "--device-pool", "64MiB"]
+    c["plan"] = [
+        ok("smollm2 preset", plan),
+        # plan computes and allocates nothing: a huge pool is a valid plan, its counts in 64 bits, never wrapped
+        ok("--host-pool 131072TiB", ["plan", "--preset", "smollm2-135m", "--host-pool", "131072TiB", "--device-pool", "64MiB"],
+           "dense_layers 30) = 763549741"),
+        ok("--host-pool 16EiB-1: the history count does not wrap",
+           ["plan", "--preset", "smollm2-135m", "--host-pool", str(2**64 - 1), "--device-pool", "64MiB"],
+           "= 97734366913", "concurrency       = min(max_seqs 1, histories 97734366913) = 1"),
+        bad(3, "--headroom 2^64-1", plan + ["--headroom", str(2**64 - 1)], "--headroom"),
+        bad(3, "--headroom larger than the device pool", plan + ["--headroom", "1GiB"], "--headroom"),
+        ok("--device-pool 47TiB: target and burst in 64 bits", ["plan", "--preset", "smollm2-135m", "--host-pool", "64TiB",
+                                                                 "--device-pool", "47TiB", "--max-seqs", "8"], "burst"),
+        bad(5, "--page-tokens 0", plan + ["--page-tokens", "0"], "--page-tokens"),
+        bad(5, "--page-tokens 2^32-1", plan + ["--page-tokens", str(U32_MAX)], "--page-tokens"),
+        bad(5, "--max-seqs 0", plan + ["--max-seqs", "0"], "--max-seqs"),
+        ok("--max-seqs 2^32-1 is lowered to the histories", ["plan", "--preset", "smollm2-135m", "--host-pool", "64TiB",
+                                                              "--device-pool", "47TiB", "--max-seqs", str(U32_MAX)],
+           "concurrency       = min(max_seqs 4294967295, histories 372827) = 372827"),
+        bad(5, "--chunk-tokens 1000000", plan + ["--chunk-tokens", "1000000"], "--chunk-tokens"),
+        bad(5, "--dense-layers 2^32-1", plan + ["--dense-layers", str(U32_MAX)], "--dense-layers"),
+        bad(5, "--max-context 2^32-1", plan + ["--max-context", str(U32_MAX)], "--max-context"),
+        bad(5, "--tiles 2^32-1", plan + ["--tiles", str(U32_MAX)], "--tiles"),
+        bad(5, "unknown flag", plan + ["--nope"], "--nope"),
+    ]
+    sim = ["sim", "--quick", "--no-saturation", "--lengths", "1024", "--concurrency", "1"]
+    c["sim"] = [
+        bad(5, "--steps 2^32-1", sim + ["--steps", str(U32_MAX)], "--steps"),
+        bad(5, "--saturation-steps 2^32-1", ["sim", "--quick", "--saturation-steps", str(U32_MAX)], "--saturation-steps"),
+        bad(5, "--concurrency 2^32-1", sim[:-1] + [str(U32_MAX)], "--concurrency"),
+        bad(5, "--lengths 2^32-1", ["sim", "--quick", "--no-saturation", "--concurrency", "1", "--lengths", str(U32_MAX)], "--lengths"),
+        bad(5, "--lengths 0", ["sim", "--quick", "--lengths", "0"], "--lengths"),
+        bad(3, "--headroom 2^64-1", sim + ["--headroom", str(2**64 - 1)], "--headroom"),
+        ok("--host-pool 131072TiB (simulated, nothing allocated)", sim + ["--host-pool", "131072TiB"]),
+        bad(5, "--scenario unknown", ["sim", "--scenario", "nope"], "--scenario"),
+        bad(5, "unknown flag", ["sim", "--nope"], "--nope"),
+        bad(6, "--out is a file", sim + ["--out", "/dev/null"], "/dev/null"),
+    ]
+    return c
+
+
+def check(binary, case):
+    try:
+        proc = subprocess.run([binary, *case.args], capture_output=True, text=True, timeout=TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired:
+        return f"timed out after {TIMEOUT_S} s"
+    rc, err = proc.returncode, proc.stderr.strip()
+    if rc not in case.exits:
+        return f"exit {rc} (want {' or '.join(map(str, case.exits))}); stderr: {err[:600]!r}"
+    if case.exits == (0,):
+        missing = [n for n in case.stdout_has if n not in proc.stdout]
+        return f"stdout does not hold {missing}: {proc.stdout[-600:]!r}" if missing else None
+    lines = [line for line in err.splitlines() if line.strip()]
+    if len(lines) != 1:
+        return f"stderr has {len(lines)} lines (want one): {err[:600]!r}"
+    missing = [n for n in case.needles if n.lower() not in err.lower()]
+    if missing:
+        return f"stderr does not name {missing}: {err!r}"
+    return None
+
+
+def main():
+    binary = sys.argv[1]
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
+    failures, passed = [], 0
+    with tempfile.TemporaryDirectory(prefix="hostile") as tmp:
+        table = cases(make_inputs(tmp))
+        for command, rows in table.items():
+            for case in rows:
+                label = f"{command} [class {case.klass}] {case.name}"
+                if only and only not in label:
+                    continue
+                why = check(binary, case)
+                if why:
+                    failures.append(f"{label}: {why}")
+                    print(f"FAIL {label}: {why}", flush=True)
+                else:
+                    passed += 1
+                    print(f"ok   {label}", flush=True)
+    print(f"{passed} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
