@@ -10,6 +10,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <functional>
 
 namespace activekv::cli {
@@ -37,14 +38,21 @@ const Command* commands(int* count);
 // Sizes are checked against limits before allocation; this is the last line.
 class AllocationScope {
  public:
-  explicit AllocationScope(const char* what) noexcept : previous_(current_) { current_ = what; }
-  ~AllocationScope() { current_ = previous_; }
+  explicit AllocationScope(const char* what) noexcept
+      : previous_(current_), exceptions_(std::uncaught_exceptions()) {
+    current_ = what;
+  }
+  // Left while an exception unwinds the command, the scope stays named for the handler.
+  ~AllocationScope() {
+    if (std::uncaught_exceptions() == exceptions_) current_ = previous_;
+  }
   AllocationScope(const AllocationScope&) = delete;
   AllocationScope& operator=(const AllocationScope&) = delete;
   static const char* current() noexcept { return current_; }
 
  private:
   const char* previous_;
+  int exceptions_;
   static inline const char* current_ = nullptr;
 };
 
