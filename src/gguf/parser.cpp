@@ -325,8 +325,8 @@ class Parser {
         // could wrap past 2^64 and name a range inside the file.
         return fail(info.info_offset, "tensor '" + std::string(info.name) + "' data offset " +
                                           std::to_string(info.offset) + " + " + std::to_string(info.bytes) +
-                                          " bytes lies beyond the data section (" + std::to_string(data_bytes) +
-                                          " bytes from byte " + std::to_string(start) + " to the end of the file)");
+                                          " bytes lies beyond the end of the file (the data section holds " +
+                                          std::to_string(data_bytes) + " bytes, from byte " + std::to_string(start) + ")");
       }
     }
     return {};

@@ -12,7 +12,7 @@ std::string nested(std::size_t depth) { return std::string(depth, '[') + std::st
 
 TEST(JsonLimits, NestingCountsArraysAndObjectsButNotStrings) {
   EXPECT_EQ(json_nesting("1", 64), 0u);
-  EXPECT_EQ(json_nesting(R"({"a": [1, {"b": []}]})", 64), 3u);
+  EXPECT_EQ(json_nesting(R"({"a": [1, {"b": []}]})", 64), 4u);
   EXPECT_EQ(json_nesting(R"(["[[[[", "\"[[[["])", 64), 1u);  // brackets inside strings, an escaped quote
   EXPECT_EQ(json_nesting(nested(1000), 10), 11u);           // stops once past the limit
 }
