@@ -59,10 +59,12 @@ Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Fo
   const std::size_t pairs = cfg_.rope_dims / 2;
   rope_cos_.assign(std::size_t{context_tokens_} * pairs, 0.0f);
   rope_sin_.assign(std::size_t{context_tokens_} * pairs, 0.0f);
+  std::vector<double> freqs(pairs);
+  for (std::size_t i = 0; i < pairs; ++i)
+    freqs[i] = std::pow(static_cast<double>(cfg_.rope_theta), -2.0 * static_cast<double>(i) / cfg_.rope_dims);
   for (std::size_t pos = 0; pos < context_tokens_; ++pos) {
     for (std::size_t i = 0; i < pairs; ++i) {
-      const double freq = std::pow(static_cast<double>(cfg_.rope_theta), -2.0 * static_cast<double>(i) / cfg_.rope_dims);
-      const double angle = static_cast<double>(pos) * freq;
+      const double angle = static_cast<double>(pos) * freqs[i];
       rope_cos_[pos * pairs + i] = static_cast<float>(std::cos(angle));
       rope_sin_[pos * pairs + i] = static_cast<float>(std::sin(angle));
     }

@@ -39,7 +39,7 @@ inline constexpr std::uint32_t embedding_max = 1u << 16;
 inline constexpr std::uint32_t ffn_max = 1u << 18;
 inline constexpr std::uint32_t heads_max = 1024;
 inline constexpr std::uint32_t head_dim_max = 1024;
-inline constexpr std::uint32_t context_tokens_max = 1u << 24;
+inline constexpr std::uint32_t context_tokens_max = 1u << 20;  // the RoPE tables and the reference KV are sized by it
 inline constexpr std::uint32_t vocab_max = 1u << 24;
 
 struct ModelConfig {

@@ -70,6 +70,8 @@ def make_inputs(tmp):
     model("layers_extra", meta={"llama.block_count": 3})
     model("context_huge", meta={"llama.context_length": U32_MAX})
     model("context_zero", meta={"llama.context_length": 0})
+    model("context_2_24", meta={"llama.context_length": 1 << 24})  # tables sized by it took minutes
+    model("context_2_20", meta={"llama.context_length": 1 << 20})  # the limit: valid
     # the tokenizer has 259 tokens (ids kept inside them), token_embd 260 rows; and the other way round
     model("vocab_short", tokens=259, meta={"tokenizer.ggml.eos_token_id": 258, "tokenizer.ggml.bos_token_id": 258})
     model("vocab_rows_short", vocab_rows=100)
@@ -143,6 +145,9 @@ def cases(p):
         bad(1, "block_count past the tensors", gen + ["--model", p["layers_extra"]], "blk.2"),
         bad(1, "context_length 2^32-1", gen + ["--model", p["context_huge"]], "llama.context_length", "4294967295"),
         bad(1, "context_length 0", gen + ["--model", p["context_zero"]], "llama.context_length"),
+        bad(1, "context_length 2^24", gen + ["--model", p["context_2_24"], "--kv", "reference"], "llama.context_length",
+            "16777216", "1048576"),
+        ok("context_length 2^20 (the limit), --max-context 256", gen + ["--model", p["context_2_20"], "--max-context", "256"]),
         bad(1, "vocabulary shorter than token_embd", gen + ["--model", p["vocab_short"]], "tokenizer.ggml.tokens", "token_embd"),
         bad(1, "token_embd shorter than the vocabulary", gen + ["--model", p["vocab_rows_short"]], "tokenizer.ggml.tokens", "token_embd"),
         bad(1, "rope.freq_base NaN", gen + ["--model", p["rope_nan"]], "llama.rope.freq_base", "nan"),
