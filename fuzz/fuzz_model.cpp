@@ -34,7 +34,7 @@
 
 namespace {
 
-using activekv::GgmlType;
+using activekv::gguf::GgmlType;
 using activekv::gguf::ValueType;
 using activekv::gguf::testing::Builder;
 
