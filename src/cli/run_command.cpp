@@ -200,9 +200,11 @@ int run(const RunOptions& o) {
         return fail(s.error(), 2);
     }
   }
-  AllocationScope warm_up("the host pool, the device arena and the engine's buffers (--host-pool, --device-pool, "
-                          "--step-tokens, max_context)");
-  auto engine = make_engine(o, *config, &fake_clock, &model_name);
+  auto engine = [&] {
+    AllocationScope warm_up("the host pool, the device arena and the engine's buffers (--host-pool, --device-pool, "
+                            "--step-tokens, max_context)");
+    return make_engine(o, *config, &fake_clock, &model_name);
+  }();
   if (!engine) return fail(engine.error(), 2);
   serve::Clock& clock = o.engine == "fake" ? static_cast<serve::Clock&>(fake_clock) : wall_clock;
 
@@ -213,6 +215,7 @@ int run(const RunOptions& o) {
   serve::RunJobOptions options;
   options.out = stdout;
   options.terminal = isatty(fileno(stdout)) != 0;
+  AllocationScope scheduling("the scheduler's buffers for the trace (--trace: its requests, prompts and max_tokens)");
   auto result = serve::run_job(**engine, clock, *trace, *config, std::move(inputs), options);
   if (!result) return fail(result.error(), result.error().code == ErrorCode::backend ? 1 : 2);
   if (!o.report.empty()) {
