@@ -115,19 +115,22 @@ Status check_shape(const MemorySettings& s) {
     return invalid("--page-tokens", fmt::format("{} is longer than --max-context {}: a page holds at most one context",
                                                 s.page_tokens, s.max_context_tokens));
   }
+  // The whole-page values next to `tokens`, in 64 bits: a suggestion past 2^32 - 1 is left out, never wrapped.
+  auto whole_pages = [&](std::uint32_t tokens) {
+    const std::uint64_t below = std::uint64_t{tokens} / s.page_tokens * s.page_tokens;
+    const std::uint64_t above = below + s.page_tokens;
+    if (below == 0 || above > UINT32_MAX) return fmt::format("{}", below == 0 ? above : below);
+    return fmt::format("{} or {}", below, above);
+  };
   if (s.max_context_tokens % s.page_tokens != 0) {
-    const std::uint32_t below = s.max_context_tokens / s.page_tokens * s.page_tokens;
-    return invalid("--max-context",
-                   fmt::format("{} is not a whole number of {}-token pages: use {} or {}", s.max_context_tokens,
-                               s.page_tokens, below == 0 ? s.page_tokens : below, below + s.page_tokens));
+    return invalid("--max-context", fmt::format("{} is not a whole number of {}-token pages: use {}", s.max_context_tokens,
+                                                s.page_tokens, whole_pages(s.max_context_tokens)));
   }
   const std::uint32_t tile = effective_tile_tokens(s);
   if (tile % s.page_tokens != 0) {
-    const std::uint32_t below = tile / s.page_tokens * s.page_tokens;
     return invalid("--tile-tokens", fmt::format("the page size ({} tokens) must divide the tile size ({} tokens): "
-                                                "use --tile-tokens {} or {}, or another --page-tokens",
-                                                s.page_tokens, tile, below == 0 ? s.page_tokens : below,
-                                                below + s.page_tokens));
+                                                "use --tile-tokens {}, or another --page-tokens",
+                                                s.page_tokens, tile, whole_pages(tile)));
   }
   if (s.tiles == 0) {
     return invalid("--tiles", "must be at least 1: history that is not resident streams through the staging tiles "

@@ -39,6 +39,7 @@ class Case:
         self.name, self.args, self.needles, self.exits, self.klass = name, args, needles, exits, klass
         self.stdout_has = stdout_has
         self.address_space_mib = address_space_mib  # RLIMIT_AS for the process (skipped under sanitizers)
+        self.absent = ()  # words the message must not hold (a wrapped number)
 
 
 def bad(klass, name, args, *needles):
@@ -48,6 +49,11 @@ def bad(klass, name, args, *needles):
 def ok(name, args, *stdout_has):
     """A valid (if unusual) input: exit 0, and stdout holds each of stdout_has."""
     return Case(name, args, (), (0,), "valid", stdout_has)
+
+
+def without(case, *words):
+    case.absent = words
+    return case
 
 
 def with_limit(case, mib):
@@ -273,6 +279,9 @@ def cases(p):
         bad(5, "--chunk-tokens 1000000", plan + ["--chunk-tokens", "1000000"], "--chunk-tokens"),
         bad(5, "--dense-layers 2^32-1", plan + ["--dense-layers", str(U32_MAX)], "--dense-layers"),
         bad(5, "--max-context 2^32-1", plan + ["--max-context", str(U32_MAX)], "--max-context"),
+        without(bad(5, "--max-context 2^32-1 in 2-token pages: no wrapped suggestion",
+                    plan + ["--max-context", str(U32_MAX), "--page-tokens", "2"], "--max-context", "use 4294967294"),
+                "or 0"),
         bad(5, "--tiles 2^32-1", plan + ["--tiles", str(U32_MAX)], "--tiles"),
         bad(5, "unknown flag", plan + ["--nope"], "--nope"),
     ]
@@ -315,6 +324,9 @@ def check(binary, case):
     missing = [n for n in case.needles if n.lower() not in err.lower()]
     if missing:
         return f"stderr does not name {missing}: {err!r}"
+    present = [n for n in case.absent if n in err]
+    if present:
+        return f"stderr holds {present}: {err!r}"
     return None
 
 
