@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "gguf/gguf_builder.hpp"
 
@@ -23,18 +25,28 @@ std::vector<std::byte> f32_bytes(std::size_t n, float value = 0.01f) {
   return out;
 }
 
-// A tiny, valid Llama model with F32 weights; `edit` may change the builder before tensors are added.
-Builder tiny_llama(const std::string& arch = "llama", GgmlType matrix_type = GgmlType::f32, std::uint64_t q_rows = kEmbedding) {
+// Writes one metadata key in place of the valid value (returns true), or leaves it (false).
+using Edit = std::function<bool(Builder&, const std::string& key)>;
+
+// A tiny, valid Llama model with F32 weights; `edit` may replace any metadata value.
+Builder tiny_llama(const std::string& arch = "llama", GgmlType matrix_type = GgmlType::f32, std::uint64_t q_rows = kEmbedding,
+                   const Edit& edit = nullptr) {
   Builder b;
   b.string("general.architecture", arch);
-  b.u32(arch + ".block_count", kLayers);
-  b.u32(arch + ".embedding_length", kEmbedding);
-  b.u32(arch + ".feed_forward_length", kFfn);
-  b.u32(arch + ".attention.head_count", kHeads);
-  b.u32(arch + ".attention.head_count_kv", kKvHeads);
-  b.u32(arch + ".context_length", 128);
-  b.f32(arch + ".rope.freq_base", 10000.0f);
-  b.f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  auto u32 = [&](const std::string& key, std::uint32_t v) {
+    if (!edit || !edit(b, key)) b.u32(key, v);
+  };
+  auto f32 = [&](const std::string& key, float v) {
+    if (!edit || !edit(b, key)) b.f32(key, v);
+  };
+  u32(arch + ".block_count", kLayers);
+  u32(arch + ".embedding_length", kEmbedding);
+  u32(arch + ".feed_forward_length", kFfn);
+  u32(arch + ".attention.head_count", kHeads);
+  u32(arch + ".attention.head_count_kv", kKvHeads);
+  u32(arch + ".context_length", 128);
+  f32(arch + ".rope.freq_base", 10000.0f);
+  f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   auto matrix = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, GgmlType type) {
     b.tensor(name, {cols, rows}, type, std::vector<std::byte>(quant_row_bytes(type, cols) * rows));
   };
@@ -76,6 +88,51 @@ TEST(Model, TinyLlamaLoadsWithItsGeometry) {
   EXPECT_EQ(g.kv_heads, kKvHeads);
   EXPECT_EQ(g.row_bytes(), 2u * kKvHeads * (kEmbedding / kHeads) * 2u);
   EXPECT_TRUE(g.validate().ok());
+}
+
+// One key replaced by `write`; the model must be refused naming the key and `value_text`.
+void expect_refused(const std::string& key, const std::function<void(Builder&, const std::string&)>& write,
+                    const std::string& value_text) {
+  const Edit edit = [&](Builder& b, const std::string& k) {
+    if (k != key) return false;
+    write(b, k);
+    return true;
+  };
+  Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama("llama", GgmlType::f32, kEmbedding, edit).build());
+  ASSERT_FALSE(model.ok()) << key << " = " << value_text << " was accepted";
+  EXPECT_EQ(model.error().setting, "tiny.gguf");
+  EXPECT_NE(model.error().message.find(key), std::string::npos) << model.error().describe();
+  EXPECT_NE(model.error().message.find(value_text), std::string::npos) << model.error().describe();
+}
+
+TEST(Model, HyperParametersPastTheirLimitsAreRefusedBeforeAnythingIsSized) {
+  const auto u32 = [](std::uint32_t v) { return [v](Builder& b, const std::string& k) { b.u32(k, v); }; };
+  const auto f32 = [](float v) { return [v](Builder& b, const std::string& k) { b.f32(k, v); }; };
+  expect_refused("llama.block_count", u32(UINT32_MAX), "4294967295");  // the layer table is never sized by it
+  expect_refused("llama.block_count", u32(3), "blk.2.attn_q.weight");   // more layers than the tensors hold
+  expect_refused("llama.context_length", u32(UINT32_MAX), "4294967295");
+  expect_refused("llama.context_length", u32(context_tokens_max + 1), "1048577");
+  expect_refused("llama.embedding_length", u32(embedding_max + 1), "65537");
+  expect_refused("llama.feed_forward_length", u32(0), "is 0");
+  expect_refused("llama.attention.head_count", u32(heads_max + 1), "1025");
+  expect_refused("llama.attention.head_count_kv", u32(UINT32_MAX), "4294967295");
+  expect_refused("llama.rope.freq_base", f32(std::numeric_limits<float>::quiet_NaN()), "nan");
+  expect_refused("llama.rope.freq_base", f32(std::numeric_limits<float>::infinity()), "inf");
+  expect_refused("llama.rope.freq_base", f32(-10000.0f), "-10000");
+  expect_refused("llama.attention.layer_norm_rms_epsilon", f32(-1e-5f), "-1e-05");
+  expect_refused("llama.attention.layer_norm_rms_epsilon", f32(0.0f), "is 0");
+}
+
+TEST(Model, VocabularyMustMatchTokenEmbdRows) {
+  Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama().build());
+  ASSERT_TRUE(model.ok());
+  EXPECT_TRUE(check_vocabulary(**model, kVocab).ok());
+  for (const std::uint64_t tokens : {std::uint64_t{kVocab - 1}, std::uint64_t{kVocab + 1}}) {
+    Status s = check_vocabulary(**model, tokens);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("tokenizer.ggml.tokens"), std::string::npos);
+    EXPECT_NE(s.error().message.find("token_embd.weight"), std::string::npos);
+  }
 }
 
 TEST(Model, MissingFileIsNotFound) {
