@@ -36,6 +36,15 @@ int run_swarm(const SwarmOptions& o) {
     std::fprintf(stderr, "activekv swarm: --seeds must be at least 1\n");
     return 2;
   }
+  // Seeds run first .. first + count - 1: bounded, and the end computed without wrapping.
+  constexpr std::uint64_t seeds_max = 1'000'000'000;
+  if (count > seeds_max || first > UINT64_MAX - count) {
+    std::fprintf(stderr, "activekv swarm: --seeds %llu from --first-seed %llu is out of range: give at most %llu seeds, "
+                         "ending below 2^64\n",
+                 static_cast<unsigned long long>(count), static_cast<unsigned long long>(first),
+                 static_cast<unsigned long long>(seeds_max));
+    return 2;
+  }
   SwarmSummary summary;
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };

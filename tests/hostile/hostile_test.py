@@ -298,6 +298,11 @@ def cases(p):
         bad(5, "unknown flag", ["sim", "--nope"], "--nope"),
         bad(6, "--out is a file", sim + ["--out", "/dev/null"], "/dev/null"),
     ]
+    c["swarm"] = [
+        bad(3, "--seeds 2^64-1 (the end wraps)", ["swarm", "--seeds", str(2**64 - 1)], "--seeds"),
+        bad(3, "--first-seed 2^64-1", ["swarm", "--seeds", "2", "--first-seed", str(2**64 - 1)], "--first-seed"),
+        bad(5, "--seeds 0", ["swarm", "--seeds", "0"], "--seeds"),
+    ]
     return c
 
 
