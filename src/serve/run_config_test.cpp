@@ -73,5 +73,17 @@ TEST(RunConfig, BadSettingsNameTheField) {
   EXPECT_EQ(broken.error().code, ErrorCode::malformed);
 }
 
+TEST(RunConfig, DeepNestingAndFilesThatAreNoFilesAreRefused) {
+  auto deep = parse_run_config("{\"comment\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "c.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.error().setting, "c.json");
+  EXPECT_LT(deep.error().describe().size(), 300u);
+  for (const char* path : {"/dev/zero", "/tmp"}) {
+    auto config = load_run_config(path);
+    ASSERT_FALSE(config.ok()) << path;
+    EXPECT_EQ(config.error().setting, "--config") << config.error().describe();
+  }
+}
+
 }  // namespace
 }  // namespace activekv::serve

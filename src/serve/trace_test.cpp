@@ -103,5 +103,23 @@ TEST(Trace, DefaultTraceParses) {
   EXPECT_GT(prompt_chars_max, 20000u);  // the 7,000-token prompt
 }
 
+TEST(Trace, DeepNestingIsRefusedWithABoundedMessage) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto trace = read("{\"arrival_s\": 0, \"max_tokens\": 1, \"prompt_tokens\": " + deep + "}\n");
+  ASSERT_FALSE(trace.ok());
+  EXPECT_EQ(trace.error().setting, "t.jsonl:1");
+  EXPECT_NE(trace.error().message.find("nests"), std::string::npos);
+  EXPECT_LT(trace.error().describe().size(), 300u);
+}
+
+TEST(Trace, AFileThatIsNoFileIsRefusedNamingTheFlag) {
+  for (const char* path : {"/dev/zero", "/tmp", "/nonexistent/trace.jsonl"}) {
+    auto trace = read_trace_file(path);
+    ASSERT_FALSE(trace.ok()) << path;
+    EXPECT_EQ(trace.error().setting, "--trace") << trace.error().describe();
+    EXPECT_NE(trace.error().message.find(path), std::string::npos) << trace.error().describe();
+  }
+}
+
 }  // namespace
 }  // namespace activekv::serve
