@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace activekv::serve {
 
@@ -143,6 +145,7 @@ void FakeEngine::rebalance() {
 
 Status FakeEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) {
   AK_ASSERT(tokens_out.size() >= batch.size(), "FakeEngine::step: tokens_out shorter than the batch");
+  if (config_.wall_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(config_.wall_sleep_s));
   std::uint64_t tokens = 0;
   for (std::size_t e = 0; e < batch.size(); ++e) {
     Slot& s = slot(batch[e].context);
