@@ -129,6 +129,7 @@ std::string EngineStepEngine::plan_text() const {
                      parts_->engine->threads(), format_memory_plan(parts_->runtime->plan()));
 }
 
+std::string EngineStepEngine::plan_json() const { return memory_plan_json(parts_->runtime->plan()); }
 
 Result<std::vector<std::int32_t>> EngineStepEngine::encode(std::string_view text) {
   return parts_->tokenizer->encode(text, tokenizer::Special::allow);

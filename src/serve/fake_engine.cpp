@@ -43,6 +43,14 @@ std::string FakeEngine::plan_text() const {
                      plan_.histories, plan_.max_seqs, plan_.concurrency, plan_.pool_pages, plan_.page_tokens, floor_pages());
 }
 
+std::string FakeEngine::plan_json() const {
+  return fmt::format(
+      "{{\"engine\": \"fake\", \"histories\": {}, \"max_seqs\": {}, \"concurrency\": {}, \"pool_pages\": {}, "
+      "\"page_tokens\": {}, \"floor_pages\": {}, \"max_context_tokens\": {}}}",
+      plan_.histories, plan_.max_seqs, plan_.concurrency, plan_.pool_pages, plan_.page_tokens, floor_pages(),
+      plan_.max_context_tokens);
+}
+
 Result<std::vector<std::int32_t>> FakeEngine::encode(std::string_view text) {
   std::vector<std::int32_t> tokens;
   tokens.reserve(text.size());

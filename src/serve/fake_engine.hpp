@@ -45,6 +45,7 @@ class FakeEngine final : public StepEngine {
 
   const EnginePlan& plan() const override { return plan_; }
   std::string plan_text() const override;
+  std::string plan_json() const override;
   Result<std::vector<std::int32_t>> encode(std::string_view text) override;
   std::string decode(std::span<const std::int32_t> tokens) override;
   Admission admit(std::uint32_t tokens_max) override;

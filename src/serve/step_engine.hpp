@@ -111,6 +111,8 @@ class StepEngine {
   virtual const EnginePlan& plan() const = 0;
   // The memory plan as the operator reads it (formulas with numbers); load time.
   virtual std::string plan_text() const = 0;
+  // The same plan as JSON (the real engine: the keys of `activekv plan --json`).
+  virtual std::string plan_json() const = 0;
 
   // Load time only (allocates).
   virtual Result<std::vector<std::int32_t>> encode(std::string_view text) = 0;
