@@ -6,7 +6,7 @@
 // FILE, the same overrides), plus max_queue and shutdown_grace_s (docs/SERVE.md).
 // It binds first (so /health answers 503 while the model loads), prints the
 // memory plan and the admission line exactly as `run` does, then the address
-// it listens on. SIGINT/SIGTERM: stop accepting, let what runs finish for the
+// it listens on. SIGINT/SIGTERM: refuse new requests (503), let what runs finish for the
 // grace period, cancel the rest, check every page and history came back,
 // print `run`'s summary and exit 0 (1 when something did not come back or a
 // step allocated; 2 for bad settings or a port that cannot be bound).
@@ -219,9 +219,11 @@ int serve_main(const ServeOptions& o) {
     sigwait(&signals, &sig);
     std::fprintf(stderr, "activekv serve: %s: no new requests; finishing what runs (grace %.1f s)\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM", config->shutdown_grace_s);
+    // New requests get 503 from now; streams in flight end with their last chunk and [DONE]
+    // (httplib's stop() would cut them mid-stream, so the listener closes after the drain).
     (*core)->close();
-    http.stop();
     (*core)->drain(config->shutdown_grace_s);
+    http.stop();
   });
   listener.join();
   watcher.join();

@@ -390,7 +390,7 @@ std::optional<nlohmann::json> ServeCore::explain(std::uint64_t serial) {
                         {"first_token_s", s.first_token_s},
                         {"ended_s", s.ended_s},
                         {"steps_waited", waits},
-                        {"first_wait_reason", s.waited ? serve::wait_reason_name(s.first_wait_reason) : nullptr}};
+                        {"first_wait_reason", s.waited ? nlohmann::json(serve::wait_reason_name(s.first_wait_reason)) : nlohmann::json(nullptr)}};
     if (s.phase == Slot::Phase::ended) {
       x["reject_reason"] = serve::reject_reason_name(s.progress.reject_reason);
     }
