@@ -144,8 +144,8 @@ struct Exchange {
   // Waits for tokens or the end; handles stop strings by cancelling. Returns true once ended.
   bool step(std::chrono::milliseconds timeout) {
     progress = state->core->wait(ticket, &tokens, timeout);
-    decode();
-    if (!stopped_by_string && apply_stop_strings()) {
+    decode();  // from every token again, so the cut below is applied to each new text
+    if (apply_stop_strings() && !stopped_by_string) {
       stopped_by_string = true;
       state->core->cancel(ticket);
     }

@@ -73,6 +73,19 @@ def main():
               usage.prompt_tokens == chat.usage.prompt_tokens, f"stream usage {usage} vs {chat.usage}")
         check(len(pieces) >= usage.completion_tokens - 2 if usage else False, "fewer chunks than tokens")
 
+        # A stop string cuts the text before it and finishes with "stop".
+        if "Paris" in reference:
+            cut = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
+                                                 temperature=0, max_tokens=MAX_TOKENS, stop=["Paris"])
+            check(cut.choices[0].message.content == reference[:reference.index("Paris")],
+                  f"stop string: {cut.choices[0].message.content!r}")
+            check(cut.choices[0].finish_reason == "stop", f"stop string: finish_reason {cut.choices[0].finish_reason}")
+        # Seeded sampling: the same seed gives the same text (each context's sampler is reseeded at admission).
+        sampled = [client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Tell me a story."}],
+                                                  temperature=1.0, top_p=0.95, seed=1234, max_tokens=12)
+                   .choices[0].message.content for _ in range(2)]
+        check(sampled[0] == sampled[1] and sampled[0], f"seeded sampling differs: {sampled}")
+
         completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
                                                temperature=0)
         check(completion.choices[0].text.strip() != "", "an empty plain completion")
