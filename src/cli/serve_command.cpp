@@ -53,8 +53,10 @@ struct ServeOptions {
   std::uint32_t threads = 0;
   std::uint32_t step_tokens = 0;
   std::uint32_t prefill_chunk_tokens = 0;
-  std::int64_t max_queue = -1;
-  double grace_s = -1;
+  std::int64_t max_queue = -1;   // -1: not given (the configuration's)
+  double grace_s = -1;           // -1: not given
+  bool max_queue_given = false;
+  bool grace_given = false;
   std::uint32_t http_threads = 64;
   double fake_step_ms = 0;
 };
@@ -83,12 +85,16 @@ Result<serve::RunConfig> load_config(const ServeOptions& o) {
   if (o.threads != 0) c.threads = o.threads;
   if (o.step_tokens != 0) c.step_tokens = o.step_tokens;
   if (o.prefill_chunk_tokens != 0) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
-  if (o.max_queue >= 0) {
-    if (o.max_queue > 4096) return make_error(ErrorCode::invalid_argument, "--max-queue", "must be from 0 to 4096");
+  if (o.max_queue_given) {
+    if (o.max_queue < 0 || o.max_queue > 4096) {
+      return make_error(ErrorCode::invalid_argument, "--max-queue", fmt::format("must be from 0 to 4096, got {}", o.max_queue));
+    }
     c.max_queue = static_cast<std::uint32_t>(o.max_queue);
   }
-  if (o.grace_s >= 0) {
-    if (o.grace_s > 3600) return make_error(ErrorCode::invalid_argument, "--grace", "must be from 0 to 3600 seconds");
+  if (o.grace_given) {
+    if (!(o.grace_s >= 0 && o.grace_s <= 3600)) {
+      return make_error(ErrorCode::invalid_argument, "--grace", fmt::format("must be from 0 to 3600 seconds, got {}", o.grace_s));
+    }
     c.shutdown_grace_s = o.grace_s;
   }
   if (!o.model.empty()) c.model = o.model;
@@ -259,11 +265,17 @@ Action setup(CLI::App& sub) {
   sub.add_option("--threads", o->threads, "Override the compute threads");
   sub.add_option("--step-tokens", o->step_tokens, "Override the token budget per step");
   sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
-  sub.add_option("--max-queue", o->max_queue, "Override max_queue: requests that may wait beyond the running ones");
-  sub.add_option("--grace", o->grace_s, "Override shutdown_grace_s: seconds to finish running requests on SIGINT/SIGTERM");
+  CLI::Option* max_queue =
+      sub.add_option("--max-queue", o->max_queue, "Override max_queue: requests that may wait beyond the running ones");
+  CLI::Option* grace =
+      sub.add_option("--grace", o->grace_s, "Override shutdown_grace_s: seconds to finish running requests on SIGINT/SIGTERM");
   sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open connection holds one)")->capture_default_str();
   sub.add_option("--fake-step-ms", o->fake_step_ms, "With --engine fake: milliseconds each step takes (paces load tests)");
-  return [o] { return serve_main(*o); };
+  return [o, max_queue, grace] {
+    o->max_queue_given = max_queue->count() > 0;
+    o->grace_given = grace->count() > 0;
+    return serve_main(*o);
+  };
 }
 
 Registration reg{"serve", "Serve an OpenAI-compatible HTTP API over the scheduler and memory plan", 25, setup};

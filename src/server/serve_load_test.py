@@ -278,8 +278,20 @@ def check_shutdown(server):
     check(" cancelled, " in out and "requests " in out, "no run summary printed")
 
 
+def check_cli(binary):
+    import subprocess
+    for args, field in [(["--max-queue", "-3"], "--max-queue"), (["--port", "70000"], "--port"),
+                        (["--grace", "-1"], "--grace"), (["--engine", "gpt"], "--engine"),
+                        (["--host", "256.1.1.1"], "--port")]:
+        base = [] if "--engine" in args else ["--engine", "fake"]
+        r = subprocess.run([binary, "serve", *base, *args], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and field in r.stderr and "activekv serve:" in r.stderr,
+              f"serve {args}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+
+
 def main():
     binary = binary_from_argv(sys.argv)
+    check_cli(binary)
     server = Server(binary, ["--engine", "fake", "--fake-step-ms", "1", "--max-queue", "30", "--grace", "0.3",
                              "--http-threads", "96"])
     try:
