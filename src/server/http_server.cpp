@@ -138,8 +138,16 @@ struct Exchange {
   void decode() {
     std::size_t n = tokens.size();
     if (progress.ended && progress.hit_stop_token && n > 0) --n;
-    const std::string all = state->engine->decode(std::span<const std::int32_t>(tokens.data(), n));
-    text = all.substr(0, progress.ended ? all.size() : complete_utf8(all));
+    // Decoding all tokens again each time keeps the text exact: a character split across
+    // tokens decodes as U+FFFD (the real tokenizer) or as a partial byte sequence (the
+    // fake engine) until its last byte arrives, so while the request runs that tail is held back.
+    text = state->engine->decode(std::span<const std::int32_t>(tokens.data(), n));
+    if (!progress.ended) {
+      std::size_t keep = complete_utf8(text);
+      static constexpr char replacement[] = "\xEF\xBF\xBD";
+      if (text.size() >= 3 && text.compare(text.size() - 3, 3, replacement) == 0) keep = std::min(keep, text.size() - 3);
+      text.resize(keep);
+    }
   }
   // Waits for tokens or the end; handles stop strings by cancelling. Returns true once ended.
   bool step(std::chrono::milliseconds timeout) {
@@ -448,7 +456,12 @@ void HttpServer::listen() {
   http_->listen_after_bind();
 }
 
-void HttpServer::stop() { http_->stop(); }
+void HttpServer::stop() {
+  // httplib's stop() does nothing until listen() has started running: wait for it (listen()
+  // is called on its own thread right after bind(), so this is a few milliseconds at most).
+  for (int i = 0; i < 10000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http_->stop();
+}
 
 void HttpServer::attach(serve::StepEngine& engine, ServeCore& core, Frontend frontend) {
   state_->engine = &engine;
