@@ -8,9 +8,10 @@
 2. A small real-model load: 4 clients, 12 short requests, streamed and not,
    one client disconnecting mid-stream; then /metrics says nothing runs,
    allocations after warm-up are 0 (device and heap), a request was
-   cancelled, and SIGTERM ends the server with every page and history back
+   cancelled, and SIGINT ends the server with every page and history back
    and exit code 0.
 """
+import signal
 import subprocess
 import sys
 import threading
@@ -135,7 +136,7 @@ def main():
         check(m["activekv_requests_total[('outcome', 'cancelled')]"] >= 1, "the disconnect was not cancelled")
         check(m["activekv_requests_total[('outcome', 'finished')]"] >= 14, "too few finished")
         check(m["activekv_h2d_bytes_total[]"] > 0, "no bytes staged")
-        code, out = server.stop()
+        code, out = server.stop(signal.SIGINT)  # the load test uses SIGTERM
         print(out[-1200:], flush=True)
         check(code == 0, f"exit code {code}")
         check("every page and history back: yes" in out, "not every page and history came back")
