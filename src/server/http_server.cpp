@@ -5,12 +5,11 @@
 #include <httplib.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "server/io_thread_pool.hpp"
 #include "testing/alloc_counter.hpp"
 
 namespace activekv::server {
@@ -18,51 +17,6 @@ namespace activekv::server {
 using nlohmann::json;
 
 namespace {
-
-// httplib's task queue, with every worker marked as an I/O thread.
-class IoThreadPool final : public httplib::TaskQueue {
- public:
-  explicit IoThreadPool(std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      threads_.emplace_back([this] {
-        testing::mark_io_thread();
-        while (true) {
-          std::function<void()> fn;
-          {
-            std::unique_lock lock(mu_);
-            cv_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
-            if (shutdown_ && jobs_.empty()) return;
-            fn = std::move(jobs_.front());
-            jobs_.pop_front();
-          }
-          fn();
-        }
-      });
-    }
-  }
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::lock_guard lock(mu_);
-      jobs_.push_back(std::move(fn));
-    }
-    cv_.notify_one();
-  }
-  void shutdown() override {
-    {
-      std::lock_guard lock(mu_);
-      shutdown_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  bool shutdown_ = false;
-};
 
 // Text decoded from tokens may end inside a multi-byte character: the length of the complete prefix.
 std::size_t complete_utf8(const std::string& text) {

@@ -179,7 +179,7 @@ void ServeCore::count_queue_full() {
   ++stats_.refused_queue_full;
 }
 
-void ServeCore::publish(double now_s) {
+void ServeCore::publish() {
   serve::Scheduler& sched = *scheduler_;
   stats_.running = sched.running();
   stats_.waiting = sched.queued();
@@ -248,7 +248,6 @@ void ServeCore::publish(double now_s) {
     }
     if (wake) s.cv.notify_all();
   }
-  (void)now_s;
 }
 
 void ServeCore::sample_pages() {
@@ -292,7 +291,7 @@ void ServeCore::loop() {
       --cancel_count_;
       if (slots_[i].phase == Slot::Phase::active && !sched.requests()[i].ended()) sched.cancel(i);
     }
-    publish(clock_.now_s());
+    publish();
     stats_.heap_allocations_after_warmup += testing::heap_allocations_outside_io() - before;
     if (sched.running() == 0 && sched.queued() == 0) {
       if (exit_) break;
@@ -320,7 +319,7 @@ void ServeCore::loop() {
         sched.submit(i, slots_[i].submission);
         if (!sched.requests()[i].ended()) sched.cancel(i);
       }
-      publish(clock_.now_s());
+      publish();
       closed_ = true;
       exit_ = true;
       break;

@@ -118,7 +118,7 @@ class ServeCore {
   struct Slot;
   ServeCore(serve::StepEngine& engine, serve::Clock& clock, const ServeCoreSettings& settings);
   void loop();
-  void publish(double now_s);            // under mu_
+  void publish();                        // under mu_
   void sample_pages();                   // engine thread, outside the counted window
   std::string busy_reason() const;       // under mu_
 
