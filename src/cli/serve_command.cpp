@@ -213,6 +213,9 @@ int serve_main(const ServeOptions& o) {
   }
   fmt::print("{}", engine.plan_text());
   fmt::print("{}", serve::admission_text(engine.plan(), *config));
+  // From here this thread only attaches, prints and waits: it allocates beside the engine
+  // thread like the HTTP threads do, so it is left out of the step path's count as they are.
+  testing::mark_io_thread();
   (*core)->start();
   http.attach(engine, **core, loaded->frontend);
   fmt::print("listening on http://{}:{} ({} request slots: {} running + max_queue {}; shutdown grace {} s)\n", o.host, *port,
