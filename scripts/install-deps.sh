@@ -10,7 +10,7 @@ want_test=0
 
 packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-          pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers)
+          pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libcpp-httplib-dev)
 if (( want_test )); then
   packages+=(clang libclang-rt-14-dev chromium)
 fi
@@ -36,4 +36,6 @@ if [[ -z "$(scripts/find-model.sh 2>/dev/null)" ]]; then
 fi
 if (( want_test )); then
   $PY -c "import numpy, gguf, tokenizers" 2>/dev/null || { echo "install-deps: installing numpy gguf tokenizers"; pip_install numpy gguf tokenizers; }
+  # `activekv serve`'s tests: the official OpenAI client and the Prometheus text parser.
+  $PY -c "import openai, prometheus_client" 2>/dev/null || { echo "install-deps: installing openai prometheus_client"; pip_install openai prometheus_client; }
 fi

@@ -34,9 +34,15 @@ Status validate(const SamplerSettings& s) {
 Sampler::Sampler(const SamplerSettings& settings, std::uint32_t vocab) : settings_(settings) {
   AK_ASSERT(validate(settings).ok(), "Sampler: settings not validated");
   AK_ASSERT(vocab > 0, "Sampler: empty vocabulary");
+  candidates_.resize(vocab);
+  reset(settings);
+}
+
+void Sampler::reset(const SamplerSettings& settings) noexcept {
+  AK_ASSERT(validate(settings).ok(), "Sampler::reset: settings not validated");
+  settings_ = settings;
   std::uint64_t seed = settings.seed;
   for (std::uint64_t& word : state_) word = splitmix64(seed);
-  candidates_.resize(vocab);
 }
 
 std::uint64_t Sampler::next_u64() noexcept {

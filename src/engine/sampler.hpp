@@ -34,6 +34,9 @@ class Sampler {
  public:
   Sampler(const SamplerSettings& settings, std::uint32_t vocab);
   std::uint32_t sample(std::span<const float> logits) noexcept;
+  // New settings and a generator reseeded from them, as if just constructed;
+  // allocates nothing (a server gives each context slot one sampler at warm-up).
+  void reset(const SamplerSettings& settings) noexcept;
   const SamplerSettings& settings() const noexcept { return settings_; }
 
   static std::uint32_t argmax(std::span<const float> logits) noexcept;

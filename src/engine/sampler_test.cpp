@@ -33,6 +33,26 @@ TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
   EXPECT_NE(draw(42), draw(43));
 }
 
+TEST(Sampler, ResetDrawsAsAFreshSamplerAndAllocatesNothing) {
+  std::vector<float> logits(100);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::cos(i * 0.21)) * 3.0f;
+  Sampler fresh(SamplerSettings{99, 0.8f, 0.9f}, 100);
+  Sampler reused(SamplerSettings{1, 1.5f, 0.5f}, 100);
+  for (int i = 0; i < 7; ++i) reused.sample(logits);  // a previous occupant's draws
+  const std::uint64_t before = activekv::testing::heap_allocations();
+  reused.reset(SamplerSettings{99, 0.8f, 0.9f});
+  std::vector<std::uint32_t> a, b;
+  a.reserve(40);
+  b.reserve(40);
+  for (int i = 0; i < 40; ++i) {
+    a.push_back(fresh.sample(logits));
+    b.push_back(reused.sample(logits));
+  }
+  EXPECT_EQ(activekv::testing::heap_allocations(), before);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(reused.settings().temperature, 0.8f);
+}
+
 TEST(Sampler, FrequenciesFollowTheSoftmax) {
   const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
   Sampler s(SamplerSettings{7, 1.0f, 1.0f}, 3);

@@ -42,6 +42,7 @@ struct EngineStepEngine::Parts {
   std::uint64_t pending_request_id = 0;      // queued inside the runtime; 0: none
   std::vector<AdmitResult> admitted_scratch; // take_admitted() buffer, sized at warm-up
   std::vector<engine::StepInput> inputs;     // step scratch, sized at warm-up
+  std::vector<engine::Sampler> samplers;     // one per host history (= context slot), built at warm-up
   std::uint64_t device_allocations_at_warmup = 0;
 };
 
@@ -126,6 +127,8 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // Admissions at once are bounded by the concurrency, not by how many histories a huge pool could hold.
   parts->admitted_scratch.resize(std::max<std::size_t>(std::min(p.histories, p.concurrency), 1) + 8);
   parts->inputs.resize(entries_max);
+  parts->samplers.reserve(p.histories);
+  for (std::uint32_t i = 0; i < p.histories; ++i) parts->samplers.emplace_back(engine::SamplerSettings{}, parts->engine->config().vocab);
   parts->device_allocations_at_warmup = parts->runtime->counters().device_allocations_after_warmup;
   return std::unique_ptr<EngineStepEngine>(new EngineStepEngine(std::move(parts)));
 }
@@ -137,6 +140,7 @@ std::string EngineStepEngine::plan_text() const {
                      parts_->engine->threads(), format_memory_plan(parts_->runtime->plan()));
 }
 
+std::string EngineStepEngine::plan_json() const { return memory_plan_json(parts_->runtime->plan()); }
 
 Result<std::vector<std::int32_t>> EngineStepEngine::encode(std::string_view text) {
   return parts_->tokenizer->encode(text, tokenizer::Special::allow);
@@ -171,6 +175,11 @@ Admission EngineStepEngine::admit(std::uint32_t tokens_max) {
   return {AdmitOutcome::floor_does_not_fit, {}};
 }
 
+void EngineStepEngine::set_sampling(ContextHandle context, const SamplingSettings& sampling) {
+  AK_ASSERT(context.index < parts_->samplers.size(), "EngineStepEngine::set_sampling: context index beyond the histories");
+  parts_->samplers[context.index].reset(engine::SamplerSettings{sampling.seed, sampling.temperature, sampling.top_p});
+}
+
 void EngineStepEngine::finish(ContextHandle context) { parts_->runtime->finish(to_runtime(context)); }
 void EngineStepEngine::cancel(ContextHandle context) { parts_->runtime->cancel(to_runtime(context)); }
 
@@ -186,7 +195,12 @@ Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::
   if (!status) return status;
   for (std::size_t e = 0; e < batch.size(); ++e) {
     if (!batch[e].want_token) continue;
-    tokens_out[e] = static_cast<std::int32_t>(engine::Sampler::argmax(p.engine->logits(static_cast<std::uint32_t>(e))));
+    const std::span<const float> logits = p.engine->logits(static_cast<std::uint32_t>(e));
+    engine::Sampler& sampler = p.samplers[batch[e].context.index];
+    // A fresh context's sampler may still hold a previous occupant's settings: the
+    // scheduler sets every admitted context's sampling before its first step.
+    tokens_out[e] = static_cast<std::int32_t>(sampler.settings().temperature == 0.0f ? engine::Sampler::argmax(logits)
+                                                                                      : sampler.sample(logits));
   }
   return {};
 }

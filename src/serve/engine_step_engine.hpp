@@ -15,8 +15,11 @@
 // calls collect it through take_admitted() once a finish freed room, so the
 // runtime's queue never holds more than the scheduler's head.
 //
-// Sampling is greedy (argmax, lowest id on ties): outputs are reproducible and
-// comparable with the same request run alone.
+// Sampling is greedy (argmax, lowest id on ties) unless set_sampling() gives a
+// context a temperature: then that context's own engine::Sampler (one per host
+// history, built at warm-up, reseeded at set_sampling) draws nucleus samples
+// from its seed. Greedy outputs are reproducible and comparable with the same
+// request run alone; seeded ones are reproducible for the same seed.
 #pragma once
 
 #include <cstdint>
@@ -42,9 +45,11 @@ class EngineStepEngine final : public StepEngine {
 
   const EnginePlan& plan() const override;
   std::string plan_text() const override;
+  std::string plan_json() const override;
   Result<std::vector<std::int32_t>> encode(std::string_view text) override;
   std::string decode(std::span<const std::int32_t> tokens) override;
   Admission admit(std::uint32_t tokens_max) override;
+  void set_sampling(ContextHandle context, const SamplingSettings& sampling) override;
   void finish(ContextHandle context) override;
   void cancel(ContextHandle context) override;
   Status step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) override;

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace activekv::serve {
 
@@ -39,6 +41,14 @@ FakeEngine::FakeEngine(const FakeEngineConfig& config) : config_(config) {
 std::string FakeEngine::plan_text() const {
   return fmt::format("fake engine: {} histories, max_seqs {} -> concurrency {}; {} pool pages of {} tokens; floor {} pages\n",
                      plan_.histories, plan_.max_seqs, plan_.concurrency, plan_.pool_pages, plan_.page_tokens, floor_pages());
+}
+
+std::string FakeEngine::plan_json() const {
+  return fmt::format(
+      "{{\"engine\": \"fake\", \"histories\": {}, \"max_seqs\": {}, \"concurrency\": {}, \"pool_pages\": {}, "
+      "\"page_tokens\": {}, \"floor_pages\": {}, \"max_context_tokens\": {}}}",
+      plan_.histories, plan_.max_seqs, plan_.concurrency, plan_.pool_pages, plan_.page_tokens, floor_pages(),
+      plan_.max_context_tokens);
 }
 
 Result<std::vector<std::int32_t>> FakeEngine::encode(std::string_view text) {
@@ -143,6 +153,7 @@ void FakeEngine::rebalance() {
 
 Status FakeEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) {
   AK_ASSERT(tokens_out.size() >= batch.size(), "FakeEngine::step: tokens_out shorter than the batch");
+  if (config_.wall_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(config_.wall_sleep_s));
   std::uint64_t tokens = 0;
   for (std::size_t e = 0; e < batch.size(); ++e) {
     Slot& s = slot(batch[e].context);

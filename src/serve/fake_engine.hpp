@@ -36,6 +36,7 @@ struct FakeEngineConfig {
   ManualClock* clock = nullptr;           // advanced by each step when set
   double step_cost_s = 0.002;
   double token_cost_s = 0.0001;
+  double wall_sleep_s = 0;                // real seconds each step sleeps (a server's load test paces with it)
 };
 
 class FakeEngine final : public StepEngine {
@@ -44,9 +45,13 @@ class FakeEngine final : public StepEngine {
 
   const EnginePlan& plan() const override { return plan_; }
   std::string plan_text() const override;
+  std::string plan_json() const override;
   Result<std::vector<std::int32_t>> encode(std::string_view text) override;
   std::string decode(std::span<const std::int32_t> tokens) override;
   Admission admit(std::uint32_t tokens_max) override;
+  // The fake model's token is a function of the sequence's hash: it has no
+  // distribution to sample from, so every context stays deterministic.
+  void set_sampling(ContextHandle, const SamplingSettings&) override {}
   void finish(ContextHandle context) override;
   void cancel(ContextHandle context) override;
   Status step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) override;

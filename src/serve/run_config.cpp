@@ -60,7 +60,7 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
 
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
-                                        "threads",     "stop_at_eos", "arrival_scale", "comment"};
+                                        "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "comment"};
 
 bool is_known(std::string_view key) {
   for (const char* k : known_fields) {
@@ -102,7 +102,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s)");
     }
   }
   RunConfig config;
@@ -119,7 +119,8 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
                    read_count(object, "max_seqs", config.max_seqs, source, true, 1),
                    read_count(object, "step_tokens", config.step_tokens, source, true, 1),
                    read_count(object, "prefill_chunk_tokens", config.prefill_chunk_tokens, source, true, 1),
-                   read_count(object, "threads", config.threads, source, true, 1)}) {
+                   read_count(object, "threads", config.threads, source, true, 1),
+                   read_count(object, "max_queue", config.max_queue, source, false, 0)}) {
     if (!s) return s.error();
   }
   if (object.contains("stop_at_eos")) {
@@ -129,6 +130,13 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
   if (object.contains("arrival_scale")) {
     if (!object["arrival_scale"].is_number()) return field_error(source, "arrival_scale", "must be a number >= 0");
     config.arrival_scale = object["arrival_scale"].get<double>();
+  }
+  if (object.contains("shutdown_grace_s")) {
+    const json& g = object["shutdown_grace_s"];
+    if (!g.is_number() || !std::isfinite(g.get<double>()) || g.get<double>() < 0 || g.get<double>() > 3600) {
+      return field_error(source, "shutdown_grace_s", "must be a number of seconds from 0 to 3600");
+    }
+    config.shutdown_grace_s = g.get<double>();
   }
   if (Status s = config.validate(source); !s) return s.error();
   return config;

@@ -85,5 +85,26 @@ TEST(RunConfig, DeepNestingAndFilesThatAreNoFilesAreRefused) {
   }
 }
 
+TEST(RunConfig, ServeKeysParseAndRefuseOutOfRange) {
+  auto defaults = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(defaults->max_queue, 16u);
+  EXPECT_DOUBLE_EQ(defaults->shutdown_grace_s, 10.0);
+  const std::string base = valid.substr(0, valid.size() - 1);
+  auto set = parse_run_config(base + R"(, "max_queue": 40, "shutdown_grace_s": 2.5})", "c.json");
+  ASSERT_TRUE(set) << set.error().describe();
+  EXPECT_EQ(set->max_queue, 40u);
+  EXPECT_DOUBLE_EQ(set->shutdown_grace_s, 2.5);
+  for (const char* bad : {R"(, "max_queue": -1})", R"(, "max_queue": "many"})", R"(, "shutdown_grace_s": -1})",
+                          R"(, "shutdown_grace_s": 1e9})", R"(, "shutdown_grace_s": "soon"})"}) {
+    auto refused = parse_run_config(base + bad, "c.json");
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_NE(refused.error().setting.find(std::string(bad).find("max_queue") != std::string::npos ? "max_queue"
+                                                                                                  : "shutdown_grace_s"),
+              std::string::npos)
+        << refused.error().describe();
+  }
+}
+
 }  // namespace
 }  // namespace activekv::serve

@@ -20,6 +20,7 @@ const char* request_state_name(RequestState state) noexcept {
     case RequestState::finished: return "finished";
     case RequestState::cancelled: return "cancelled";
     case RequestState::rejected: return "rejected";
+    case RequestState::vacant: return "vacant";
   }
   return "?";
 }
@@ -48,6 +49,9 @@ const char* reject_reason_name(RejectReason reason) noexcept {
 namespace {
 
 constexpr std::size_t pages_samples_max = 4u << 20;  // bound on the pages time series (entries)
+// Live mode's bounds on the time series (later entries are dropped, counted in steps_dropped).
+constexpr std::size_t live_steps_max = 1u << 16;
+constexpr std::size_t live_token_samples_max = 1u << 18;
 
 WaitReason wait_reason_of(AdmitOutcome outcome) {
   switch (outcome) {
@@ -158,6 +162,77 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const std::vector<TraceRequ
   return s;
 }
 
+Result<std::unique_ptr<Scheduler>> Scheduler::create_live(std::uint32_t slots, StepEngine& engine, Clock& clock,
+                                                          const SchedulerConfig& config) {
+  AK_ASSERT(config.max_seqs > 0, "SchedulerConfig: max_seqs must be at least 1");
+  AK_ASSERT(config.step_tokens >= config.max_seqs, "SchedulerConfig: step_tokens must cover one decode token per context");
+  AK_ASSERT(config.prefill_chunk_tokens > 0, "SchedulerConfig: prefill_chunk_tokens must be at least 1");
+  AK_ASSERT(slots > 0, "Scheduler::create_live: no request slots");
+  const EnginePlan& plan = engine.plan();
+  if (plan.concurrency == 0) {
+    return make_error(ErrorCode::refused, "--host-pool", "the memory plan admits no context (0 histories fit)");
+  }
+  std::unique_ptr<Scheduler> s(new Scheduler(engine, clock, config));
+  s->live_ = true;
+  s->cap_ = std::min(config.max_seqs, plan.concurrency);
+  s->max_context_tokens_ = plan.max_context_tokens;
+  s->eos_token_ = config.stop_at_eos ? plan.eos_token : -1;
+  s->requests_.resize(slots);
+  for (RequestRecord& r : s->requests_) {
+    r.state = RequestState::vacant;
+    r.tokens.reserve(plan.max_context_tokens);
+  }
+  s->queue_.resize(slots);
+  s->running_.resize(s->cap_);
+  s->batch_.resize(s->cap_);
+  s->batch_request_.resize(s->cap_);
+  s->batch_tokens_out_.resize(s->cap_);
+  s->steps_.reserve(live_steps_max);
+  s->token_samples_.reserve(live_token_samples_max);
+  return s;
+}
+
+void Scheduler::submit(std::uint32_t slot, const Submission& submission) {
+  AK_ASSERT(live_, "Scheduler::submit: only a live scheduler takes submissions");
+  AK_ASSERT(slot < requests_.size(), "Scheduler::submit: no such slot");
+  RequestRecord& r = requests_[slot];
+  AK_ASSERT(r.state == RequestState::vacant, "Scheduler::submit: the slot is in use");
+  AK_ASSERT(!submission.prompt.empty(), "Scheduler::submit: an empty prompt (the caller refuses it)");
+  // Everything but the reserved buffers goes back to its initial value (no allocation).
+  r.turn_tokens.clear();
+  r.tokens.clear();
+  const std::size_t room = r.tokens.capacity();
+  r.arrival_s = clock_.now_s();
+  r.max_tokens = submission.max_tokens;
+  r.cancel_after_tokens = -1;
+  r.previous_turn = r.next_turn = -1;
+  r.prompt_tokens = r.prefilled_tokens = r.output_tokens = 0;
+  r.reject_reason = RejectReason::none;
+  r.wait_steps = {};
+  r.waited = false;
+  r.first_wait_reason = WaitReason::behind_queue_head;
+  r.context = {};
+  r.sampling = submission.sampling;
+  r.stop_tokens = submission.stop_tokens;
+  r.cached_tokens = 0;
+  r.ready_s = r.admitted_s = r.first_token_s = r.last_token_s = r.ended_s = -1;
+  r.state = RequestState::pending;
+  if (submission.prompt.size() + r.max_tokens > room) {  // longer than the max context: rejected, never copied
+    r.prompt_tokens = static_cast<std::uint32_t>(std::min<std::size_t>(submission.prompt.size(), UINT32_MAX));
+    r.ready_s = r.arrival_s;
+    reject(slot, RejectReason::longer_than_max_context, r.arrival_s);
+    return;
+  }
+  r.tokens.insert(r.tokens.end(), submission.prompt.begin(), submission.prompt.end());
+  make_ready(slot, r.arrival_s);
+}
+
+void Scheduler::release(std::uint32_t slot) {
+  AK_ASSERT(live_ && slot < requests_.size(), "Scheduler::release: no such live slot");
+  AK_ASSERT(requests_[slot].ended(), "Scheduler::release: the request has not ended");
+  requests_[slot].state = RequestState::vacant;
+}
+
 double Scheduler::next_arrival_s() const noexcept {
   for (std::size_t i = next_arrival_; i < arrival_order_.size(); ++i) {
     const RequestRecord& r = requests_[arrival_order_[i]];
@@ -185,7 +260,7 @@ void Scheduler::make_ready(std::uint32_t request, double ready_s) {
   RequestRecord& r = requests_[request];
   AK_ASSERT(r.state == RequestState::pending || r.state == RequestState::waiting_session,
             "make_ready: the request is already ready or ended");
-  r.tokens.clear();
+  if (!live_) r.tokens.clear();  // a live submission has copied its prompt in already
   if (r.previous_turn >= 0) {
     const RequestRecord& previous = requests_[static_cast<std::size_t>(r.previous_turn)];
     AK_ASSERT(previous.ended(), "make_ready: the previous turn is still running");
@@ -248,6 +323,8 @@ void Scheduler::admit(double now_s) {
     running_max_ = std::max(running_max_, static_cast<std::uint32_t>(running_count_));
     r.state = RequestState::prefill;
     r.context = admission.context;
+    r.cached_tokens = 0;  // prefix reuse: the tokens admit() adopted from a retained history
+    engine_.set_sampling(r.context, r.sampling);
     r.admitted_s = now_s;
     if (r.cancel_after_tokens == 0) end_request(i, RequestState::cancelled, now_s);
   }
@@ -319,9 +396,14 @@ void Scheduler::apply_outputs(std::size_t entries, double now_s) {
     const double since_s = first ? r.ready_s : r.last_token_s;
     if (first) r.first_token_s = now_s;
     r.last_token_s = now_s;
-    AK_ASSERT(token_samples_.size() < token_samples_.capacity(), "apply_outputs: token samples beyond the reserved capacity");
-    token_samples_.push_back(TokenSample{now_s, now_s - since_s, i, first});
-    if (r.output_tokens >= r.max_tokens || token == eos_token_) {
+    ++tokens_out_;
+    if (token_samples_.size() < token_samples_.capacity()) {
+      token_samples_.push_back(TokenSample{now_s, now_s - since_s, i, first});
+    } else {
+      AK_ASSERT(live_, "apply_outputs: token samples beyond the reserved capacity");
+    }
+    const bool stop = token == eos_token_ || (token >= 0 && (token == r.stop_tokens[0] || token == r.stop_tokens[1]));
+    if (r.output_tokens >= r.max_tokens || stop) {
       end_request(i, RequestState::finished, now_s);
     } else if (r.cancel_after_tokens >= 0 && r.output_tokens >= r.cancel_after_tokens) {
       end_request(i, RequestState::cancelled, now_s);
@@ -412,7 +494,7 @@ Status Scheduler::advance() {
   admit(now_s);
   if (running_count_ == 0) {
     AK_ASSERT(queue_count_ == 0, "advance: with nothing running the queue head is admitted or rejected");
-    if (done()) return {};
+    if (live_ || done()) return {};  // live: the caller waits for the next submission
     const double next_s = next_arrival_s();
     AK_ASSERT(next_s < std::numeric_limits<double>::infinity(), "advance: requests remain but none can arrive");
     clock_.wait_until(next_s);

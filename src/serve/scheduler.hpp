@@ -22,6 +22,15 @@
 // Rejection happens only for what can never run: a prompt + max_tokens beyond
 // the max context. Everything else waits and completes.
 //
+// Two ways in, one path. create() replays a trace known up front: each request
+// joins the queue (make_ready) at its arrival time. create_live() serves
+// requests submitted while it runs (a server's engine thread calls submit()):
+// a fixed number of request slots, sized at creation (running concurrency +
+// the queue bound), each with a token buffer reserved to the max context, so a
+// submission copies its prompt into the slot and joins the same queue through
+// the same make_ready; the slot is reused after release(). Live mode keeps the
+// step and token time series up to a fixed bound and drops the rest.
+//
 // Invariants: running ≤ min(max_seqs, plan concurrency); tokens per step ≤
 // step_tokens; every request ends finished, cancelled or rejected; nothing on
 // the step path allocates — request token buffers, the queue, the batch and
@@ -59,6 +68,7 @@ enum class RequestState : std::uint8_t {
   finished,
   cancelled,
   rejected,
+  vacant,           // live mode: a free request slot
 };
 const char* request_state_name(RequestState state) noexcept;
 
@@ -100,6 +110,12 @@ struct RequestRecord {
   bool waited = false;
   WaitReason first_wait_reason = WaitReason::behind_queue_head;
   ContextHandle context{};
+  SamplingSettings sampling{};             // set on the engine at admission
+  std::array<std::int32_t, 2> stop_tokens{-1, -1};  // besides EOS, tokens that finish it (-1: none)
+  // Prompt tokens the engine adopted from a retained history at admission
+  // instead of prefilling them: the one source of usage.cached_tokens (0 until
+  // prefix reuse lands in StepEngine::admit).
+  std::uint32_t cached_tokens = 0;
   double ready_s = -1;        // joined the queue (arrival, or when the previous turn finished)
   double admitted_s = -1;
   double first_token_s = -1;
@@ -112,6 +128,14 @@ struct RequestRecord {
   std::span<const std::int32_t> output() const noexcept {
     return std::span<const std::int32_t>(tokens).subspan(prompt_tokens, output_tokens);
   }
+};
+
+// A live request: its prompt (already tokenized) and how it generates.
+struct Submission {
+  std::span<const std::int32_t> prompt{};
+  std::uint32_t max_tokens = 0;
+  SamplingSettings sampling{};
+  std::array<std::int32_t, 2> stop_tokens{-1, -1};
 };
 
 // One step, for the report's time series.
@@ -148,11 +172,23 @@ class Scheduler {
   static Result<std::unique_ptr<Scheduler>> create(const std::vector<TraceRequest>& trace, StepEngine& engine,
                                                    Clock& clock, const SchedulerConfig& config);
 
+  // Live mode: `slots` request slots, all vacant, each able to hold a max-context sequence.
+  static Result<std::unique_ptr<Scheduler>> create_live(std::uint32_t slots, StepEngine& engine, Clock& clock,
+                                                        const SchedulerConfig& config);
+
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // True once every request has ended.
-  bool done() const noexcept { return ended_ == requests_.size(); }
+  // True once every request has ended (trace mode; a live scheduler is never done).
+  bool done() const noexcept { return !live_ && ended_ == requests_.size(); }
+
+  // Live mode: puts a vacant slot's request in the queue now (or rejects it, as
+  // the trace path does, when prompt + max_tokens exceed the max context).
+  // Copies the prompt into the slot's reserved buffer: allocation-free.
+  void submit(std::uint32_t slot, const Submission& submission);
+  // Live mode: an ended slot becomes vacant again.
+  void release(std::uint32_t slot);
+  bool live() const noexcept { return live_; }
 
   // One iteration: intake arrivals, admit from the queue head, run one step.
   // When nothing can run it waits for the next arrival instead. Allocation-free.
@@ -171,7 +207,7 @@ class Scheduler {
   std::uint32_t queued() const noexcept { return static_cast<std::uint32_t>(queue_count_); }
   std::uint32_t ended() const noexcept { return static_cast<std::uint32_t>(ended_); }
   std::uint32_t running_max() const noexcept { return running_max_; }
-  std::uint64_t tokens_out() const noexcept { return token_samples_.size(); }
+  std::uint64_t tokens_out() const noexcept { return tokens_out_; }
   std::uint64_t tokens_in() const noexcept { return tokens_in_; }
 
   const std::vector<RequestRecord>& requests() const noexcept { return requests_; }
@@ -223,7 +259,9 @@ class Scheduler {
   std::uint32_t batch_decode_tokens_ = 0;
   std::uint32_t batch_prefill_tokens_ = 0;
 
+  bool live_ = false;
   std::uint64_t tokens_in_ = 0;
+  std::uint64_t tokens_out_ = 0;
   std::vector<StepSample> steps_;             // capacity reserved; full => later steps are dropped
   std::vector<TokenSample> token_samples_;
   std::vector<PagesSample> pages_samples_;

@@ -334,5 +334,86 @@ TEST(Scheduler, WaitsForLateArrivals) {
   EXPECT_LT(run->scheduler->steps().size(), 20u);
 }
 
+TEST(Scheduler, LiveSlotsServeSubmissionsAndAreReusedWithoutAllocating) {
+  // Six requests through a live scheduler with three slots, each slot used twice:
+  // every output equals the same request replayed alone from a trace (the next
+  // test checks that submit(), advance() and release() allocate nothing).
+  FakeEngineConfig ec;
+  ec.histories = 2;
+  ec.max_seqs = 2;
+  ec.max_context_tokens = 512;
+  SchedulerConfig sc;
+  sc.max_seqs = 2;
+  sc.step_tokens = 32;
+  sc.prefill_chunk_tokens = 8;
+  sc.stop_at_eos = false;
+  std::mt19937 rng(7);
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(tokens(rng, 1 + r32(rng) % 60));
+
+  ManualClock clock;
+  ec.clock = &clock;
+  FakeEngine engine(ec);
+  auto created = Scheduler::create_live(3, engine, clock, sc);
+  ASSERT_TRUE(created);
+  Scheduler& s = **created;
+  EXPECT_TRUE(s.live());
+  std::vector<std::vector<std::int32_t>> outputs(6);
+  for (int round = 0; round < 2; ++round) {
+    for (std::uint32_t slot = 0; slot < 3; ++slot) {
+      const auto& p = prompts[static_cast<std::size_t>(round * 3 + static_cast<int>(slot))];
+      s.submit(slot, Submission{p, 5 + slot, {}, {-1, -1}});
+    }
+    for (int guard = 0; s.running() + s.queued() > 0; ++guard) {
+      ASSERT_TRUE(s.advance());
+      ASSERT_LT(guard, 100000);
+    }
+    EXPECT_FALSE(s.done());  // a live scheduler is never done
+    for (std::uint32_t slot = 0; slot < 3; ++slot) {
+      EXPECT_EQ(s.requests()[slot].state, RequestState::finished);
+      const auto out = s.requests()[slot].output();
+      outputs[static_cast<std::size_t>(round * 3) + slot].assign(out.begin(), out.end());
+      s.release(slot);
+      EXPECT_EQ(s.requests()[slot].state, RequestState::vacant);
+    }
+  }
+  EXPECT_TRUE(engine.all_returned());
+  for (std::size_t i = 0; i < 6; ++i) {
+    auto alone = run_all({request("a", 0, prompts[i], 5 + static_cast<std::uint32_t>(i % 3))}, ec, sc);
+    const auto expected = alone->scheduler->requests()[0].output();
+    EXPECT_EQ(outputs[i], std::vector<std::int32_t>(expected.begin(), expected.end())) << "request " << i;
+  }
+}
+
+TEST(Scheduler, LiveSubmitAndAdvanceAllocateNothing) {
+  FakeEngineConfig ec;
+  ec.histories = 2;
+  ec.max_seqs = 2;
+  ec.max_context_tokens = 256;
+  SchedulerConfig sc;
+  sc.max_seqs = 2;
+  sc.step_tokens = 32;
+  sc.prefill_chunk_tokens = 8;
+  ManualClock clock;
+  ec.clock = &clock;
+  FakeEngine engine(ec);
+  auto created = Scheduler::create_live(4, engine, clock, sc);
+  ASSERT_TRUE(created);
+  Scheduler& s = **created;
+  const std::vector<std::int32_t> prompt(100, 3), too_long(250, 4);
+  const std::uint64_t before = activekv::testing::heap_allocations();
+  for (int round = 0; round < 3; ++round) {
+    for (std::uint32_t slot = 0; slot < 3; ++slot) s.submit(slot, Submission{prompt, 20, {}, {-1, -1}});
+    s.submit(3, Submission{too_long, 10, {}, {-1, -1}});  // prompt + max_tokens > 256: rejected at once
+    EXPECT_EQ(s.requests()[3].state, RequestState::rejected);
+    EXPECT_EQ(s.requests()[3].reject_reason, RejectReason::longer_than_max_context);
+    s.cancel(2);  // queued behind two running: cancelled without a context
+    while (s.running() + s.queued() > 0) ASSERT_TRUE(s.advance());
+    for (std::uint32_t slot = 0; slot < 4; ++slot) s.release(slot);
+  }
+  EXPECT_EQ(activekv::testing::heap_allocations() - before, 0u);
+  EXPECT_TRUE(engine.all_returned());
+}
+
 }  // namespace
 }  // namespace activekv::serve

@@ -11,7 +11,9 @@
 // without a model file and in milliseconds.
 //
 // Everything on the step path (step, budget, counters) must not allocate.
-// Tokenisation happens at load time, before warm-up ends.
+// Tokenisation happens at load time, before warm-up ends (a server tokenizes
+// on its HTTP threads: encode and decode touch only the immutable tokenizer and
+// may run on any thread, beside a step).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,14 @@ struct BatchEntry {
   ContextHandle context{};
   std::span<const std::int32_t> tokens{};
   bool want_token = false;
+};
+
+// How one context chooses its tokens (engine::SamplerSettings without the
+// dependency): temperature 0 is greedy, argmax with the lowest id on ties.
+struct SamplingSettings {
+  std::uint64_t seed = 0;
+  float temperature = 0.0f;  // >= 0, finite (validated by whoever accepts it)
+  float top_p = 1.0f;        // in (0, 1]
 };
 
 // Pages of one context across all its dense layers, as the budgets see them.
@@ -102,6 +112,8 @@ class StepEngine {
   virtual const EnginePlan& plan() const = 0;
   // The memory plan as the operator reads it (formulas with numbers); load time.
   virtual std::string plan_text() const = 0;
+  // The same plan as JSON (the real engine: the keys of `activekv plan --json`).
+  virtual std::string plan_json() const = 0;
 
   // Load time only (allocates).
   virtual Result<std::vector<std::int32_t>> encode(std::string_view text) = 0;
@@ -109,6 +121,9 @@ class StepEngine {
 
   // Admits a context that will grow to at most tokens_max tokens, or says why not.
   virtual Admission admit(std::uint32_t tokens_max) = 0;
+  // Sets how an admitted context samples, from its next token on (allocation-free).
+  // Contexts start greedy; an engine whose model has no logits (the fake one) ignores it.
+  virtual void set_sampling(ContextHandle context, const SamplingSettings& sampling) = 0;
   // Returns the context's history and pages at once (it must not be in a step).
   virtual void finish(ContextHandle context) = 0;
   // Like finish, at any point: waits for every fence that touched the

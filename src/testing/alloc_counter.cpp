@@ -8,9 +8,12 @@
 
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
+std::atomic<std::uint64_t> g_allocations_outside_io{0};
+thread_local bool t_io_thread = false;  // constant-initialized: no allocation, no guard
 
 void* counted_alloc(std::size_t size, std::size_t alignment) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (!t_io_thread) g_allocations_outside_io.fetch_add(1, std::memory_order_relaxed);
   if (size == 0) size = 1;
   void* p = nullptr;
   if (alignment <= alignof(std::max_align_t)) {
@@ -27,6 +30,8 @@ void* counted_alloc(std::size_t size, std::size_t alignment) {
 namespace activekv::testing {
 std::uint64_t heap_allocations() noexcept { return g_allocations.load(std::memory_order_relaxed); }
 bool heap_counter_linked() noexcept { return true; }
+void mark_io_thread() noexcept { t_io_thread = true; }
+std::uint64_t heap_allocations_outside_io() noexcept { return g_allocations_outside_io.load(std::memory_order_relaxed); }
 }  // namespace activekv::testing
 
 void* operator new(std::size_t size) { return counted_alloc(size, alignof(std::max_align_t)); }

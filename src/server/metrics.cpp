@@ -1,0 +1,74 @@
+// metrics.cpp — histograms and the Prometheus text (see metrics.hpp).
+#include "server/metrics.hpp"
+
+#include <fmt/format.h>
+
+namespace activekv::server {
+
+void Histogram::observe(double seconds) noexcept {
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (seconds <= bounds[i]) ++buckets_[i];
+  }
+  ++count_;
+  sum_ += seconds;
+}
+
+namespace {
+
+void gauge(std::string& out, const char* name, const char* help, double value, const char* type = "gauge") {
+  fmt::format_to(std::back_inserter(out), "# HELP activekv_{0} {1}\n# TYPE activekv_{0} {2}\nactivekv_{0} {3}\n", name, help,
+                 type, value);
+}
+
+void histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
+  fmt::format_to(std::back_inserter(out), "# HELP activekv_{0} {1}\n# TYPE activekv_{0} histogram\n", name, help);
+  for (std::size_t i = 0; i < Histogram::bounds.size(); ++i) {
+    fmt::format_to(std::back_inserter(out), "activekv_{}_bucket{{le=\"{}\"}} {}\n", name, Histogram::bounds[i], h.bucket(i));
+  }
+  fmt::format_to(std::back_inserter(out), "activekv_{0}_bucket{{le=\"+Inf\"}} {1}\nactivekv_{0}_sum {2}\nactivekv_{0}_count {1}\n",
+                 name, h.count(), h.sum());
+}
+
+}  // namespace
+
+std::string render_metrics(const MetricsSnapshot& m) {
+  std::string out;
+  const auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  const serve::EngineCounters& c = m.counters;
+  gauge(out, "ready", "1 once the model is loaded and the engine thread runs", m.ready ? 1 : 0);
+  gauge(out, "requests_running", "Requests admitted (prefill or decode)", m.running);
+  gauge(out, "requests_waiting", "Requests in the FIFO queue", m.waiting);
+  gauge(out, "host_histories_in_use", "Host-pool histories owned by running contexts", m.histories_in_use);
+  gauge(out, "host_histories_total", "Host-pool histories in the memory plan", m.histories_total);
+  gauge(out, "device_pages_resident", "Device pool pages owned by contexts", m.pages_resident);
+  gauge(out, "device_pages_free", "Device pool pages owned by nobody", m.pages_free);
+  gauge(out, "device_pages_borrowed", "Device pool pages held above their context's target", m.pages_borrowed);
+  gauge(out, "device_pages_total", "Device pool pages in the memory plan", m.pool_pages);
+  gauge(out, "pages_staged_total", "Page reads attention served from a staging tile", d(c.page_reads_staged), "counter");
+  gauge(out, "pages_resident_reads_total", "Page reads attention served in place", d(c.page_reads_resident), "counter");
+  gauge(out, "h2d_bytes_total", "Bytes copied host to device", d(c.bytes_h2d), "counter");
+  gauge(out, "d2h_bytes_total", "Bytes copied device to host", d(c.bytes_d2h), "counter");
+  gauge(out, "d2d_bytes_total", "Bytes copied device to device (promotions)", d(c.bytes_d2d), "counter");
+  gauge(out, "reclaimed_pages_total", "Pages reclaimed from contexts above their target", d(c.reclaimed_pages), "counter");
+  gauge(out, "quarantines_total", "Tiles, host ranges and pages quarantined by failed fences", d(c.quarantines), "counter");
+  gauge(out, "device_allocations_after_warmup", "Device allocations since warm-up ended (must be 0)",
+        d(c.device_allocations_after_warmup));
+  gauge(out, "heap_allocations_after_warmup", "Heap allocations on the engine thread's step path since warm-up (must be 0)",
+        d(m.heap_allocations_after_warmup));
+  gauge(out, "prompt_tokens_total", "Prompt tokens of ended requests", d(m.prompt_tokens), "counter");
+  gauge(out, "generation_tokens_total", "Tokens generated", d(m.generation_tokens), "counter");
+  gauge(out, "cached_prompt_tokens_total", "Prompt tokens adopted from retained histories", d(m.cached_tokens), "counter");
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP activekv_requests_total Requests by how they ended\n# TYPE activekv_requests_total counter\n"
+                 "activekv_requests_total{{outcome=\"finished\"}} {}\nactivekv_requests_total{{outcome=\"cancelled\"}} {}\n"
+                 "activekv_requests_total{{outcome=\"rejected\"}} {}\nactivekv_requests_total{{outcome=\"queue_full\"}} {}\n"
+                 "activekv_requests_total{{outcome=\"bad_request\"}} {}\n",
+                 m.finished, m.cancelled, m.rejected, m.refused_queue_full, m.bad_requests);
+  histogram(out, "time_to_first_token_seconds", "From joining the queue to the first token", m.ttft);
+  histogram(out, "inter_token_latency_seconds", "Between a request's consecutive tokens", m.inter_token);
+  histogram(out, "queue_time_seconds", "From joining the queue to admission", m.queue);
+  histogram(out, "e2e_latency_seconds", "From submission to the request's end", m.e2e);
+  return out;
+}
+
+}  // namespace activekv::server

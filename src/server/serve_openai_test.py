@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""serve_openai_test.py — the official `openai` client against `activekv serve` on the real model.
+
+1. A chat completion and a streamed one with temperature 0: their text equals
+   `activekv generate --chat` on the same prompt and max tokens, token for
+   token (the same greedy choices decode to the same text), and the usage
+   counts agree with the stream's.
+2. A small real-model load: 4 clients, 12 short requests, streamed and not,
+   one client disconnecting mid-stream; then /metrics says nothing runs,
+   allocations after warm-up are 0 (device and heap), a request was
+   cancelled, and SIGINT ends the server with every page and history back
+   and exit code 0.
+"""
+import signal
+import subprocess
+import sys
+import threading
+
+import openai
+from prometheus_client.parser import text_string_to_metric_families
+
+from serve_harness import Server, binary_from_argv
+
+PROMPT = "What is the capital of France? Answer in one sentence."
+MAX_TOKENS = 24
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def main():
+    binary = binary_from_argv(sys.argv)
+    reference = subprocess.run([binary, "generate", "--chat", "--prompt", PROMPT, "--max-tokens", str(MAX_TOKENS)],
+                               capture_output=True, text=True, timeout=300, check=True).stdout
+    reference = reference[:-1] if reference.endswith("\n") else reference  # generate ends with a newline
+    print("generate:", repr(reference), flush=True)
+
+    server = Server(binary, ["--max-queue", "4", "--grace", "5"])
+    try:
+        client = openai.OpenAI(base_url=server.url("/v1"), api_key="not-needed", max_retries=0, timeout=300)
+        model = client.models.list().data[0].id
+        chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
+                                              temperature=0, max_tokens=MAX_TOKENS)
+        text = chat.choices[0].message.content
+        print("chat:    ", repr(text), flush=True)
+        check(text == reference, "the chat completion differs from activekv generate --chat")
+        check(chat.id.startswith("chatcmpl-"), f"id {chat.id}")
+        check(chat.usage.prompt_tokens > 0 and chat.usage.completion_tokens > 0, f"usage {chat.usage}")
+        check(chat.usage.prompt_tokens_details.cached_tokens == 0, "cached_tokens")
+
+        pieces, usage, finish, ids = [], None, None, set()
+        stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
+                                                temperature=0, max_tokens=MAX_TOKENS, stream=True,
+                                                stream_options={"include_usage": True})
+        for chunk in stream:
+            ids.add(chunk.id)
+            if chunk.usage:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    pieces.append(choice.delta.content)
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+        streamed = "".join(pieces)
+        print("stream:  ", repr(streamed), flush=True)
+        check(streamed == reference, "the streamed completion differs from activekv generate --chat")
+        check(len(ids) == 1, f"chunks carry {len(ids)} ids")
+        check(finish in ("stop", "length"), f"finish_reason {finish}")
+        check(usage is not None and usage.completion_tokens == chat.usage.completion_tokens and
+              usage.prompt_tokens == chat.usage.prompt_tokens, f"stream usage {usage} vs {chat.usage}")
+        check(len(pieces) >= usage.completion_tokens - 2 if usage else False, "fewer chunks than tokens")
+
+        # A stop string cuts the text before it and finishes with "stop".
+        if "Paris" in reference:
+            cut = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
+                                                 temperature=0, max_tokens=MAX_TOKENS, stop=["Paris"])
+            check(cut.choices[0].message.content == reference[:reference.index("Paris")],
+                  f"stop string: {cut.choices[0].message.content!r}")
+            check(cut.choices[0].finish_reason == "stop", f"stop string: finish_reason {cut.choices[0].finish_reason}")
+        # Seeded sampling: the same seed gives the same text (each context's sampler is reseeded at admission).
+        sampled = [client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Tell me a story."}],
+                                                  temperature=1.0, top_p=0.95, seed=1234, max_tokens=12)
+                   .choices[0].message.content for _ in range(2)]
+        check(sampled[0] == sampled[1] and sampled[0], f"seeded sampling differs: {sampled}")
+
+        completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
+                                               temperature=0)
+        check(completion.choices[0].text.strip() != "", "an empty plain completion")
+
+        # A small real-model load, one client leaving mid-stream.
+        results = []
+
+        def worker(k):
+            c = openai.OpenAI(base_url=server.url("/v1"), api_key="x", max_retries=0, timeout=300)
+            for j in range(3):
+                msg = [{"role": "user", "content": f"Name a colour. ({k}.{j})"}]
+                if k == 0 and j == 0:
+                    s = c.chat.completions.create(model=model, messages=msg, max_tokens=64, stream=True,
+                                                  temperature=0.7, seed=k)
+                    for n, _ in enumerate(s):
+                        if n == 2:
+                            s.response.close()  # disconnect mid-stream
+                            break
+                    results.append("disconnected")
+                elif j % 2:
+                    s = c.chat.completions.create(model=model, messages=msg, max_tokens=8, stream=True,
+                                                  temperature=0.8, top_p=0.9, seed=j)
+                    results.append("streamed" if any(True for _ in s) else "empty")
+                else:
+                    r = c.chat.completions.create(model=model, messages=msg, max_tokens=8, temperature=0)
+                    results.append("completed" if r.usage.completion_tokens > 0 else "empty")
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("load:", results, flush=True)
+        check(len(results) == 12 and "empty" not in results, f"load results {results}")
+
+        import time
+        for _ in range(100):
+            body = server.request("GET", "/metrics")[2].decode()
+            m = {s.name + str(sorted(s.labels.items())): s.value
+                 for f in text_string_to_metric_families(body) for s in f.samples}
+            if m["activekv_requests_running[]"] == 0 and m["activekv_requests_waiting[]"] == 0:
+                break
+            time.sleep(0.1)
+        check(m["activekv_requests_running[]"] == 0, "requests still running after the load")
+        check(m["activekv_device_allocations_after_warmup[]"] == 0, "device allocations after warm-up")
+        check(m["activekv_heap_allocations_after_warmup[]"] == 0, "heap allocations after warm-up")
+        check(m["activekv_requests_total[('outcome', 'cancelled')]"] >= 1, "the disconnect was not cancelled")
+        check(m["activekv_requests_total[('outcome', 'finished')]"] >= 14, "too few finished")
+        check(m["activekv_h2d_bytes_total[]"] > 0, "no bytes staged")
+        code, out = server.stop(signal.SIGINT)  # the load test uses SIGTERM
+        print(out[-1200:], flush=True)
+        check(code == 0, f"exit code {code}")
+        check("every page and history back: yes" in out, "not every page and history came back")
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    if failures:
+        print(f"{len(failures)} failures")
+        return 1
+    print("serve_openai_test: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
