@@ -6,6 +6,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "serve/json_limits.hpp"
+
 namespace activekv::server {
 
 namespace {
@@ -31,46 +33,14 @@ Result<float> read_unit(const json& body, const char* field, float fallback, dou
 
 }  // namespace
 
-std::uint32_t json_depth(std::string_view text, std::uint32_t limit) noexcept {
-  std::uint32_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > deepest) deepest = depth;
-      if (deepest > limit) return limit + 1;
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 Result<ApiRequest> parse_api_request(std::string_view text, ApiKind kind, const ApiLimits& limits) {
   if (text.size() > limits.body_bytes_max) {
     return make_error(ErrorCode::exhausted, "body",
                       fmt::format("the body is {} bytes; the limit is {} bytes", text.size(), limits.body_bytes_max));
   }
-  if (json_depth(text, limits.depth_max) > limits.depth_max) {
-    return bad("body", fmt::format("JSON nested deeper than {} levels", limits.depth_max));
-  }
-  json body;
-  try {
-    body = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    return make_error(ErrorCode::malformed, "body", fmt::format("not valid JSON ({})", e.what()));
-  }
+  auto parsed = serve::parse_json(text, limits.depth_max, "body");
+  if (!parsed) return parsed.error();
+  const json body = std::move(parsed).value();
   if (!body.is_object()) return bad("body", fmt::format("must be a JSON object, got {}", type_name(body)));
 
   ApiRequest r;

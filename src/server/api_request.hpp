@@ -49,10 +49,6 @@ struct ApiLimits {
   std::size_t messages_max = 256;
 };
 
-// Deepest nesting of objects and arrays in `text`, strings skipped; stops
-// counting (returns limit + 1) as soon as the depth passes `limit`.
-std::uint32_t json_depth(std::string_view text, std::uint32_t limit) noexcept;
-
 Result<ApiRequest> parse_api_request(std::string_view body, ApiKind kind, const ApiLimits& limits);
 
 }  // namespace activekv::server

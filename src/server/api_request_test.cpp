@@ -103,17 +103,10 @@ TEST(ApiRequest, NestingDeeperThanTheLimitIsRefusedBeforeParsing) {
   l.body_bytes_max = 1u << 20;
   auto r = parse_api_request(deep, ApiKind::completion, l);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("deeper than 8"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("more than 8 deep"), std::string::npos) << r.error().message;
   // Brackets inside strings do not count.
   auto ok = parse_api_request(R"({"prompt":"[[[[[[[[[[[[[[[[[[[[\"{{{{{{{{{{{{"})", ApiKind::completion, l);
   EXPECT_TRUE(ok.ok());
-}
-
-TEST(ApiRequest, JsonDepthCountsObjectsAndArrays) {
-  EXPECT_EQ(json_depth("{}", 10), 1u);
-  EXPECT_EQ(json_depth(R"({"a":[{"b":[]}]})", 10), 4u);
-  EXPECT_EQ(json_depth(R"("[[[")", 10), 0u);
-  EXPECT_EQ(json_depth("[[[[", 2), 3u);  // stops at limit + 1
 }
 
 }  // namespace
