@@ -51,6 +51,21 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   promotion_failed_.resize(sizes_.promotions_max);
   slot_faulted_.resize(plan_.budget.concurrency);
   deferred_cancels_.resize(plan_.budget.concurrency);
+  retained_generation_.assign(budgets_.slots(), 0);
+  retained_request_.assign(budgets_.slots(), 0);
+  adoption_.assign(budgets_.slots(), Adoption{});
+  if (settings.prefix_reuse) {
+    std::uint64_t identity = settings.model_identity;
+    if (identity == 0) {
+      identity = (std::uint64_t{g.dense_layers} << 48) ^ (std::uint64_t{g.kv_heads} << 32) ^
+                 (std::uint64_t{g.head_dim} << 16) ^ static_cast<std::uint64_t>(g.dtype);
+    }
+    const runtime::PrefixIndexConfig config{budgets_.slots(), plan_.arena.page_tokens,
+                                            plan_.host.max_context_tokens / plan_.arena.page_tokens, identity};
+    Result<runtime::PrefixIndex> index = runtime::PrefixIndex::create(config);
+    // A context shorter than one page has nothing to retain: reuse stays off.
+    if (index.ok()) prefix_ = std::make_unique<runtime::PrefixIndex>(std::move(index).value());
+  }
 }
 
 Status KvRuntimeImpl::warm_up() {

@@ -50,6 +50,7 @@
 #include "activekv/policy.hpp"
 #include "runtime/attention_schedule.hpp"
 #include "runtime/element_codec.hpp"
+#include "runtime/prefix_index.hpp"
 #include "testing/alloc_counter.hpp"
 
 namespace activekv::runtime_impl {
@@ -138,9 +139,15 @@ class KvRuntimeImpl final : public KvRuntime {
   Status warm_up();
 
   const MemoryPlan& plan() const noexcept override { return plan_; }
-  Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max) override;
-  std::uint32_t take_admitted(std::span<AdmitResult> out) override { return budgets_.take_admitted(out); }
+  Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max) override {
+    std::uint32_t reused = 0;
+    return open_context(request_id, tokens_max, {}, reused);
+  }
+  Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max,
+                                   std::span<const std::int32_t> prompt, std::uint32_t& reused_tokens) override;
+  std::uint32_t take_admitted(std::span<AdmitResult> out) override;
   void finish(ContextId context) override;
+  void finish_retaining(ContextId context, std::span<const std::int32_t> tokens) override;
   void cancel(ContextId context) override;
   bool running(ContextId context) const override { return budgets_.current(context); }
   std::uint32_t length(ContextId context) const override;
@@ -155,7 +162,7 @@ class KvRuntimeImpl final : public KvRuntime {
 
   std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
   const KvCounters& counters() const override { return counters_; }
-  Explanation explain(ContextId context) const override { return activekv::explain(budgets_, context, planner_.step()); }
+  Explanation explain(ContextId context) const override;
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
@@ -197,6 +204,18 @@ class KvRuntimeImpl final : public KvRuntime {
   bool history_quarantined(std::uint32_t slot) const noexcept;
   // A context leaves its slot (finish or cancel): its policy state, its pages and its history go.
   void leave(ContextId context, bool finished) noexcept;
+
+  // ---- prefix reuse (kv_runtime_admission.cpp; docs/PREFIX.md) ----
+  // A context was admitted into `context.slot`: it adopts `match` (in place or copied) or the
+  // slot's own retained prefix, if any, is dropped. Returns the tokens adopted.
+  std::uint32_t settle_admission(ContextId context, runtime::PrefixMatch match) noexcept;
+  // The slot's retained prefix leaves the index: counted and logged with `reason`.
+  void drop_retained(std::uint32_t slot, Reason reason) noexcept;
+  // Drops every retained prefix whose history was taken by a context that did not adopt it
+  // (admissions from the queue inside finish/cancel).
+  void sweep_retained() noexcept;
+  void record_prefix(DecisionKind kind, Reason reason, std::uint32_t slot, std::uint32_t pages,
+                     std::uint32_t other_slot = UINT32_MAX) noexcept;
 
   KvRuntimeSettings settings_;
   MemoryPlan plan_;
@@ -249,6 +268,18 @@ class KvRuntimeImpl final : public KvRuntime {
   bool stalled_ = false;       // a fence did not resolve in time: no step may follow
   std::string backend_error_;  // the backend's own words for a refused call (error path only)
   KvCounters counters_{};
+
+  // ---- prefix reuse: null index when off ----
+  struct Adoption {
+    std::uint32_t pages = 0;             // logical pages 0 .. pages − 1 of every layer came from a retained prefix
+    bool copied = false;                 // copied from a running context's history (else adopted in place)
+    std::uint64_t from_request = 0;      // the request whose history held them
+  };
+  std::unique_ptr<runtime::PrefixIndex> prefix_;
+  std::vector<std::uint32_t> retained_generation_;  // per slot: the context generation the retained prefix belongs to
+  std::vector<std::uint64_t> retained_request_;     // per slot: the request that wrote it
+  std::vector<Adoption> adoption_;                  // per slot: what the running context adopted
+  std::uint64_t retain_stamp_ = 0;
 };
 
 }  // namespace activekv::runtime_impl
