@@ -30,6 +30,7 @@ struct RunConfig {
   std::uint32_t threads = 0;               // compute threads
   bool stop_at_eos = true;                 // end a request at the end-of-sequence token
   double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
+  bool prefix_reuse = true;                // a finished history stays as a retained prefix; a follow-up adopts it
 
   // Cross-field checks (page divides tile, chunk <= step budget, ...), naming the field.
   Status validate(std::string_view source) const;

@@ -225,7 +225,8 @@ void Scheduler::admit(double now_s) {
       return;
     }
     // Below the configured cap, the engine's admission (histories, floors) decides and says why.
-    const Admission admission = engine_.admit(r.prompt_tokens + r.max_tokens);
+    const Admission admission =
+        engine_.admit(std::span<const std::int32_t>(r.tokens).first(r.prompt_tokens), r.prompt_tokens + r.max_tokens);
     if (admission.outcome != AdmitOutcome::admitted) {
       if (running_count_ > 0) {
         head_reason_ = wait_reason_of(admission.outcome);
@@ -245,6 +246,10 @@ void Scheduler::admit(double now_s) {
     r.state = RequestState::prefill;
     r.context = admission.context;
     r.admitted_s = now_s;
+    // Prefix reuse: the adopted leading tokens already have their KV; prefill starts after them.
+    AK_ASSERT(admission.reused_tokens < r.prompt_tokens, "admit: at least one prompt token is prefilled");
+    r.reused_tokens = admission.reused_tokens;
+    r.prefilled_tokens = admission.reused_tokens;
     if (r.cancel_after_tokens == 0) end_request(i, RequestState::cancelled, now_s);
   }
 }

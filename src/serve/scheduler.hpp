@@ -16,8 +16,9 @@
 //
 // Sessions: a follow-up turn's prompt is its predecessor's prompt + answer +
 // its own text. It joins the queue only once the predecessor has finished and
-// it has arrived. (The predecessor's history is not reused yet: the follow-up
-// prefills the whole conversation again — correct first.)
+// it has arrived. With prefix reuse the engine's admission may adopt the
+// predecessor's retained history (Admission::reused_tokens, whole pages) and
+// prefill starts at that offset; outputs are bit-identical either way.
 //
 // Rejection happens only for what can never run: a prompt + max_tokens beyond
 // the max context. Everything else waits and completes.
@@ -92,7 +93,8 @@ struct RequestRecord {
   std::vector<std::int32_t> turn_tokens;   // this request's own prompt text, tokenized
   std::vector<std::int32_t> tokens;        // the full sequence: prompt, then output (capacity reserved)
   std::uint32_t prompt_tokens = 0;         // known once it joins the queue
-  std::uint32_t prefilled_tokens = 0;
+  std::uint32_t prefilled_tokens = 0;      // prompt tokens whose KV the context holds (reused ones included)
+  std::uint32_t reused_tokens = 0;         // of them, adopted from a retained history (not fed)
   std::uint32_t output_tokens = 0;
   RequestState state = RequestState::pending;
   RejectReason reject_reason = RejectReason::none;
