@@ -51,6 +51,7 @@ struct RunOptions {
   std::uint32_t prefill_chunk_tokens = 0;
   std::uint32_t max_requests = 0;
   double arrival_scale = -1;
+  bool no_prefix_reuse = false;
 };
 
 int fail(const Error& error, int code) {
@@ -80,6 +81,7 @@ Result<serve::RunConfig> load_config(const RunOptions& o) {
   if (o.step_tokens != 0) c.step_tokens = o.step_tokens;
   if (o.prefill_chunk_tokens != 0) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
   if (o.arrival_scale >= 0) c.arrival_scale = o.arrival_scale;
+  if (o.no_prefix_reuse) c.prefix_reuse = false;
   if (!o.model.empty()) c.model = o.model;
   if (Status s = c.validate("command line"); !s) return s.error();
   return c;
@@ -110,6 +112,7 @@ Result<std::unique_ptr<serve::StepEngine>> make_engine(const RunOptions& o, cons
     fc.burst_pages = fc.target_pages * 2;
     fc.row_bytes = 768;
     fc.clock = fake_clock;
+    fc.prefix_reuse = c.prefix_reuse;
     *model_name = "fake (deterministic test model)";
     return std::unique_ptr<serve::StepEngine>(std::make_unique<serve::FakeEngine>(fc));
   }
@@ -186,6 +189,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
   sub.add_option("--max-requests", o->max_requests, "Run only the trace's first N requests");
   sub.add_option("--arrival-scale", o->arrival_scale, "Multiply every arrival time (0: all arrive at once)");
+  sub.add_flag("--no-prefix-reuse", o->no_prefix_reuse,
+               "Empty each history when its request ends: follow-ups prefill their whole conversation "
+               "(configuration key prefix_reuse)");
   return [o] { return run(*o); };
 }
 
