@@ -247,7 +247,8 @@ void Scheduler::admit(double now_s) {
     r.context = admission.context;
     r.admitted_s = now_s;
     // Prefix reuse: the adopted leading tokens already have their KV; prefill starts after them.
-    AK_ASSERT(admission.reused_tokens < r.prompt_tokens, "admit: at least one prompt token is prefilled");
+    AK_ASSERT(admission.reused_tokens == 0 || admission.reused_tokens < r.prompt_tokens,
+              "admit: at least one prompt token is prefilled");
     r.reused_tokens = admission.reused_tokens;
     r.prefilled_tokens = admission.reused_tokens;
     if (r.cancel_after_tokens == 0) end_request(i, RequestState::cancelled, now_s);
