@@ -120,8 +120,11 @@ class BudgetManager {
   Status check_request(std::uint32_t tokens_max) const;
 
   // Admits (reserving the floor) or queues (FIFO) or refuses (too long, queue full, bad budget).
-  // budget == nullptr: the plan's default budget.
-  AdmitResult submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget = nullptr) noexcept;
+  // budget == nullptr: the plan's default budget. preferred_slot: the history to admit into when
+  // it is free at admission (an adopted retained prefix); otherwise a free history that holds no
+  // retained prefix, else the least recently retained one (see set_retained).
+  AdmitResult submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget = nullptr,
+                     std::uint32_t preferred_slot = UINT32_MAX) noexcept;
   // Returns every page and the history, then admits from the queue head while floors fit.
   // retire: the history leaves use for good instead of returning to the free list (see
   // retire_history), decided before a queued request could be admitted into it.
@@ -241,6 +244,11 @@ class BudgetManager {
   // (no_usable_history). Returns false when already retired.
   bool retire_history(std::uint32_t slot) noexcept;
   bool history_retired(std::uint32_t slot) const noexcept { return retired_[slot] != 0; }
+  // A free history that still holds a retained prefix (the runtime's prefix index) carries a
+  // recency stamp > 0; admission takes such a history only when no other is free, the smallest
+  // stamp first. The stamp is an ordering hint only: a retained history is a free history.
+  void set_retained(std::uint32_t slot, std::uint64_t stamp) noexcept { retained_stamp_[slot] = stamp; }
+  std::uint64_t retained_stamp(std::uint32_t slot) const noexcept { return retained_stamp_[slot]; }
   const BudgetCounters& counters() const noexcept { return counters_; }
 
   // Invariants 1 and 2 and the page tables' consistency; nullptr when sound, else what broke.
@@ -252,9 +260,12 @@ class BudgetManager {
     std::uint64_t request_id = 0;
     std::uint32_t tokens_max = 0;
     Budget budget;
+    std::uint32_t preferred_slot = UINT32_MAX;
   };
   bool floor_fits(std::uint64_t floor_pages) const noexcept;
   AdmitResult admit(const Waiting& request, Reason reason) noexcept;
+  // Removes and returns a free slot: `preferred` if free, else one without a retained prefix, else LRU.
+  std::uint32_t take_free_slot(std::uint32_t preferred) noexcept;
   void release_all(std::uint32_t slot) noexcept;
   void admit_from_queue() noexcept;
   std::uint64_t take_from(std::uint32_t victim, std::uint64_t pages, std::uint64_t keep_pages,
@@ -284,6 +295,7 @@ class BudgetManager {
   std::uint32_t free_slot_count_ = 0;
   std::vector<std::uint8_t> retired_;   // per slot: the history is out of use for good
   std::uint32_t retired_count_ = 0;
+  std::vector<std::uint64_t> retained_stamp_;  // per slot: > 0 while a free history holds a retained prefix
   std::vector<Waiting> queue_;                // FIFO ring, queue_max
   std::uint32_t queue_head_ = 0;
   std::uint32_t queue_size_ = 0;

@@ -14,7 +14,8 @@
 
 namespace activekv {
 
-enum class DecisionKind : std::uint8_t { admit, queue, grow, borrow, reclaim, promote, evict, refuse, finish, cancel, retire };
+enum class DecisionKind : std::uint8_t { admit, queue, grow, borrow, reclaim, promote, evict, refuse, finish, cancel, retire,
+                                        retain, adopt, drop_retained };
 
 enum class Reason : std::uint8_t {
   floor_fits,            // admit: a history is free and the floor fits in the pool
@@ -37,6 +38,11 @@ enum class Reason : std::uint8_t {
   cancelled,             // cancel: same, before completion
   host_range_quarantined,  // retire: a failed copy touched the history's host range: it is never reused
   no_usable_history,     // refuse: every host history is retired
+  prefix_retained,       // retain: a finished context's full pages stay indexed as a retained prefix
+  prefix_adopted,        // adopt: the prompt starts with a retained prefix: its history is taken in place
+  prefix_copied,         // adopt: the prompt starts with a prefix held by a running context: rows copied
+  retained_lru,          // drop_retained: admission needed a history; the least-recently-used retained one gave way
+  retained_cancelled,    // drop_retained: the context holding the prefix was cancelled or its history retired
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

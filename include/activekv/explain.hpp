@@ -35,6 +35,11 @@ struct Explanation {
   std::uint32_t pages_staged_per_step = 0;  // logical pages not resident (staged by the next step)
   std::uint64_t step = 0;                   // the step whose decisions follow
   std::vector<Decision> decisions;          // that step's decisions for this context
+  // Prefix reuse (filled by the KV runtime): logical pages 0 .. adopted_pages − 1 of every layer
+  // came from a retained prefix, adopted in place or copied from a running context's history.
+  std::uint32_t adopted_pages = 0;
+  bool adopted_copied = false;
+  std::uint64_t adopted_from_request = 0;
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

@@ -82,6 +82,11 @@ struct KvRuntimeSettings {
   std::uint32_t hotness_candidates = 1024;
   std::uint32_t decision_log_records = 65536;
   std::chrono::nanoseconds fence_timeout = std::chrono::seconds(30);  // host waits on one fence
+  // Prefix reuse (docs/PREFIX.md): finish_retaining() keeps a finished history's full pages as a
+  // retained prefix and open_context(…, prompt, …) adopts the longest one. Off: every history
+  // is emptied when its context leaves (configuration key prefix_reuse, --no-prefix-reuse).
+  bool prefix_reuse = false;
+  std::uint64_t model_identity = 0;      // seeds the prefix hashes (0: the geometry's)
 };
 
 using ContextId = ContextHandle;
@@ -114,6 +119,13 @@ struct KvCounters {
   std::uint64_t histories_retired = 0;           // host histories taken out of use (a quarantined host range)
   std::uint64_t device_allocations_after_warmup = 0;  // from the backend's own counter: must stay 0
   std::uint64_t heap_allocations_in_steps = 0;        // heap allocations (any thread) during the step calls: must stay 0
+  // Prefix reuse (docs/PREFIX.md):
+  std::uint64_t prefix_adoptions = 0;         // admissions that adopted a retained prefix (in place or copied)
+  std::uint64_t prefix_copies = 0;            // of them, copied from a history a running context holds
+  std::uint64_t prefix_reused_tokens = 0;     // prompt tokens adopted instead of prefilled
+  std::uint64_t retained_kept = 0;            // finished histories kept as retained prefixes
+  std::uint64_t retained_dropped = 0;         // retained prefixes dropped (admission needed the history, cancel, retire)
+  std::uint64_t retained_histories = 0;       // a level: histories holding a retained prefix now
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
   std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)
@@ -137,10 +149,21 @@ class KvRuntime {
   // Admitted (a history and the floor held), queued (FIFO, with the reason),
   // or an error: longer than --max-context, or the queue is full (--queue-max).
   virtual Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max) = 0;
+  // As open_context, and with prefix reuse on: when admitted at once, the context adopts the
+  // longest retained prefix of `prompt` in full pages (leaving at least one prompt token to
+  // prefill): its length starts at reused_tokens, whose rows are the retained ones. Adopted in
+  // place when the history holding it is free, copied (host rows) when a running context holds it.
+  // A history that held another retained prefix and is taken by the admission drops it (counted,
+  // logged). A request that is queued adopts nothing (reused_tokens = 0).
+  virtual Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max,
+                                           std::span<const std::int32_t> prompt, std::uint32_t& reused_tokens) = 0;
   // Requests admitted from the queue since the last call (after finish/cancel freed room).
   virtual std::uint32_t take_admitted(std::span<AdmitResult> out) = 0;
   // Returns the history and every page. Between steps only.
   virtual void finish(ContextId context) = 0;
+  // As finish; with prefix reuse on, the history's full pages stay as a retained prefix indexed by
+  // `tokens` (the tokens whose rows the context holds, in order: at most length(context) are used).
+  virtual void finish_retaining(ContextId context, std::span<const std::int32_t> tokens) = 0;
   // As finish, but allowed during a step: deferred until the step's fences resolved.
   virtual void cancel(ContextId context) = 0;
   virtual bool running(ContextId context) const = 0;

@@ -60,6 +60,7 @@ struct RunOptions {
   CLI::Option* prefill_chunk_given = nullptr;
   CLI::Option* max_requests_given = nullptr;
   CLI::Option* arrival_scale_given = nullptr;
+  bool no_prefix_reuse = false;
 };
 
 // Bounds of the overrides: what the engine and the scheduler can be sized for.
@@ -114,6 +115,7 @@ Result<serve::RunConfig> load_config(const RunOptions& o) {
   if (given(o.step_tokens_given)) c.step_tokens = o.step_tokens;
   if (given(o.prefill_chunk_given)) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
   if (given(o.arrival_scale_given)) c.arrival_scale = o.arrival_scale;
+  if (o.no_prefix_reuse) c.prefix_reuse = false;
   if (!o.model.empty()) c.model = o.model;
   if (c.threads > threads_max) {
     return make_error(ErrorCode::invalid_argument, o.config.empty() ? "configs/default.json: threads" : o.config + ": threads",
@@ -159,6 +161,7 @@ Result<std::unique_ptr<serve::StepEngine>> make_engine(const RunOptions& o, cons
     fc.burst_pages = fc.target_pages * 2;
     fc.row_bytes = 768;
     fc.clock = fake_clock;
+    fc.prefix_reuse = c.prefix_reuse;
     *model_name = "fake (deterministic test model)";
     return std::unique_ptr<serve::StepEngine>(std::make_unique<serve::FakeEngine>(fc));
   }
@@ -253,6 +256,9 @@ Action setup(CLI::App& sub) {
   o->max_requests_given = sub.add_option("--max-requests", o->max_requests, "Run only the trace's first N requests");
   o->arrival_scale_given =
       sub.add_option("--arrival-scale", o->arrival_scale, "Multiply every arrival time (0: all arrive at once; up to 1e6)");
+  sub.add_flag("--no-prefix-reuse", o->no_prefix_reuse,
+               "Empty each history when its request ends: follow-ups prefill their whole conversation "
+               "(configuration key prefix_reuse)");
   return [o] { return run(*o); };
 }
 

@@ -58,6 +58,7 @@ BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& 
   for (std::uint32_t i = 0; i < slots; ++i) free_slots_[i] = slots - 1 - i;  // slot 0 is used first
   free_slot_count_ = slots;
   retired_.assign(slots, 0);
+  retained_stamp_.assign(slots, 0);
   queue_.resize(std::max(1u, plan.queue_max));
   admitted_.resize(std::max(1u, slots));  // entries are running contexts (finish removes theirs)
   order_.resize(slots);
@@ -103,10 +104,12 @@ bool BudgetManager::floor_fits(std::uint64_t floor_pages) const noexcept {
   return floors_committed_ + floor_pages <= usable;
 }
 
-AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget) noexcept {
+AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget,
+                                  std::uint32_t preferred_slot) noexcept {
   Waiting request{request_id, tokens_max,
                   budget != nullptr ? *budget
-                                    : Budget{plan_.budget.floor_pages, plan_.budget.target_pages, plan_.budget.burst_pages}};
+                                    : Budget{plan_.budget.floor_pages, plan_.budget.target_pages, plan_.budget.burst_pages},
+                  preferred_slot};
   AdmitResult result;
   result.request_id = request_id;
   auto refuse = [&](Reason reason) {
@@ -155,7 +158,7 @@ AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens
 AdmitResult BudgetManager::admit(const Waiting& request, Reason reason) noexcept {
   AK_ASSERT(free_slot_count_ > 0, "admission needs a free host history");
   AK_ASSERT(floor_fits(request.budget.floor_pages), "admission needs room for the floor");
-  const std::uint32_t slot = free_slots_[--free_slot_count_];
+  const std::uint32_t slot = take_free_slot(request.preferred_slot);
   ContextState& c = contexts_[slot];
   AK_ASSERT(!c.running, "a free slot holds no running context");
   const std::uint32_t generation = c.generation + 1;
@@ -186,6 +189,29 @@ AdmitResult BudgetManager::admit(const Waiting& request, Reason reason) noexcept
          static_cast<std::uint32_t>(request.budget.floor_pages));
   AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after admission");
   return AdmitResult{AdmitOutcome::admitted, ContextHandle{slot, generation}, request.request_id, reason};
+}
+
+std::uint32_t BudgetManager::take_free_slot(std::uint32_t preferred) noexcept {
+  AK_ASSERT(free_slot_count_ > 0, "a free slot to take");
+  // The stack's top is the default; a slot that holds a retained history is taken only when no
+  // other is free, the least recently retained first (its holder drops it: retained never blocks).
+  std::uint32_t at = free_slot_count_;
+  for (std::uint32_t i = 0; i < free_slot_count_; ++i) {
+    if (free_slots_[i] == preferred) at = i;
+  }
+  for (std::uint32_t i = free_slot_count_; at == free_slot_count_ && i-- > 0;) {
+    if (retained_stamp_[free_slots_[i]] == 0) at = i;
+  }
+  if (at == free_slot_count_) {
+    at = 0;
+    for (std::uint32_t i = 1; i < free_slot_count_; ++i) {
+      if (retained_stamp_[free_slots_[i]] < retained_stamp_[free_slots_[at]]) at = i;
+    }
+  }
+  const std::uint32_t slot = free_slots_[at];
+  for (std::uint32_t i = at; i + 1 < free_slot_count_; ++i) free_slots_[i] = free_slots_[i + 1];  // order kept
+  --free_slot_count_;
+  return slot;
 }
 
 bool BudgetManager::retire_history(std::uint32_t slot) noexcept {

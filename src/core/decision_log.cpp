@@ -18,6 +18,9 @@ const char* decision_kind_name(DecisionKind kind) noexcept {
     case DecisionKind::finish: return "finish";
     case DecisionKind::cancel: return "cancel";
     case DecisionKind::retire: return "retire";
+    case DecisionKind::retain: return "retain";
+    case DecisionKind::adopt: return "adopt";
+    case DecisionKind::drop_retained: return "drop_retained";
   }
   return "?";
 }
@@ -44,6 +47,11 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::cancelled: return "cancelled";
     case Reason::host_range_quarantined: return "host_range_quarantined";
     case Reason::no_usable_history: return "no_usable_history";
+    case Reason::prefix_retained: return "prefix_retained";
+    case Reason::prefix_adopted: return "prefix_adopted";
+    case Reason::prefix_copied: return "prefix_copied";
+    case Reason::retained_lru: return "retained_lru";
+    case Reason::retained_cancelled: return "retained_cancelled";
   }
   return "?";
 }
@@ -72,6 +80,13 @@ const char* reason_text(Reason reason) noexcept {
       return "a copy that touched the history's host range failed: the history is retired for good";
     case Reason::no_usable_history:
       return "every host history is retired after failed copies: recreate the runtime and its device";
+    case Reason::prefix_retained: return "finished: its full pages stay on the host as a retained prefix";
+    case Reason::prefix_adopted: return "the prompt starts with a retained prefix: its history is adopted in place";
+    case Reason::prefix_copied:
+      return "the prompt starts with a prefix a running context holds: its rows are copied (copy on adopt)";
+    case Reason::retained_lru:
+      return "admission needed a history: the least-recently-used retained prefix gave way (retained never blocks)";
+    case Reason::retained_cancelled: return "the context holding the prefix was cancelled or its history retired";
   }
   return "?";
 }

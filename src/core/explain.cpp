@@ -83,6 +83,11 @@ std::string explanation_text(const Explanation& e) {
                          r.logical_first + r.pages - 1, r.pool_page_first, r.reason);
     }
   }
+  if (e.adopted_pages > 0) {
+    out += fmt::format("  adopted: pages 0..{} of every layer came from a retained prefix (request {}'s history, {})\n",
+                       e.adopted_pages - 1, e.adopted_from_request,
+                       e.adopted_copied ? "copied from a running context" : "adopted in place");
+  }
   out += fmt::format("  staged each step: {} pages (not resident; copied through the tiles)\n", e.pages_staged_per_step);
   out += fmt::format("decisions in step {}:\n", e.step);
   if (e.decisions.empty()) out += "  (none)\n";
@@ -108,6 +113,9 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["pages_reserved"] = e.pages_reserved;
   j["last_active_step"] = e.last_active_step;
   j["pages_staged_per_step"] = e.pages_staged_per_step;
+  j["adopted_pages"] = e.adopted_pages;
+  j["adopted_copied"] = e.adopted_copied;
+  j["adopted_from_request"] = e.adopted_from_request;
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {
     runs.push_back({{"layer", r.layer}, {"logical_first", r.logical_first}, {"pages", r.pages}, {"reason", r.reason},

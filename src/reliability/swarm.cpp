@@ -59,6 +59,16 @@ struct Request {
   std::uint32_t length = 0;
   std::vector<std::vector<float>> k, v;           // [layer]: length × kv elements
   std::vector<std::vector<std::uint64_t>> sums;   // [layer]: length checksums
+  // Conversations (prefix reuse): a follow-up's first pre_len rows are its predecessor's rows, under
+  // the predecessor's tokens; every later token is this request's own. A row is thus a function of
+  // the tokens before it, as in a model, and an adopted history must hold exactly these rows.
+  std::int32_t follows = -1;                      // index of the predecessor in requests_, or -1
+  bool prepared = false;                          // tokens (and the prefix) drawn at first admission
+  bool completed = false;                         // ran to tokens_max (a predecessor must have)
+  std::vector<std::int32_t> tokens;               // tokens_max token ids
+  std::uint32_t pre_len = 0;
+  std::vector<std::vector<float>> pre_k, pre_v;   // [layer]: pre_len × kv elements
+  std::vector<std::vector<std::uint64_t>> pre_sums;
 };
 
 struct Device {
@@ -128,6 +138,7 @@ class SeedRun {
     lose_device_at_ = chance(20) ? uniform(1, std::max(1u, static_cast<std::uint32_t>(fault_phase_steps_))) : 0;
     lose_device_layer_ = uniform(0, g.dense_layers - 1);
     refuse_warmup_ = chance(10);
+    settings_.prefix_reuse = chance(67);
 
     // The workload.
     const std::uint32_t n = uniform(2, 8);
@@ -139,6 +150,10 @@ class SeedRun {
       r.prompt_tokens = uniform(1, r.tokens_max);
       r.cancel_at = chance(15) ? uniform(1, r.tokens_max) : 0;
       r.arrival_step = uniform(0, 30);
+      if (i > 0 && chance(40)) {  // a follow-up turn: arrives after its predecessor, extends its history
+        r.follows = static_cast<std::int32_t>(uniform(0, i - 1));
+        r.arrival_step = requests_[static_cast<std::size_t>(r.follows)].arrival_step + uniform(5, 60);
+      }
       r.k.resize(g.dense_layers);
       r.v.resize(g.dense_layers);
       r.sums.resize(g.dense_layers);
@@ -249,6 +264,59 @@ class SeedRun {
     return true;
   }
 
+  // ---- conversations ------------------------------------------------------------------
+  // At its first admission: a follow-up whose predecessor completed inherits its rows and tokens
+  // as its prompt's start; every request draws its own tokens for the rest.
+  void prepare(Request& r) {
+    r.prepared = true;
+    const Geometry& g = settings_.memory.geometry;
+    const std::uint32_t max_context = settings_.memory.max_context_tokens;
+    if (r.follows >= 0) {
+      const Request& p = requests_[static_cast<std::size_t>(r.follows)];
+      if (p.completed && p.length + 2 <= max_context) {
+        r.pre_len = p.length;
+        r.pre_k = p.k;
+        r.pre_v = p.v;
+        r.pre_sums = p.sums;
+        r.tokens.assign(p.tokens.begin(), p.tokens.begin() + p.length);
+        r.tokens_max = uniform(r.pre_len + 2, max_context);
+        r.prompt_tokens = uniform(r.pre_len + 1, r.tokens_max);
+        if (r.cancel_at > r.tokens_max) r.cancel_at = r.tokens_max;
+        ++report_.follow_ups;
+      }
+    }
+    r.tokens.resize(r.tokens_max);
+    for (std::uint32_t t = r.pre_len; t < r.tokens_max; ++t) {
+      r.tokens[t] = static_cast<std::int32_t>(fnv_u64(fnv_u64(fnv_basis, report_.seed * 4096 + r.id), t) & 0x7fffffff);
+    }
+    (void)g;
+    trace(r.pre_len), trace(r.tokens_max);
+  }
+
+  // The context adopted `reused` tokens of a retained history: they must be exactly the
+  // conversation's rows (checked against the checksums), and they become the request's rows.
+  void adopted(Request& r, std::uint32_t reused) {
+    const Geometry& g = settings_.memory.geometry;
+    if (reused > r.pre_len) {
+      ++report_.corrupted;
+      return fail(fmt::format("request {}: adopted {} tokens, beyond its conversation's {}", r.id, reused, r.pre_len));
+    }
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      r.k[l].assign(r.pre_k[l].begin(), r.pre_k[l].begin() + static_cast<std::ptrdiff_t>(reused * kv_));
+      r.v[l].assign(r.pre_v[l].begin(), r.pre_v[l].begin() + static_cast<std::ptrdiff_t>(reused * kv_));
+      r.sums[l].assign(r.pre_sums[l].begin(), r.pre_sums[l].begin() + reused);
+      reference_->append(r.reference, l, r.k[l].data(), r.v[l].data(), reused);
+    }
+    r.length = reused;
+    if (!verify_rows(r, 0, reused)) {
+      ++report_.corrupted;
+      return fail(fmt::format("request {}: an adopted row differs from its conversation's row", r.id));
+    }
+    ++report_.adoptions;
+    report_.tokens_reused += reused;
+    trace(0xADD0), trace(reused);
+  }
+
   // ---- admission -----------------------------------------------------------------------
   void opened(Request& r, ContextId handle) {
     r.state = Request::State::running;
@@ -257,7 +325,13 @@ class SeedRun {
   }
 
   void open(Request& r) {
-    auto result = device_.runtime->open_context(next_request_id_++ * 64 + r.id, r.tokens_max);
+    const bool fresh = !r.needs_replay && r.length == 0;
+    if (fresh && !r.prepared) prepare(r);
+    std::uint32_t reused = 0;
+    // A replay starts from row 0 (its rows come from its own recovered history): it adopts nothing.
+    const std::span<const std::int32_t> prompt =
+        fresh ? std::span<const std::int32_t>(r.tokens).first(r.prompt_tokens) : std::span<const std::int32_t>();
+    auto result = device_.runtime->open_context(next_request_id_++ * 64 + r.id, r.tokens_max, prompt, reused);
     if (!result.ok()) {
       // A faulty device whose every history was retired (failed copies quarantined part of each
       // host range) can run nothing more: its fault phase ends here, the request waits for the next device.
@@ -271,6 +345,7 @@ class SeedRun {
     request_of_.push_back(static_cast<std::uint32_t>(&r - requests_.data()));
     if (result->outcome == AdmitOutcome::admitted) {
       opened(r, result->handle);
+      if (reused > 0) adopted(r, reused);
     } else {
       r.state = Request::State::queued;
     }
@@ -291,7 +366,12 @@ class SeedRun {
 
   // A context leaves the runtime; queued requests may be admitted.
   void release(Request& r, bool finished) {
-    if (finished) device_.runtime->finish(r.handle); else device_.runtime->cancel(r.handle);
+    if (finished) {
+      // With prefix reuse the history stays retained under the tokens of its rows.
+      device_.runtime->finish_retaining(r.handle, std::span<const std::int32_t>(r.tokens).first(r.length));
+    } else {
+      device_.runtime->cancel(r.handle);
+    }
     sync_admitted();
   }
 
@@ -414,6 +494,16 @@ class SeedRun {
       for (std::size_t i = 0; i < total * kv_; ++i) buffers_k_[l][i] = normal(rng_);
       for (std::size_t i = 0; i < total * kv_; ++i) buffers_v_[l][i] = normal(rng_);
       for (std::size_t i = 0; i < total * qe_; ++i) buffers_q_[l][i] = normal(rng_);
+    }
+    // A conversation's inherited positions get its predecessor's rows (what a model would compute).
+    for (std::size_t e = 0, row = 0; e < entries_.size(); row += entries_[e].tokens_new, ++e) {
+      const Request& r = requests_[chosen_[e]];
+      for (std::uint32_t t = r.length; t < std::min(r.pre_len, r.length + entries_[e].tokens_new); ++t) {
+        for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+          std::copy_n(r.pre_k[l].data() + t * kv_, kv_, buffers_k_[l].data() + (row + t - r.length) * kv_);
+          std::copy_n(r.pre_v[l].data() + t * kv_, kv_, buffers_v_[l].data() + (row + t - r.length) * kv_);
+        }
+      }
     }
     const bool lose = device_.faulty && lose_device_at_ != 0 && step_ >= lose_device_at_;
     // (A context cancelled mid-step is gone before its rows can be read back:
@@ -557,6 +647,7 @@ class SeedRun {
           return fail(fmt::format("request {}: its finished history differs from the rows written", r.id));
         }
         r.state = Request::State::done;
+        r.completed = true;
         ++report_.requests_completed;
         trace(r.id * 1000 + r.length);
         release(r, true);
@@ -667,6 +758,7 @@ void SwarmSummary::add(const SeedReport& r) {
   rows_verified += r.rows_verified, outputs_verified += r.outputs_verified, pages_quarantined += r.pages_quarantined;
   pages_staged += r.pages_staged, tiles_retired += r.tiles_retired, histories_retired += r.histories_retired;
   contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
+  follow_ups += r.follow_ups, adoptions += r.adoptions, tokens_reused += r.tokens_reused;
   faults.late += r.faults.late, faults.failed_fences += r.faults.failed_fences;
   faults.unknown_fences += r.faults.unknown_fences, faults.failed_copies += r.faults.failed_copies;
   faults.torn_copies += r.faults.torn_copies, faults.poisoned += r.faults.poisoned;
@@ -694,6 +786,8 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
                      s.histories_retired);
   out += fmt::format("contexts recovered   {} (from their host histories)\n", s.contexts_recovered);
   out += fmt::format("contexts lost        {} (reported)\n", s.contexts_lost);
+  out += fmt::format("conversations        {} follow-ups, {} adopted a retained history ({} tokens, rows checked)\n",
+                     s.follow_ups, s.adoptions, s.tokens_reused);
   out += fmt::format("corrupted            {}\n", s.corrupted);
   out += fmt::format("trace hash           {:016x}\n", s.trace_hash);
   return out;

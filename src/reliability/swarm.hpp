@@ -19,6 +19,10 @@
 //     device every surviving request then runs to its full length;
 //   - invariant 7: zero device allocations after warm-up and zero heap
 //     allocations inside a good step;
+//   - conversations (prefix reuse, in two seeds of three): a follow-up turn
+//     inherits a completed predecessor's tokens and rows; when its admission
+//     adopts a retained history, every adopted row must equal the
+//     conversation's row (checksums) and never reach past the inherited part;
 //   - recovery: a context whose step failed is cancelled and recovered from
 //     its host history (verified row by row against the checksums, then
 //     replayed into a fresh context); a device loss quarantines everything
@@ -63,6 +67,9 @@ struct SeedReport {
   std::uint64_t contexts_recovered = 0;  // moved from their host history into a fresh context
   std::uint64_t contexts_lost = 0;       // reported lost: the host history failed its checksums
   std::uint64_t corrupted = 0;           // a good step read or wrote a wrong row: always a violation
+  std::uint64_t follow_ups = 0;          // conversations: requests that inherited a completed predecessor's history
+  std::uint64_t adoptions = 0;           // of them, admissions that adopted a retained prefix (rows checked)
+  std::uint64_t tokens_reused = 0;
   FaultTally faults;
   std::string violation;                 // empty when every invariant held
   bool ok() const { return violation.empty(); }
@@ -83,6 +90,7 @@ struct SwarmSummary {
   std::uint64_t rows_verified = 0, outputs_verified = 0, pages_quarantined = 0;
   std::uint64_t pages_staged = 0, tiles_retired = 0, histories_retired = 0;
   std::uint64_t contexts_recovered = 0, contexts_lost = 0, corrupted = 0;
+  std::uint64_t follow_ups = 0, adoptions = 0, tokens_reused = 0;
   FaultTally faults;
   std::uint64_t trace_hash = 0;  // all seeds' hashes folded in order
 

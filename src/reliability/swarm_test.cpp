@@ -54,6 +54,10 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   EXPECT_GT(summary.contexts_recovered, 0u);
   EXPECT_GT(summary.requests_completed, 0u);
   EXPECT_GT(summary.requests_cancelled, 0u);
+  // Conversations with prefix reuse: follow-ups adopted retained histories, every adopted row checked.
+  EXPECT_GT(summary.follow_ups, 0u);
+  EXPECT_GT(summary.adoptions, 0u);
+  EXPECT_GT(summary.tokens_reused, 0u);
 }
 
 TEST(Swarm, ASeedDeterminesItsRunExactly) {

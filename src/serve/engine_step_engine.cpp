@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
@@ -42,7 +43,18 @@ struct EngineStepEngine::Parts {
   std::uint64_t pending_request_id = 0;      // queued inside the runtime; 0: none
   std::vector<AdmitResult> admitted_scratch; // take_admitted() buffer, sized at warm-up
   std::vector<engine::StepInput> inputs;     // step scratch, sized at warm-up
-  std::vector<engine::Sampler> samplers;     // one per host history (= context slot), built at warm-up
+  std::vector<engine::Sampler> samplers;     // one per context slot (the concurrency), built at warm-up
+  // Per slot: the tokens whose rows the context holds, in order (what a finished history is
+  // retained under). Sized at warm-up: slots × max context.
+  std::vector<std::int32_t> slot_tokens;
+  std::vector<std::uint32_t> slot_length;
+  std::uint32_t max_context = 0;
+  void record(std::uint32_t slot, std::span<const std::int32_t> tokens) {
+    std::int32_t* at = slot_tokens.data() + std::size_t{slot} * max_context + slot_length[slot];
+    AK_ASSERT(slot_length[slot] + tokens.size() <= max_context, "EngineStepEngine: a context past max context");
+    std::copy(tokens.begin(), tokens.end(), at);
+    slot_length[slot] += static_cast<std::uint32_t>(tokens.size());
+  }
   std::uint64_t device_allocations_at_warmup = 0;
 };
 
@@ -91,6 +103,11 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   kvs.q_heads = mc.q_heads;
   kvs.step_entries_max = 0;  // the plan's concurrency: min(max_seqs, histories, floors that fit)
   kvs.step_tokens_max = c.step_tokens;
+  kvs.prefix_reuse = c.prefix_reuse;
+  // The model's identity seeds the prefix hashes: its name, vocabulary and geometry.
+  std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
+  identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();
+  kvs.model_identity = identity == 0 ? 1 : identity;
 
   BackendOptions options;
   options.compute_threads = c.threads;  // the host backend's attention kernel threads (the engine's pool waits meanwhile)
@@ -127,8 +144,13 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // Admissions at once are bounded by the concurrency, not by how many histories a huge pool could hold.
   parts->admitted_scratch.resize(std::max<std::size_t>(std::min(p.histories, p.concurrency), 1) + 8);
   parts->inputs.resize(entries_max);
-  parts->samplers.reserve(p.histories);
-  for (std::uint32_t i = 0; i < p.histories; ++i) parts->samplers.emplace_back(engine::SamplerSettings{}, parts->engine->config().vocab);
+  parts->max_context = mp.host.max_context_tokens;
+  parts->slot_tokens.assign(std::size_t{mp.budget.concurrency} * parts->max_context, 0);
+  parts->slot_length.assign(mp.budget.concurrency, 0);
+  parts->samplers.reserve(mp.budget.concurrency);
+  for (std::uint32_t i = 0; i < mp.budget.concurrency; ++i) {
+    parts->samplers.emplace_back(engine::SamplerSettings{}, parts->engine->config().vocab);
+  }
   parts->device_allocations_at_warmup = parts->runtime->counters().device_allocations_after_warmup;
   return std::unique_ptr<EngineStepEngine>(new EngineStepEngine(std::move(parts)));
 }
@@ -148,7 +170,7 @@ Result<std::vector<std::int32_t>> EngineStepEngine::encode(std::string_view text
 
 std::string EngineStepEngine::decode(std::span<const std::int32_t> tokens) { return parts_->tokenizer->decode(tokens); }
 
-Admission EngineStepEngine::admit(std::uint32_t tokens_max) {
+Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) {
   Parts& p = *parts_;
   if (p.pending_request_id != 0) {
     const std::uint32_t n = p.runtime->take_admitted(p.admitted_scratch);
@@ -156,23 +178,30 @@ Admission EngineStepEngine::admit(std::uint32_t tokens_max) {
       AK_ASSERT(p.admitted_scratch[i].request_id == p.pending_request_id,
                 "EngineStepEngine::admit: the runtime admitted a request the scheduler did not submit");
       p.pending_request_id = 0;
-      return {AdmitOutcome::admitted, to_serve(p.admitted_scratch[i].handle)};
+      p.slot_length[p.admitted_scratch[i].handle.slot] = 0;  // admitted from the queue: nothing adopted
+      return {AdmitOutcome::admitted, to_serve(p.admitted_scratch[i].handle), 0};
     }
-    return {AdmitOutcome::floor_does_not_fit, {}};
+    return {AdmitOutcome::floor_does_not_fit, {}, 0};
   }
-  if (p.runtime->histories_free() == 0) return {AdmitOutcome::no_free_history, {}};
+  if (p.runtime->histories_free() == 0) return {AdmitOutcome::no_free_history, {}, 0};
   const std::uint64_t id = p.next_request_id++;
-  auto result = p.runtime->open_context(id, tokens_max);
+  std::uint32_t reused = 0;
+  auto result = p.runtime->open_context(id, tokens_max, prompt, reused);
   AK_ASSERT(result.ok(), "EngineStepEngine::admit: the scheduler checks max context before admission");
   switch (result->outcome) {
-    case activekv::AdmitOutcome::admitted: return {AdmitOutcome::admitted, to_serve(result->handle)};
+    case activekv::AdmitOutcome::admitted: {
+      const std::uint32_t slot = result->handle.slot;
+      p.slot_length[slot] = 0;
+      p.record(slot, prompt.first(reused));
+      return {AdmitOutcome::admitted, to_serve(result->handle), reused};
+    }
     case activekv::AdmitOutcome::queued:
       p.pending_request_id = id;
-      return {outcome_of(result->reason), {}};
+      return {outcome_of(result->reason), {}, 0};
     case activekv::AdmitOutcome::refused: break;
   }
   AK_ASSERT(false, "EngineStepEngine::admit: the runtime refused a request that fits max context");
-  return {AdmitOutcome::floor_does_not_fit, {}};
+  return {AdmitOutcome::floor_does_not_fit, {}, 0};
 }
 
 void EngineStepEngine::set_sampling(ContextHandle context, const SamplingSettings& sampling) {
@@ -180,7 +209,12 @@ void EngineStepEngine::set_sampling(ContextHandle context, const SamplingSetting
   parts_->samplers[context.index].reset(engine::SamplerSettings{sampling.seed, sampling.temperature, sampling.top_p});
 }
 
-void EngineStepEngine::finish(ContextHandle context) { parts_->runtime->finish(to_runtime(context)); }
+void EngineStepEngine::finish(ContextHandle context) {
+  Parts& p = *parts_;
+  const std::uint32_t slot = context.index;
+  p.runtime->finish_retaining(
+      to_runtime(context), std::span<const std::int32_t>(p.slot_tokens).subspan(std::size_t{slot} * p.max_context, p.slot_length[slot]));
+}
 void EngineStepEngine::cancel(ContextHandle context) { parts_->runtime->cancel(to_runtime(context)); }
 
 Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) {
@@ -193,6 +227,8 @@ Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::
   static_assert(sizeof(engine::TokenId) == sizeof(std::int32_t), "token ids are 32-bit");
   Status status = p.engine->step(std::span<const engine::StepInput>(p.inputs.data(), batch.size()));
   if (!status) return status;
+  // The tokens each context now holds rows for (after the step: a failed step's are never retained).
+  for (std::size_t e = 0; e < batch.size(); ++e) p.record(batch[e].context.index, batch[e].tokens);
   for (std::size_t e = 0; e < batch.size(); ++e) {
     if (!batch[e].want_token) continue;
     const std::span<const float> logits = p.engine->logits(static_cast<std::uint32_t>(e));
@@ -237,6 +273,11 @@ EngineCounters EngineStepEngine::counters() const {
   const engine::PhaseTimes& t = p.engine->times();
   c.planning_ns = t.planning_ns;
   c.step_ns = t.total_ns();
+  c.prefix_reused_tokens = k.prefix_reused_tokens;
+  c.prefix_adoptions = k.prefix_adoptions;
+  c.retained_kept = k.retained_kept;
+  c.retained_dropped = k.retained_dropped;
+  c.retained_histories = k.retained_histories;
   return c;
 }
 

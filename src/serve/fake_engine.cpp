@@ -35,6 +35,10 @@ FakeEngine::FakeEngine(const FakeEngineConfig& config) : config_(config) {
   plan_.device_arena_bytes = std::uint64_t{config.pool_pages} * config.page_tokens * config.row_bytes;
   plan_.eos_token = config.eos_token;
   slots_.resize(config.histories);
+  for (Slot& s : slots_) {
+    s.fed.reserve(config.max_context_tokens);
+    s.page_hash.reserve(config.max_context_tokens / config.page_tokens + 1);
+  }
   order_.reserve(config.histories);
 }
 
@@ -81,24 +85,92 @@ std::uint32_t FakeEngine::needed_pages(const Slot& s) const noexcept {
   return per_layer * config_.dense_layers;
 }
 
-Admission FakeEngine::admit(std::uint32_t tokens_max) {
+std::uint32_t FakeEngine::longest_prefix(std::span<const std::int32_t> prompt, std::uint32_t pages_max,
+                                         std::uint32_t& pages) const {
+  const std::uint32_t P = config_.page_tokens;
+  std::uint32_t best = UINT32_MAX;
+  pages = 0;
+  for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    std::uint32_t n = 0;
+    const std::uint32_t limit = std::min(s.retained_pages, pages_max);
+    while (n < limit && std::equal(prompt.begin() + std::size_t{n} * P, prompt.begin() + std::size_t{n + 1} * P,
+                                   s.fed.begin() + std::size_t{n} * P)) {
+      ++n;
+    }
+    if (n > pages || (n == pages && n > 0 && s.retained_stamp > slots_[best].retained_stamp)) {
+      best = i;
+      pages = n;
+    }
+  }
+  return best;
+}
+
+std::uint32_t FakeEngine::free_slot_for(std::uint32_t preferred) const {
+  if (preferred != UINT32_MAX && !slots_[preferred].live) return preferred;
+  std::uint32_t lru = UINT32_MAX;
+  for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].live) continue;
+    if (slots_[i].retained_pages == 0) return i;
+    if (lru == UINT32_MAX || slots_[i].retained_stamp < slots_[lru].retained_stamp) lru = i;
+  }
+  return lru;
+}
+
+void FakeEngine::drop_retained(Slot& s) {
+  if (s.retained_pages == 0) return;
+  s.retained_pages = 0;
+  s.retained_stamp = 0;
+  ++counters_.retained_dropped;
+  --counters_.retained_histories;
+}
+
+Admission FakeEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) {
   AK_ASSERT(tokens_max <= config_.max_context_tokens, "FakeEngine::admit: longer than max context");
-  if (live_ >= plan_.concurrency) return {AdmitOutcome::no_free_history, {}};
-  if (std::uint64_t{live_ + 1} * floor_pages() > config_.pool_pages) return {AdmitOutcome::floor_does_not_fit, {}};
-  std::uint32_t index = 0;
-  while (slots_[index].live) ++index;
+  if (live_ >= plan_.concurrency) return {AdmitOutcome::no_free_history, {}, 0};
+  if (std::uint64_t{live_ + 1} * floor_pages() > config_.pool_pages) return {AdmitOutcome::floor_does_not_fit, {}, 0};
+  const std::uint32_t P = config_.page_tokens;
+  std::uint32_t pages = 0;
+  std::uint32_t source = UINT32_MAX;
+  if (config_.prefix_reuse && prompt.size() > P) {
+    source = longest_prefix(prompt, static_cast<std::uint32_t>((prompt.size() - 1) / P), pages);
+  }
+  const std::uint32_t index = free_slot_for(pages > 0 ? source : UINT32_MAX);
+  AK_ASSERT(index != UINT32_MAX, "FakeEngine::admit: below concurrency a history is free");
   Slot& s = slots_[index];
   s.live = true;
   ++s.generation;
   s.hash = mix(0x5eed);
   s.tokens_fed = 0;
+  if (pages > 0 && index == source) {
+    s.retained_pages = pages;  // in place: the rest is rewritten
+  } else {
+    drop_retained(s);
+    s.fed.clear();
+    s.page_hash.clear();
+    if (pages > 0) {  // copy on adopt from the running context that holds the prefix
+      const Slot& from = slots_[source];
+      s.fed.assign(from.fed.begin(), from.fed.begin() + std::size_t{pages} * P);
+      s.page_hash.assign(from.page_hash.begin(), from.page_hash.begin() + pages);
+    }
+  }
+  const std::uint32_t reused = pages * P;
+  if (pages > 0) {
+    s.fed.resize(reused);
+    s.page_hash.resize(pages);
+    s.hash = s.page_hash[pages - 1];
+    s.tokens_fed = reused;
+    slots_[source].retained_stamp = ++retain_stamp_;
+    ++counters_.prefix_adoptions;
+    counters_.prefix_reused_tokens += reused;
+  }
   s.tokens_max = tokens_max;
   s.held = floor_pages();
   s.admitted_order = admissions_++;
   order_.push_back(index);
   ++live_;
   counters_.host_bytes_in_use = std::uint64_t{live_} * plan_.host_pool_bytes / config_.histories;
-  return {AdmitOutcome::admitted, ContextHandle{index, s.generation}};
+  return {AdmitOutcome::admitted, ContextHandle{index, s.generation}, reused};
 }
 
 void FakeEngine::release(ContextHandle context) {
@@ -111,13 +183,23 @@ void FakeEngine::release(ContextHandle context) {
 }
 
 void FakeEngine::finish(ContextHandle context) {
+  Slot& s = slot(context);
   release(context);
   ++finishes_;
+  if (!config_.prefix_reuse) return;
+  const std::uint32_t pages = s.tokens_fed / config_.page_tokens;
+  if (s.retained_pages == 0 && pages > 0) ++counters_.retained_histories;
+  if (s.retained_pages > 0 && pages == 0) --counters_.retained_histories;
+  s.retained_pages = pages;
+  s.retained_stamp = pages > 0 ? ++retain_stamp_ : 0;
+  counters_.retained_kept += pages > 0 ? 1 : 0;
 }
 
 void FakeEngine::cancel(ContextHandle context) {
+  Slot& s = slot(context);
   release(context);
   ++cancels_;
+  drop_retained(s);
 }
 
 void FakeEngine::rebalance() {
@@ -162,8 +244,11 @@ Status FakeEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_
     }
     AK_ASSERT(!batch[e].tokens.empty(), "FakeEngine::step: an entry feeds no tokens");
     AK_ASSERT(s.tokens_fed + batch[e].tokens.size() <= s.tokens_max, "FakeEngine::step: context grows past its admission");
-    for (const std::int32_t t : batch[e].tokens) s.hash = mix(s.hash ^ static_cast<std::uint64_t>(t));
-    s.tokens_fed += static_cast<std::uint32_t>(batch[e].tokens.size());
+    for (const std::int32_t t : batch[e].tokens) {
+      s.hash = mix(s.hash ^ static_cast<std::uint64_t>(t));
+      s.fed.push_back(t);  // capacity reserved: no allocation
+      if (++s.tokens_fed % config_.page_tokens == 0) s.page_hash.push_back(s.hash);
+    }
     tokens += batch[e].tokens.size();
     if (batch[e].want_token) tokens_out[e] = static_cast<std::int32_t>(mix(s.hash) % vocab);
   }

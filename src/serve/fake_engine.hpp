@@ -11,6 +11,16 @@
 // bursts in admission order each step; what is needed but not held counts as
 // staged. Costs advance a ManualClock, so latencies are exact in tests.
 //
+// Prefix reuse (prefix_reuse = true), with the runtime's rules (docs/PREFIX.md):
+// a finished context's full pages stay retained in its history (the tokens fed
+// and the hash state at each page boundary); a prompt that starts with them
+// adopts them — in place when the history is free, copied when a running
+// context holds them — and its hash resumes from the retained page's state, so
+// an adoption of the wrong tokens or a prefill that does not resume at the
+// right offset changes the output. A history that holds a retained prefix is
+// taken by admission only when no other is free, least recently used first,
+// and its prefix is dropped and counted: retained histories never block.
+//
 // Every table is sized at construction; step() does not allocate.
 #pragma once
 
@@ -37,6 +47,7 @@ struct FakeEngineConfig {
   double step_cost_s = 0.002;
   double token_cost_s = 0.0001;
   double wall_sleep_s = 0;                // real seconds each step sleeps (a server's load test paces with it)
+  bool prefix_reuse = false;              // retain finished histories' full pages; adopt them
 };
 
 class FakeEngine final : public StepEngine {
@@ -48,7 +59,7 @@ class FakeEngine final : public StepEngine {
   std::string plan_json() const override;
   Result<std::vector<std::int32_t>> encode(std::string_view text) override;
   std::string decode(std::span<const std::int32_t> tokens) override;
-  Admission admit(std::uint32_t tokens_max) override;
+  Admission admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) override;
   // The fake model's token is a function of the sequence's hash: it has no
   // distribution to sample from, so every context stays deterministic.
   void set_sampling(ContextHandle, const SamplingSettings&) override {}
@@ -66,6 +77,10 @@ class FakeEngine final : public StepEngine {
  private:
   struct Slot {
     bool live = false;
+    std::vector<std::int32_t> fed;          // tokens fed, in order (capacity max context)
+    std::vector<std::uint64_t> page_hash;   // hash state after each full page (capacity max context / P)
+    std::uint32_t retained_pages = 0;       // full pages indexed as a retained prefix
+    std::uint64_t retained_stamp = 0;       // recency of the retained prefix
     std::uint32_t generation = 0;
     std::uint64_t hash = 0;
     std::uint32_t tokens_fed = 0;
@@ -80,6 +95,10 @@ class FakeEngine final : public StepEngine {
   void rebalance();
   std::uint32_t floor_pages() const noexcept { return 2 * config_.dense_layers; }
   std::uint32_t needed_pages(const Slot& s) const noexcept;
+  // The slot with the longest retained prefix of `prompt` (full pages, at most pages_max); pages 0: none.
+  std::uint32_t longest_prefix(std::span<const std::int32_t> prompt, std::uint32_t pages_max, std::uint32_t& pages) const;
+  std::uint32_t free_slot_for(std::uint32_t preferred) const;
+  void drop_retained(Slot& s);
 
   FakeEngineConfig config_;
   EnginePlan plan_;
@@ -89,6 +108,7 @@ class FakeEngine final : public StepEngine {
   std::uint64_t admissions_ = 0;
   std::uint64_t cancels_ = 0;
   std::uint64_t finishes_ = 0;
+  std::uint64_t retain_stamp_ = 0;
   EngineCounters counters_{};
 };
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "activekv/size.hpp"
 #include "engine/model_path.hpp"
 #include "serve/engine_step_engine.hpp"
 #include "serve/run_job.hpp"
@@ -19,13 +20,17 @@
 namespace activekv::serve {
 namespace {
 
-RunConfig config() {
+RunConfig config(const char* host_pool = "24MiB", bool reuse = true) {
   auto c = parse_run_config(
       R"({"host_pool": "24MiB", "device_pool": "4MiB", "page_tokens": 16, "tile_tokens": 64, "tiles": 2,
           "max_context": 512, "max_seqs": 3, "step_tokens": 64, "prefill_chunk_tokens": 32, "threads": 2,
           "stop_at_eos": false, "arrival_scale": 0})",
       "model_run_test");
   EXPECT_TRUE(c) << c.error().describe();
+  auto bytes = parse_size(host_pool, "host_pool");
+  EXPECT_TRUE(bytes);
+  c->host_pool_bytes = *bytes;
+  c->prefix_reuse = reuse;
   return *c;
 }
 
@@ -51,9 +56,9 @@ struct Outcome {
   std::string printed;
 };
 
-Outcome run(const std::vector<TraceRequest>& requests, const std::string& model) {
+Outcome run(const std::vector<TraceRequest>& requests, const std::string& model, const RunConfig& cfg = config()) {
   Outcome o;
-  auto engine = EngineStepEngine::create(EngineStepEngineSettings{config(), model, "host"});
+  auto engine = EngineStepEngine::create(EngineStepEngineSettings{cfg, model, "host"});
   EXPECT_TRUE(engine) << engine.error().describe();
   if (!engine) return o;
   o.engine = std::move(engine).value();
@@ -63,7 +68,7 @@ Outcome run(const std::vector<TraceRequest>& requests, const std::string& model)
   std::FILE* out = open_memstream(&text, &size);
   RunJobOptions options;
   options.out = out;
-  auto result = run_job(*o.engine, clock, requests, config(), ReportInputs{}, options);
+  auto result = run_job(*o.engine, clock, requests, cfg, ReportInputs{}, options);
   std::fclose(out);
   o.printed.assign(text, size);
   std::free(text);
@@ -117,6 +122,55 @@ TEST(ModelRun, ShortTraceEndToEnd) {
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_TRUE(single.result.figures["all_returned"].get<bool>());
   }
+}
+
+// Two conversations of three turns each, run with prefix reuse and without: every token equal,
+// every follow-up adopts its predecessor's history, and the prompt tokens fed drop by exactly the
+// tokens reused. 3 histories for 2 conversations: no pressure, so no follow-up loses its history.
+TEST(ModelRun, ConversationsWithReuseMatchWithout) {
+  auto model = engine::find_default_model();
+  ASSERT_TRUE(model) << model.error().describe();
+  std::istringstream in(
+      "{\"id\": \"a1\", \"arrival_s\": 0, \"prompt\": \"The capital of France is Paris. The capital of Italy is\", "
+      "\"max_tokens\": 6, \"session\": \"a\"}\n"
+      "{\"id\": \"b1\", \"arrival_s\": 0, \"prompt\": \"ABSURDITY, n. A statement or belief manifestly inconsistent "
+      "with one's own opinion.\\n\\nACCIDENT, n.\", \"max_tokens\": 8, \"session\": \"b\"}\n"
+      "{\"id\": \"a2\", \"arrival_s\": 0, \"prompt\": \" The capital of Spain is\", \"max_tokens\": 5, \"session\": \"a\"}\n"
+      "{\"id\": \"b2\", \"arrival_s\": 0, \"prompt\": \"\\n\\nACADEME, n.\", \"max_tokens\": 8, \"session\": \"b\"}\n"
+      "{\"id\": \"a3\", \"arrival_s\": 0, \"prompt\": \" And of Germany,\", \"max_tokens\": 5, \"session\": \"a\"}\n"
+      "{\"id\": \"b3\", \"arrival_s\": 0, \"prompt\": \"\\n\\nADAGE, n.\", \"max_tokens\": 6, \"session\": \"b\"}\n");
+  auto requests = read_trace(in, "conversations");
+  ASSERT_TRUE(requests) << requests.error().describe();
+  Outcome on = run(*requests, *model, config("36MiB", true));
+  Outcome off = run(*requests, *model, config("36MiB", false));
+  ASSERT_NE(on.result.scheduler, nullptr);
+  ASSERT_NE(off.result.scheduler, nullptr);
+  const Scheduler& a = *on.result.scheduler;
+  const Scheduler& b = *off.result.scheduler;
+  std::uint64_t reused = 0;
+  for (std::size_t i = 0; i < requests->size(); ++i) {
+    const RequestRecord& x = a.requests()[i];
+    const RequestRecord& y = b.requests()[i];
+    SCOPED_TRACE(x.id);
+    ASSERT_EQ(x.state, RequestState::finished);
+    EXPECT_EQ(x.tokens, y.tokens) << "the output with reuse differs from the output without";
+    EXPECT_EQ(y.reused_tokens, 0u);
+    if (x.previous_turn >= 0) {
+      const RequestRecord& prev = a.requests()[static_cast<std::size_t>(x.previous_turn)];
+      const std::uint32_t own = x.prompt_tokens - (prev.prompt_tokens + prev.output_tokens);
+      EXPECT_GT(x.reused_tokens, 0u);
+      EXPECT_LE(x.prompt_tokens - x.reused_tokens, own + 1 + 16) << "only the new tokens plus at most one page";
+    }
+    reused += x.reused_tokens;
+  }
+  EXPECT_EQ(a.tokens_in() + reused, b.tokens_in());
+  EXPECT_EQ(on.result.figures["prefix_reuse"]["reused_tokens"].get<std::uint64_t>(), reused);
+  EXPECT_GT(on.result.figures["prefix_reuse"]["retained_kept"].get<std::uint64_t>(), 0u);
+  EXPECT_TRUE(on.result.figures["all_returned"].get<bool>());
+  EXPECT_EQ(on.result.figures["allocations_after_warmup"]["heap"], 0) << on.printed;
+  std::printf("conversations: %llu prompt tokens fed with reuse, %llu without (%llu reused)\n",
+              static_cast<unsigned long long>(a.tokens_in()), static_cast<unsigned long long>(b.tokens_in()),
+              static_cast<unsigned long long>(reused));
 }
 
 }  // namespace

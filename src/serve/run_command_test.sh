@@ -16,6 +16,18 @@ grep -q "requests 10/10 done" "$dir/out.txt" || fail "not every request ended"
 grep -q "allocations after warm-up: device 0, heap 0" "$dir/out.txt" || fail "allocations after warm-up"
 [[ -s "$dir/report/report.json" && -s "$dir/report/report.html" ]] || fail "report files missing"
 
+# Prefix reuse: on by default for the default trace's sessions, off with --no-prefix-reuse; same outputs.
+grep -q "^reuse      on: " "$dir/out.txt" || fail "the summary has no prefix reuse line"
+"$bin" run --engine fake --arrival-scale 0 --no-prefix-reuse --report "$dir/off" > "$dir/off.txt" 2>&1 || fail "--no-prefix-reuse run exited $?"
+grep -q "^reuse      off (--no-prefix-reuse): 0 prompt tokens reused" "$dir/off.txt" || fail "--no-prefix-reuse did not turn reuse off: $(cat "$dir/off.txt")"
+python3 - "$dir/report/report.json" "$dir/off/report.json" <<'PY' || fail "outputs differ with and without prefix reuse, or nothing was reused"
+import json, sys
+on, off = (json.load(open(p)) for p in sys.argv[1:3])
+assert [r.get("output_text") for r in on["request_list"]] == [r.get("output_text") for r in off["request_list"]]
+assert on["prefix_reuse"]["reused_tokens"] > 0 and off["prefix_reuse"]["reused_tokens"] == 0
+assert on["tokens"]["in"] < off["tokens"]["in"]
+PY
+
 # A malformed trace line: exit 2, the error names the file, the line and the field.
 printf '{"arrival_s": 0, "prompt": "ok", "max_tokens": 2}\n\n{"arrival_s": 1, "prompt": "x", "max_tokens": "many"}\n' > "$dir/bad.jsonl"
 "$bin" run --engine fake --trace "$dir/bad.jsonl" > /dev/null 2> "$dir/err.txt"

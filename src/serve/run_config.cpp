@@ -60,7 +60,8 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
 
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
-                                        "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "comment"};
+                                        "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
+                                        "comment"};
 
 bool is_known(std::string_view key) {
   for (const char* k : known_fields) {
@@ -102,7 +103,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse)");
     }
   }
   RunConfig config;
@@ -126,6 +127,10 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
   if (object.contains("stop_at_eos")) {
     if (!object["stop_at_eos"].is_boolean()) return field_error(source, "stop_at_eos", "must be true or false");
     config.stop_at_eos = object["stop_at_eos"].get<bool>();
+  }
+  if (object.contains("prefix_reuse")) {
+    if (!object["prefix_reuse"].is_boolean()) return field_error(source, "prefix_reuse", "must be true or false");
+    config.prefix_reuse = object["prefix_reuse"].get<bool>();
   }
   if (object.contains("arrival_scale")) {
     if (!object["arrival_scale"].is_number()) return field_error(source, "arrival_scale", "must be a number >= 0");

@@ -30,6 +30,7 @@ struct RunConfig {
   std::uint32_t threads = 0;               // compute threads
   bool stop_at_eos = true;                 // end a request at the end-of-sequence token
   double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
+  bool prefix_reuse = true;                // a finished history stays as a retained prefix; a follow-up adopts it
   // `activekv serve` only (docs/SERVE.md):
   std::uint32_t max_queue = 16;            // requests waiting beyond the running ones; more get 429
   double shutdown_grace_s = 10.0;          // SIGINT/SIGTERM: let what runs finish this long, then cancel

@@ -41,7 +41,8 @@ json request_json(const RequestRecord& r, const std::string& output) {
          {"prompt_tokens", r.prompt_tokens},
          {"output_tokens", r.output_tokens},
          {"max_tokens", r.max_tokens},
-         {"waited_steps", wait}};
+         {"waited_steps", wait},
+         {"reused_tokens", r.reused_tokens}};
   if (r.waited) j["first_wait_reason"] = wait_reason_name(r.first_wait_reason);
   if (r.state == RequestState::rejected) j["reject_reason"] = reject_reason_name(r.reject_reason);
   if (r.previous_turn >= 0) j["previous_turn"] = r.previous_turn;
@@ -126,6 +127,24 @@ json summarize(const ReportInputs& in) {
   figures["promotions"] = c.promotions;
   figures["reclaimed"] = {{"pages", c.reclaimed_pages}, {"steps", c.reclaim_steps}};
   figures["quarantines"] = c.quarantines;
+  // Prefix reuse: follow-up turns (a session's later requests) are where it pays.
+  std::vector<double> follow_up_ttft;
+  std::uint64_t follow_ups_reusing = 0;
+  for (const RequestRecord& r : s.requests()) {
+    if (r.previous_turn < 0 || r.first_token_s < 0) continue;
+    follow_up_ttft.push_back(r.first_token_s - r.ready_s);
+    follow_ups_reusing += r.reused_tokens > 0 ? 1 : 0;
+  }
+  figures["prefix_reuse"] = {{"enabled", in.config.prefix_reuse},
+                             {"reused_tokens", c.prefix_reused_tokens},
+                             {"adoptions", c.prefix_adoptions},
+                             {"prompt_tokens_prefilled", s.tokens_in()},
+                             {"retained_kept", c.retained_kept},
+                             {"retained_dropped", c.retained_dropped},
+                             {"retained_histories_at_end", c.retained_histories},
+                             {"follow_ups", follow_up_ttft.size()},
+                             {"follow_ups_reusing", follow_ups_reusing},
+                             {"follow_up_ttft_s", latency_json(follow_up_ttft)}};
   figures["allocations_after_warmup"] = {{"device", c.device_allocations_after_warmup},
                                          {"heap", in.heap_allocations_after_warmup}};
   if (!in.heap_counter_linked) figures["allocations_after_warmup"]["heap_measured"] = false;
@@ -304,6 +323,23 @@ Status write_report(const std::string& dir, const ReportInputs& in, const json& 
   return {};
 }
 
+namespace {
+
+std::string reuse_text(const json& f) {
+  if (!f.contains("prefix_reuse")) return "-";
+  const json& p = f["prefix_reuse"];
+  const json& t = p["follow_up_ttft_s"];
+  return fmt::format("{}: {} prompt tokens reused in {} adoptions, {} prefilled; histories retained {}, dropped {}; "
+                     "{} follow-ups ({} reusing), TTFT p50 {:.0f} ms p99 {:.0f} ms",
+                     p["enabled"].get<bool>() ? "on" : "off (--no-prefix-reuse)", p["reused_tokens"].get<std::uint64_t>(),
+                     p["adoptions"].get<std::uint64_t>(), p["prompt_tokens_prefilled"].get<std::uint64_t>(),
+                     p["retained_kept"].get<std::uint64_t>(), p["retained_dropped"].get<std::uint64_t>(),
+                     p["follow_ups"].get<std::uint64_t>(), p["follow_ups_reusing"].get<std::uint64_t>(),
+                     t["p50"].get<double>() * 1e3, t["p99"].get<double>() * 1e3);
+}
+
+}  // namespace
+
 std::string summary_text(const json& f) {
   const auto& lat = f["latency"];
   return fmt::format(
@@ -314,7 +350,8 @@ std::string summary_text(const json& f) {
       "pages      {:.1f}% of page reads resident, {:.1f}% staged; {} promotions; {} pages reclaimed in {} steps; "
       "{} quarantines\n"
       "memory     peak host {} of {} planned; peak device {} of {} planned\n"
-      "warm-up    allocations after warm-up: device {}, heap {}\n",
+      "warm-up    allocations after warm-up: device {}, heap {}\n"
+      "reuse      {}\n",
       f["requests"]["finished"].get<int>(), f["requests"]["cancelled"].get<int>(), f["requests"]["rejected"].get<int>(),
       f["requests"]["total"].get<int>(), f["requests"]["running_max"].get<int>(), f["tokens"]["in"].get<std::uint64_t>(),
       f["tokens"]["out"].get<std::uint64_t>(), f["run"]["wall_s"].get<double>(),
@@ -330,7 +367,8 @@ std::string summary_text(const json& f) {
       format_bytes(f["peak"]["host_bytes"].get<std::uint64_t>()), format_bytes(f["peak"]["host_bytes_plan"].get<std::uint64_t>()),
       format_bytes(f["peak"]["device_bytes"].get<std::uint64_t>()),
       format_bytes(f["peak"]["device_bytes_plan"].get<std::uint64_t>()),
-      f["allocations_after_warmup"]["device"].get<std::uint64_t>(), f["allocations_after_warmup"]["heap"].get<std::uint64_t>());
+      f["allocations_after_warmup"]["device"].get<std::uint64_t>(), f["allocations_after_warmup"]["heap"].get<std::uint64_t>(),
+      reuse_text(f));
 }
 
 }  // namespace activekv::serve

@@ -214,7 +214,7 @@ void Scheduler::submit(std::uint32_t slot, const Submission& submission) {
   r.context = {};
   r.sampling = submission.sampling;
   r.stop_tokens = submission.stop_tokens;
-  r.cached_tokens = 0;
+  r.reused_tokens = 0;
   r.ready_s = r.admitted_s = r.first_token_s = r.last_token_s = r.ended_s = -1;
   r.state = RequestState::pending;
   if (submission.prompt.size() + r.max_tokens > room) {  // longer than the max context: rejected, never copied
@@ -304,7 +304,8 @@ void Scheduler::admit(double now_s) {
       return;
     }
     // Below the configured cap, the engine's admission (histories, floors) decides and says why.
-    const Admission admission = engine_.admit(r.prompt_tokens + r.max_tokens);
+    const Admission admission =
+        engine_.admit(std::span<const std::int32_t>(r.tokens).first(r.prompt_tokens), r.prompt_tokens + r.max_tokens);
     if (admission.outcome != AdmitOutcome::admitted) {
       if (running_count_ > 0) {
         head_reason_ = wait_reason_of(admission.outcome);
@@ -323,9 +324,13 @@ void Scheduler::admit(double now_s) {
     running_max_ = std::max(running_max_, static_cast<std::uint32_t>(running_count_));
     r.state = RequestState::prefill;
     r.context = admission.context;
-    r.cached_tokens = 0;  // prefix reuse: the tokens admit() adopted from a retained history
     engine_.set_sampling(r.context, r.sampling);
     r.admitted_s = now_s;
+    // Prefix reuse: the adopted leading tokens already have their KV; prefill starts after them.
+    AK_ASSERT(admission.reused_tokens == 0 || admission.reused_tokens < r.prompt_tokens,
+              "admit: at least one prompt token is prefilled");
+    r.reused_tokens = admission.reused_tokens;
+    r.prefilled_tokens = admission.reused_tokens;
     if (r.cancel_after_tokens == 0) end_request(i, RequestState::cancelled, now_s);
   }
 }

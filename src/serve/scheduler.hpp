@@ -16,8 +16,9 @@
 //
 // Sessions: a follow-up turn's prompt is its predecessor's prompt + answer +
 // its own text. It joins the queue only once the predecessor has finished and
-// it has arrived. (The predecessor's history is not reused yet: the follow-up
-// prefills the whole conversation again — correct first.)
+// it has arrived. With prefix reuse the engine's admission may adopt the
+// predecessor's retained history (Admission::reused_tokens, whole pages) and
+// prefill starts at that offset; outputs are bit-identical either way.
 //
 // Rejection happens only for what can never run: a prompt + max_tokens beyond
 // the max context. Everything else waits and completes.
@@ -102,7 +103,8 @@ struct RequestRecord {
   std::vector<std::int32_t> turn_tokens;   // this request's own prompt text, tokenized
   std::vector<std::int32_t> tokens;        // the full sequence: prompt, then output (capacity reserved)
   std::uint32_t prompt_tokens = 0;         // known once it joins the queue
-  std::uint32_t prefilled_tokens = 0;
+  std::uint32_t prefilled_tokens = 0;      // prompt tokens whose KV the context holds (reused ones included)
+  std::uint32_t reused_tokens = 0;         // of them, adopted from a retained history (not fed)
   std::uint32_t output_tokens = 0;
   RequestState state = RequestState::pending;
   RejectReason reject_reason = RejectReason::none;
@@ -112,10 +114,6 @@ struct RequestRecord {
   ContextHandle context{};
   SamplingSettings sampling{};             // set on the engine at admission
   std::array<std::int32_t, 2> stop_tokens{-1, -1};  // besides EOS, tokens that finish it (-1: none)
-  // Prompt tokens the engine adopted from a retained history at admission
-  // instead of prefilling them: the one source of usage.cached_tokens (0 until
-  // prefix reuse lands in StepEngine::admit).
-  std::uint32_t cached_tokens = 0;
   double ready_s = -1;        // joined the queue (arrival, or when the previous turn finished)
   double admitted_s = -1;
   double first_token_s = -1;

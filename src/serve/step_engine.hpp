@@ -44,6 +44,10 @@ struct ContextHandle {
 struct Admission {
   AdmitOutcome outcome = AdmitOutcome::no_free_history;
   ContextHandle context{};
+  // Leading prompt tokens whose KV the context adopted from a retained history (prefix reuse,
+  // docs/PREFIX.md): whole pages, always fewer than the prompt. The caller feeds the prompt from
+  // this offset; the outputs are bit-identical to feeding it whole.
+  std::uint32_t reused_tokens = 0;
 };
 
 // One entry of a step: feed `tokens` (a prefill chunk, or one decode token)
@@ -89,6 +93,12 @@ struct EngineCounters {
   std::uint64_t device_bytes_in_use = 0;  // pool pages owned x page bytes + tiles in use (a level)
   std::uint64_t planning_ns = 0;          // time spent planning residency
   std::uint64_t step_ns = 0;              // time spent in steps, planning included
+  // Prefix reuse (docs/PREFIX.md):
+  std::uint64_t prefix_reused_tokens = 0; // prompt tokens adopted from retained histories instead of prefilled
+  std::uint64_t prefix_adoptions = 0;     // admissions that adopted a retained prefix
+  std::uint64_t retained_kept = 0;        // finished histories kept as retained prefixes
+  std::uint64_t retained_dropped = 0;     // retained prefixes dropped (admission took the history, cancel)
+  std::uint64_t retained_histories = 0;   // a level: histories holding a retained prefix now
 };
 
 // What the memory plan promised; the report sets peaks against it.
@@ -119,12 +129,15 @@ class StepEngine {
   virtual Result<std::vector<std::int32_t>> encode(std::string_view text) = 0;
   virtual std::string decode(std::span<const std::int32_t> tokens) = 0;
 
-  // Admits a context that will grow to at most tokens_max tokens, or says why not.
-  virtual Admission admit(std::uint32_t tokens_max) = 0;
+  // Admits a context for `prompt` that will grow to at most tokens_max tokens, or says why not.
+  // With prefix reuse the context may adopt a retained history of the prompt's leading tokens
+  // (Admission::reused_tokens). Retained histories never make admission wait: one is dropped instead.
+  virtual Admission admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) = 0;
   // Sets how an admitted context samples, from its next token on (allocation-free).
   // Contexts start greedy; an engine whose model has no logits (the fake one) ignores it.
   virtual void set_sampling(ContextHandle context, const SamplingSettings& sampling) = 0;
-  // Returns the context's history and pages at once (it must not be in a step).
+  // Returns the context's history and pages at once (it must not be in a step). With prefix
+  // reuse the history's full pages stay as a retained prefix until a later admission needs it.
   virtual void finish(ContextHandle context) = 0;
   // Like finish, at any point: waits for every fence that touched the
   // context's pages and leases before returning them (quarantining on a failed one).

@@ -57,7 +57,12 @@ std::string render_metrics(const MetricsSnapshot& m) {
         d(m.heap_allocations_after_warmup));
   gauge(out, "prompt_tokens_total", "Prompt tokens of ended requests", d(m.prompt_tokens), "counter");
   gauge(out, "generation_tokens_total", "Tokens generated", d(m.generation_tokens), "counter");
-  gauge(out, "cached_prompt_tokens_total", "Prompt tokens adopted from retained histories", d(m.cached_tokens), "counter");
+  gauge(out, "prefix_reused_tokens_total", "Prompt tokens adopted from retained histories instead of prefilled",
+        d(c.prefix_reused_tokens), "counter");
+  gauge(out, "retained_histories", "Host-pool histories holding a retained prefix now", d(c.retained_histories));
+  gauge(out, "retained_kept_total", "Finished histories kept as retained prefixes", d(c.retained_kept), "counter");
+  gauge(out, "retained_dropped_total", "Retained prefixes dropped (admission needed the history, or cancel)",
+        d(c.retained_dropped), "counter");
   fmt::format_to(std::back_inserter(out),
                  "# HELP activekv_requests_total Requests by how they ended\n# TYPE activekv_requests_total counter\n"
                  "activekv_requests_total{{outcome=\"finished\"}} {}\nactivekv_requests_total{{outcome=\"cancelled\"}} {}\n"

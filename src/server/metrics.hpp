@@ -36,7 +36,7 @@ struct MetricsSnapshot {
   std::uint32_t pages_resident = 0, pages_free = 0, pages_borrowed = 0, pool_pages = 0;
   serve::EngineCounters counters{};
   std::uint64_t heap_allocations_after_warmup = 0;
-  std::uint64_t prompt_tokens = 0, generation_tokens = 0, cached_tokens = 0;
+  std::uint64_t prompt_tokens = 0, generation_tokens = 0;
   std::uint64_t finished = 0, cancelled = 0, rejected = 0, refused_queue_full = 0, bad_requests = 0;
   Histogram ttft, inter_token, queue, e2e;
   bool ready = false;

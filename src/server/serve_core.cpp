@@ -227,7 +227,7 @@ void ServeCore::publish() {
       p.state = r.state;
       p.reject_reason = r.reject_reason;
       p.prompt_tokens = r.prompt_tokens;
-      p.cached_tokens = r.cached_tokens;
+      p.cached_tokens = r.reused_tokens;
       const std::int32_t eos = settings_.config.stop_at_eos ? engine_.plan().eos_token : -1;
       p.hit_stop_token = r.state == serve::RequestState::finished && !out.empty() &&
                          (out.back() == eos || (out.back() >= 0 && (out.back() == r.stop_tokens[0] || out.back() == r.stop_tokens[1])));
@@ -240,7 +240,6 @@ void ServeCore::publish() {
         default: ++stats_.rejected; break;
       }
       stats_.prompt_tokens += r.prompt_tokens;
-      stats_.cached_tokens += r.cached_tokens;
       last_end_s_ = std::max(last_end_s_, r.ended_s);
       s.phase = Slot::Phase::ended;
       sched.release(i);

@@ -1,0 +1,230 @@
+// kv_runtime_admission.cpp — admission, leaving, and reading a context (the class: kv_runtime_impl.hpp).
+#include "runtime/kv_runtime_impl.hpp"
+
+#include <cstring>
+
+namespace activekv::runtime_impl {
+
+// ---------------------------------------------------------------------------
+// Admission
+// ---------------------------------------------------------------------------
+
+Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::uint32_t tokens_max,
+                                                std::span<const std::int32_t> prompt, std::uint32_t& reused_tokens) {
+  reused_tokens = 0;
+  if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
+  // The longest retained prefix, leaving at least one prompt token to prefill (its logits).
+  runtime::PrefixMatch match;
+  if (prefix_ != nullptr && prompt.size() > plan_.arena.page_tokens) {
+    const auto pages_max = static_cast<std::uint32_t>((prompt.size() - 1) / plan_.arena.page_tokens);
+    match = prefix_->longest(prompt, pages_max);
+  }
+  const bool in_place = match.pages > 0 && !budgets_.context(match.slot).running;
+  const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, in_place ? match.slot : UINT32_MAX);
+  if (result.outcome == AdmitOutcome::refused && result.reason == Reason::no_usable_history) {
+    return make_error(ErrorCode::backend, "device", fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
+  }
+  if (result.outcome == AdmitOutcome::refused) {
+    return make_error(ErrorCode::exhausted, "--queue-max",
+                      fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
+  }
+  if (result.outcome == AdmitOutcome::admitted) {
+    slot_faulted_[result.handle.slot] = 0;
+    reused_tokens = settle_admission(result.handle, match);
+  }
+  return result;
+}
+
+std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
+  const std::uint32_t n = budgets_.take_admitted(out);
+  for (std::uint32_t i = 0; i < n; ++i) slot_faulted_[out[i].handle.slot] = 0;
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// Prefix reuse: retain, adopt, drop (docs/PREFIX.md)
+// ---------------------------------------------------------------------------
+
+std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::PrefixMatch match) noexcept {
+  const std::uint32_t slot = context.slot;
+  adoption_[slot] = Adoption{};
+  if (prefix_ == nullptr) return 0;
+  const std::uint32_t P = plan_.arena.page_tokens;
+  ContextState& c = budgets_.context(slot);
+  if (match.pages > 0 && match.slot == slot) {
+    // In place: the history already holds the rows; the context starts after them and will
+    // rewrite what lies beyond, so the index keeps only the adopted pages.
+    prefix_->truncate(slot, match.pages);
+    retained_generation_[slot] = context.generation;
+    adoption_[slot] = Adoption{match.pages, false, retained_request_[slot]};
+    record_prefix(DecisionKind::adopt, Reason::prefix_adopted, slot, match.pages);
+  } else {
+    if (prefix_->pages(slot) > 0) drop_retained(slot, Reason::retained_lru);
+    if (match.pages > 0) {
+      // Copy on adopt: a running context holds the prefix; its rows below its length never change,
+      // so they are copied into this history (host to host, between steps: no copy is in flight).
+      AK_ASSERT(budgets_.context(match.slot).running, "a copied prefix is held by a running context");
+      AK_ASSERT(match.pages * P <= budgets_.context(match.slot).length_tokens, "a copied prefix was written");
+      const std::span<std::byte> host = backend_.host_pool();
+      const std::size_t bytes = std::size_t{match.pages} * P * plan_.host.row_bytes;
+      for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+        std::memcpy(host.data() + plan_.host.row_offset(slot, l, 0), host.data() + plan_.host.row_offset(match.slot, l, 0),
+                    bytes);
+      }
+      adoption_[slot] = Adoption{match.pages, true, retained_request_[match.slot]};
+      ++counters_.prefix_copies;
+      record_prefix(DecisionKind::adopt, Reason::prefix_copied, slot, match.pages, match.slot);
+    }
+  }
+  if (match.pages == 0) return 0;
+  c.length_tokens = match.pages * P;
+  retained_request_[slot] = retained_request_[match.slot];
+  ++counters_.prefix_adoptions;
+  counters_.prefix_reused_tokens += c.length_tokens;
+  prefix_->touch(match.slot, ++retain_stamp_);
+  counters_.retained_histories = prefix_->histories_held();
+  return c.length_tokens;
+}
+
+void KvRuntimeImpl::drop_retained(std::uint32_t slot, Reason reason) noexcept {
+  if (prefix_ == nullptr || prefix_->pages(slot) == 0) return;
+  record_prefix(DecisionKind::drop_retained, reason, slot, prefix_->pages(slot));
+  prefix_->drop(slot);
+  budgets_.set_retained(slot, 0);
+  ++counters_.retained_dropped;
+  counters_.retained_histories = prefix_->histories_held();
+}
+
+void KvRuntimeImpl::sweep_retained() noexcept {
+  if (prefix_ == nullptr) return;
+  for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {
+    if (prefix_->pages(slot) == 0) continue;
+    const ContextState& c = budgets_.context(slot);
+    if (c.generation != retained_generation_[slot] || budgets_.history_retired(slot)) {
+      drop_retained(slot, budgets_.history_retired(slot) ? Reason::retained_cancelled : Reason::retained_lru);
+    }
+  }
+}
+
+void KvRuntimeImpl::record_prefix(DecisionKind kind, Reason reason, std::uint32_t slot, std::uint32_t pages,
+                                  std::uint32_t other_slot) noexcept {
+  Decision d;
+  d.step = planner_.step();
+  d.request_id = budgets_.context(slot).request_id;
+  d.slot = slot;
+  d.pages = pages;
+  d.other_slot = other_slot;
+  d.kind = kind;
+  d.reason = reason;
+  log_.record(d);
+}
+
+void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int32_t> tokens) {
+  AK_ASSERT(!step_open_, "kv runtime: finish_retaining() during a step; use cancel()");
+  AK_ASSERT(budgets_.current(context), "kv runtime: finish_retaining() of a context that is not running");
+  const std::uint32_t slot = context.slot;
+  const std::uint32_t length = budgets_.context(slot).length_tokens;
+  const std::size_t usable = std::min<std::size_t>(tokens.size(), length);
+  if (prefix_ == nullptr || usable < plan_.arena.page_tokens || history_quarantined(slot) || slot_faulted_[slot] != 0) {
+    leave(context, /*finished=*/true);
+    return;
+  }
+  // Indexed before the history is freed: an admission from the queue inside finish() then sees it
+  // as retained and prefers another free history.
+  prefix_->retain(slot, tokens.first(usable), ++retain_stamp_);
+  budgets_.set_retained(slot, retain_stamp_);
+  retained_generation_[slot] = context.generation;
+  retained_request_[slot] = budgets_.context(slot).request_id;
+  ++counters_.retained_kept;
+  counters_.retained_histories = prefix_->histories_held();
+  record_prefix(DecisionKind::retain, Reason::prefix_retained, slot, prefix_->pages(slot));
+  policy_->forget(slot);
+  budgets_.finish(context, /*retire=*/false);
+  slot_faulted_[slot] = 0;
+  sweep_retained();
+}
+
+void KvRuntimeImpl::finish(ContextId context) {
+  AK_ASSERT(!step_open_, "kv runtime: finish() during a step; use cancel()");
+  AK_ASSERT(budgets_.current(context), "kv runtime: finish() of a context that is not running");
+  leave(context, /*finished=*/true);
+}
+
+void KvRuntimeImpl::cancel(ContextId context) {
+  if (!budgets_.current(context)) return;  // already gone: cancel is idempotent
+  if (step_open_) {
+    AK_ASSERT(deferred_cancel_count_ < deferred_cancels_.size(), "kv runtime: deferred cancels overflow");
+    deferred_cancels_[deferred_cancel_count_++] = context;
+    return;
+  }
+  leave(context, /*finished=*/false);
+}
+
+void KvRuntimeImpl::leave(ContextId context, bool finished) noexcept {
+  policy_->forget(context.slot);
+  // Without finish_retaining() the history is emptied: a prefix it held in place goes too.
+  drop_retained(context.slot, Reason::retained_cancelled);
+  const bool retire = history_quarantined(context.slot);
+  if (finished) budgets_.finish(context, retire); else budgets_.cancel(context, retire);
+  if (retire) ++counters_.histories_retired;
+  slot_faulted_[context.slot] = 0;
+  sweep_retained();
+}
+
+void KvRuntimeImpl::apply_deferred_cancels() noexcept {
+  AK_ASSERT(!step_open_, "kv runtime: deferred cancels apply once the step is closed");
+  for (std::uint32_t i = 0; i < deferred_cancel_count_; ++i) cancel(deferred_cancels_[i]);
+  deferred_cancel_count_ = 0;
+}
+
+bool KvRuntimeImpl::history_quarantined(std::uint32_t slot) const noexcept {
+  return tickets_.range_quarantined(plan_.host.segment_offset(slot, 0), plan_.host.history_bytes);
+}
+
+std::uint32_t KvRuntimeImpl::length(ContextId context) const {
+  AK_ASSERT(budgets_.current(context), "kv runtime: length() of a context that is not running");
+  return budgets_.context(context.slot).length_tokens;
+}
+
+bool KvRuntimeImpl::faulted(ContextId context) const {
+  return budgets_.current(context) && slot_faulted_[context.slot] != 0;
+}
+
+std::span<const std::byte> KvRuntimeImpl::host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const {
+  AK_ASSERT(budgets_.current(context), "kv runtime: host_row() of a context that is not running");
+  AK_ASSERT(layer < plan_.geometry.dense_layers, "kv runtime: host_row() layer out of range");
+  AK_ASSERT(token < budgets_.context(context.slot).length_tokens, "kv runtime: host_row() token not written");
+  const std::uint64_t offset = plan_.host.row_offset(context.slot, layer, token);
+  return backend_.host_pool().subspan(offset, plan_.host.row_bytes);
+}
+
+Explanation KvRuntimeImpl::explain(ContextId context) const {
+  Explanation e = activekv::explain(budgets_, context, planner_.step());
+  const Adoption& a = adoption_[context.slot];
+  e.adopted_pages = a.pages;
+  e.adopted_copied = a.copied;
+  e.adopted_from_request = a.from_request;
+  return e;
+}
+
+const char* KvRuntimeImpl::check() const {
+  if (const char* broken = budgets_.check()) return broken;
+  if (prefix_ != nullptr) {
+    if (const char* broken = prefix_->check()) return broken;
+    for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {
+      if (prefix_->pages(slot) == 0) continue;
+      const ContextState& c = budgets_.context(slot);
+      if (c.generation != retained_generation_[slot]) return "prefix reuse: a retained prefix in a history another context took";
+      if (c.running && prefix_->pages(slot) * plan_.arena.page_tokens > c.length_tokens) {
+        return "prefix reuse: a running context's retained pages exceed its length";
+      }
+      if (budgets_.history_retired(slot)) return "prefix reuse: a retired history still indexed";
+    }
+  }
+  if (!leases_.validate()) return "staging leases: counts, free list or fences disagree";
+  if (!tickets_.validate()) return "copy tickets: counts or fences disagree";
+  if (backend_.stats().device_allocations != device_allocations_baseline_) return "invariant 7: a device allocation after warm-up";
+  return nullptr;
+}
+
+}  // namespace activekv::runtime_impl

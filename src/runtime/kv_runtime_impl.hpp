@@ -1,0 +1,285 @@
+// kv_runtime_impl.hpp — the KV runtime's implementation class, shared by its source files.
+//
+// Private to src/runtime. The class is split by concept across:
+//   kv_runtime.cpp            warm-up: the plan, the one allocation, every table sized
+//   kv_runtime_admission.cpp  admission, retention and adoption of histories, leaving, reading
+//   kv_runtime_step.cpp       one step: faults and fences, passes, uploads, attention, write-back
+// What it owns: the core's objects for one model (memory plan, arena view,
+// decision log, budgets, policy, planner), the lease and ticket tables over the
+// backend, and the per-step scratch (encoded rows, softmax state, attention
+// schedule, scores). All of it is sized in create(); a step allocates nothing.
+//
+// The order of work in a step, and why it is safe:
+//   begin_step   plan; issue layer 0's first pass (staging copies h2d, tickets
+//                on the host ranges read, leases on the tile slots).
+//   write_kv(l)  encode the new rows, upload them into their tail pages (h2d).
+//   attend(l)    for each call of the layer's schedule: the pass's copy is
+//                issued (if not yet), the kernel is enqueued waiting ON THE
+//                DEVICE for the pass's copy and the uploads, the host waits for
+//                the kernel's own fence (the engine needs out on the host), and
+//                the pass's tile leases are released — only now, because every
+//                fence that touched them has signalled. The next pass may then
+//                reuse the tiles. After the final call the changed tail rows go
+//                back d2h, waiting on the kernel's fence on the device, and the
+//                next layer's first pass is issued so its copy overlaps the
+//                engine's work on that layer.
+//   end_step     the host waits the write-back fences: nothing older than this
+//                step is held only on the device. Tickets close; promotions land.
+// A failed or unknown fence quarantines what it touched (tiles through the
+// leases, host ranges through the tickets, promotion targets in the page
+// pool), marks the step's contexts faulted and makes the step report an error:
+// no output produced from bytes that did not arrive is returned as good.
+#pragma once
+
+#include "activekv/kv_runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "activekv/arena.hpp"
+#include "activekv/backend.hpp"
+#include "activekv/decision_log.hpp"
+#include "activekv/lease.hpp"
+#include "activekv/planner.hpp"
+#include "activekv/policy.hpp"
+#include "runtime/attention_schedule.hpp"
+#include "runtime/element_codec.hpp"
+#include "runtime/prefix_index.hpp"
+#include "testing/alloc_counter.hpp"
+
+namespace activekv::runtime_impl {
+
+using runtime::AttentionCall;
+using runtime::AttentionSchedule;
+using runtime::AttentionScheduleLimits;
+
+inline std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Adds the scope's duration to a counter.
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(std::uint64_t& sink) noexcept : sink_(sink), start_(now_ns()) {}
+  ~ScopedTimer() { sink_ += now_ns() - start_; }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+ private:
+  std::uint64_t& sink_;
+  std::uint64_t start_;
+};
+
+// One public step call: its wall time, and the heap allocations made (by any thread) while it
+// ran — invariant 7 says there are none after warm-up; the counter makes it visible in reports.
+class StepScope {
+ public:
+  explicit StepScope(KvCounters& counters) noexcept
+      : counters_(counters), start_(now_ns()), heap_(testing::heap_allocations()) {}
+  ~StepScope() {
+    counters_.step_ns += now_ns() - start_;
+    counters_.heap_allocations_in_steps += testing::heap_allocations() - heap_;
+  }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  KvCounters& counters_;
+  std::uint64_t start_;
+  std::uint64_t heap_;
+};
+
+// What went wrong in a step, as static text (no allocation until reported).
+struct Fault {
+  const char* what = nullptr;
+  FenceOutcome outcome = FenceOutcome::signalled;
+  std::uint32_t layer = UINT32_MAX;
+};
+
+// Every capacity a step may reach, derived once from the settings and the plan.
+struct Sizes {
+  std::uint32_t entries_max = 0;           // contexts in one step
+  std::uint32_t tokens_max = 0;            // new tokens in one step
+  std::uint32_t pages_per_layer_max = 0;   // logical pages of one context and layer (+1 for a partial tail)
+  std::uint32_t pages_max = 0;             // page-table entries of one layer, all contexts
+  std::uint32_t copies_per_pass_max = 0;   // a pass fills at most tiles × tile_pages pages
+  std::uint32_t write_backs_max = 0;       // tail regions of one step, all layers
+  std::uint32_t tickets_max = 0;           // one pass's reads + one step's write-backs
+  std::uint32_t promotions_max = 0;
+
+  static Sizes of(const KvRuntimeSettings& settings, const MemoryPlan& plan) {
+    Sizes s;
+    s.entries_max = std::max(1u, settings.step_entries_max != 0 ? settings.step_entries_max : plan.budget.concurrency);
+    s.tokens_max = settings.step_tokens_max != 0 ? settings.step_tokens_max : s.entries_max * plan.chunk_tokens;
+    s.pages_per_layer_max = plan.budget.pages_per_layer_max + 1;
+    s.pages_max = checked(std::uint64_t{s.entries_max} * s.pages_per_layer_max);
+    s.copies_per_pass_max = std::max(1u, plan.arena.tiles * plan.arena.tile_pages);
+    const std::uint64_t tails = pages_spanned_max(plan.chunk_tokens, plan.arena.page_tokens) + 1u;
+    s.write_backs_max = checked(std::uint64_t{s.entries_max} * plan.geometry.dense_layers * tails);
+    s.tickets_max = checked(std::uint64_t{s.copies_per_pass_max} + s.write_backs_max);
+    s.promotions_max = checked(std::uint64_t{s.pages_max} * plan.geometry.dense_layers);
+    return s;
+  }
+  static std::uint32_t checked(std::uint64_t value) {
+    AK_ASSERT(value <= UINT32_MAX, "kv runtime: a table size overflows 32 bits");
+    return static_cast<std::uint32_t>(value);
+  }
+};
+
+class KvRuntimeImpl final : public KvRuntime {
+ public:
+  KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan& plan, Backend& backend);
+  Status warm_up();
+
+  const MemoryPlan& plan() const noexcept override { return plan_; }
+  Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max) override {
+    std::uint32_t reused = 0;
+    return open_context(request_id, tokens_max, {}, reused);
+  }
+  Result<AdmitResult> open_context(std::uint64_t request_id, std::uint32_t tokens_max,
+                                   std::span<const std::int32_t> prompt, std::uint32_t& reused_tokens) override;
+  std::uint32_t take_admitted(std::span<AdmitResult> out) override;
+  void finish(ContextId context) override;
+  void finish_retaining(ContextId context, std::span<const std::int32_t> tokens) override;
+  void cancel(ContextId context) override;
+  bool running(ContextId context) const override { return budgets_.current(context); }
+  std::uint32_t length(ContextId context) const override;
+  bool faulted(ContextId context) const override;
+
+  Status begin_step(std::span<const StepEntry> entries) override;
+  std::uint32_t position_first(std::uint32_t entry) const override;
+  Status write_kv(std::uint32_t layer, const float* k, const float* v) override;
+  Status attend(std::uint32_t layer, const float* q, float* out) override;
+  Status attend_none(std::uint32_t layer) override;
+  Status end_step() override;
+
+  std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
+  const KvCounters& counters() const override { return counters_; }
+  Explanation explain(ContextId context) const override;
+  const char* check() const override;
+  std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
+  std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
+  std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
+  std::uint32_t histories_free() const override { return budgets_.histories_free(); }
+  std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
+  std::uint32_t tiles_usable() const override { return leases_.buffers() - leases_.count(LeaseState::quarantined); }
+
+ private:
+  static std::unique_ptr<ResidencyPolicy> make_policy(const KvRuntimeSettings& settings);
+  std::uint32_t entries() const noexcept { return static_cast<std::uint32_t>(planner_.plan().scheduled.size()); }
+  const LayerPlan& layer_plan(std::uint32_t layer, std::uint32_t entry) const noexcept {
+    return planner_.plan().layers[std::size_t{layer} * entries() + entry];
+  }
+  void note_fault(const char* what, FenceOutcome outcome, std::uint32_t layer) noexcept;
+  // A call the backend refused: the fault, with the backend's message kept for the report.
+  void note_refusal(const char* what, const Error& error, std::uint32_t layer);
+  Status fault_status() const;
+  // Waits on the host for one fence; a failure or timeout is noted as a fault.
+  // The time waited goes to attention_ns (kernels) or copy_wait_ns (copies).
+  FenceOutcome wait(Fence fence, const char* what, std::uint32_t layer, bool kernel = false) noexcept;
+  void release_fence(Fence& fence) noexcept;
+  // Pass p: tickets on the host ranges, leases on the tiles, one batched h2d, the promotions.
+  bool issue_pass(std::uint32_t pass) noexcept;
+  // After the pass's kernel: wait its copies and promotions, close tickets, release leases.
+  void retire_pass() noexcept;
+  // Issues the plan's next pass if it belongs to `layer` and the tiles are free.
+  void issue_next_pass_of(std::uint32_t layer) noexcept;
+  // The layer's tail rows, device to host, after `waits` (the kernel, or the uploads) on the device.
+  void write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept;
+  // Waits the layer's row uploads; a tail page whose upload failed is quarantined.
+  void retire_uploads(std::uint32_t layer) noexcept;
+  void finish_promotions() noexcept;
+  // Closes a ticket whose fences were waited; one still pending (a timed-out wait, already a
+  // fault) closes at the first poll that sees its fences resolve.
+  void close_ticket(Ticket ticket) noexcept;
+  void apply_deferred_cancels() noexcept;
+  // A history whose host range holds a quarantined copy is retired as its context leaves.
+  bool history_quarantined(std::uint32_t slot) const noexcept;
+  // A context leaves its slot (finish or cancel): its policy state, its pages and its history go.
+  void leave(ContextId context, bool finished) noexcept;
+
+  // ---- prefix reuse (kv_runtime_admission.cpp; docs/PREFIX.md) ----
+  // A context was admitted into `context.slot`: it adopts `match` (in place or copied) or the
+  // slot's own retained prefix, if any, is dropped. Returns the tokens adopted.
+  std::uint32_t settle_admission(ContextId context, runtime::PrefixMatch match) noexcept;
+  // The slot's retained prefix leaves the index: counted and logged with `reason`.
+  void drop_retained(std::uint32_t slot, Reason reason) noexcept;
+  // Drops every retained prefix whose history was taken by a context that did not adopt it
+  // (admissions from the queue inside finish/cancel).
+  void sweep_retained() noexcept;
+  void record_prefix(DecisionKind kind, Reason reason, std::uint32_t slot, std::uint32_t pages,
+                     std::uint32_t other_slot = UINT32_MAX) noexcept;
+
+  KvRuntimeSettings settings_;
+  MemoryPlan plan_;
+  Sizes sizes_;
+  Backend& backend_;
+  Arena arena_;
+  DecisionLog log_;
+  BudgetManager budgets_;
+  std::unique_ptr<ResidencyPolicy> policy_;
+  ResidencyPlanner planner_;
+  StagingLeases leases_;
+  CopyTickets tickets_;
+  AttentionSchedule schedule_;
+  AttentionShape shape_{};
+  std::uint64_t device_allocations_baseline_ = 0;
+
+  // ---- per-step state, all reserved at warm-up ----
+  bool step_open_ = false;
+  std::uint32_t layers_written_ = 0;   // write_kv(l) done for l < layers_written_
+  std::uint32_t layers_attended_ = 0;  // attend(l) done for l < layers_attended_
+  std::uint32_t total_new_ = 0;
+  std::vector<ScheduledContext> scheduled_;
+  std::vector<std::uint32_t> query_first_, query_count_;
+  std::vector<std::uint32_t> positions_;      // [step_tokens_max]
+  std::vector<std::byte> rows_;               // [step_tokens_max × row_bytes]: one layer's encoded rows
+  std::vector<float> state_;                  // [step_tokens_max × q_heads × (2 + head_dim)]
+  std::vector<float> page_mass_;              // [pages of one call]
+  std::vector<PageScore> scores_;
+  std::vector<Fence> uploads_;                // this layer's row uploads
+  std::vector<std::uint32_t> upload_pages_;   // the tail pool page each upload writes
+  std::uint32_t upload_count_ = 0;
+  std::vector<Fence> waits_;
+  std::vector<CopyRegion> regions_;
+  std::vector<Fence> write_backs_;            // [dense_layers]: d2h fences, waited in end_step
+  std::vector<Ticket> write_back_tickets_;    // [write-backs of a step]
+  std::uint32_t write_back_ticket_count_ = 0;
+  // The pass in flight (issued, not yet retired).
+  std::uint32_t pass_issued_ = UINT32_MAX;
+  std::uint32_t passes_issued_ = 0;           // passes [0, passes_issued_) of the plan are issued
+  Fence pass_copy_{}, pass_d2d_{};
+  std::vector<Lease> pass_leases_;            // [tiles]
+  std::uint32_t pass_lease_count_ = 0;
+  std::vector<Ticket> pass_tickets_;          // [copies in one pass]
+  std::uint32_t pass_ticket_count_ = 0;
+  std::vector<std::uint8_t> promotion_failed_;  // [promotions of a step]
+  std::vector<std::uint8_t> slot_faulted_;      // [slots]
+  std::vector<ContextId> deferred_cancels_;
+  std::uint32_t deferred_cancel_count_ = 0;
+  Fault fault_{};
+  bool stalled_ = false;       // a fence did not resolve in time: no step may follow
+  std::string backend_error_;  // the backend's own words for a refused call (error path only)
+  KvCounters counters_{};
+
+  // ---- prefix reuse: null index when off ----
+  struct Adoption {
+    std::uint32_t pages = 0;             // logical pages 0 .. pages − 1 of every layer came from a retained prefix
+    bool copied = false;                 // copied from a running context's history (else adopted in place)
+    std::uint64_t from_request = 0;      // the request whose history held them
+  };
+  std::unique_ptr<runtime::PrefixIndex> prefix_;
+  std::vector<std::uint32_t> retained_generation_;  // per slot: the context generation the retained prefix belongs to
+  std::vector<std::uint64_t> retained_request_;     // per slot: the request that wrote it
+  std::vector<Adoption> adoption_;                  // per slot: what the running context adopted
+  std::uint64_t retain_stamp_ = 0;
+};
+
+}  // namespace activekv::runtime_impl

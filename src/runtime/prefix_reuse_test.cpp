@@ -1,0 +1,591 @@
+// prefix_reuse_test.cpp — retained histories, adoption, sharing and dropping in the KV runtime.
+//
+// The rows here are a function of the tokens before them, as a model's are:
+// row(layer, t) = f(hash of tokens[0..t], layer). So a context that adopts a
+// retained prefix must hold exactly the rows it would have written itself, and
+// every check is against that: host rows (invariant 5) and attention outputs
+// against the contiguous reference over the expected rows.
+//
+//   - PrefixIndex: chains, partial matches at page granularity, token confirmation, truncate/drop;
+//   - a follow-up adopts its predecessor's history in place; a second request sharing the
+//     prefix while the first runs copies it; histories taken by admission drop their prefix,
+//     counted and logged; reuse off adopts nothing;
+//   - a property test over thousands of seeds: random conversations (follow-ups, shared
+//     system prefixes, strangers) through open / step / finish_retaining / finish / cancel
+//     (between steps and mid-step), with check() (invariants 1 and 2, the index's own
+//     consistency) after every operation, zero heap allocations in step calls and zero
+//     device allocations (invariant 7), and every page and history back at the end.
+//     ACTIVEKV_PREFIX_SEEDS sets the number of seeds (default 2000).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "activekv/backend.hpp"
+#include "activekv/kv_runtime.hpp"
+#include "runtime/prefix_index.hpp"
+#include "runtime/reference_kv.hpp"
+
+namespace activekv {
+namespace {
+
+using runtime::PrefixIndex;
+using runtime::PrefixIndexConfig;
+using runtime::PrefixMatch;
+using runtime::ReferenceKv;
+
+constexpr float reference_tolerance = 2e-5f;
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// ---- PrefixIndex ----------------------------------------------------------------
+
+std::vector<std::int32_t> tokens_from(std::uint32_t n, std::uint64_t seed) {
+  std::vector<std::int32_t> t(n);
+  for (std::uint32_t i = 0; i < n; ++i) t[i] = static_cast<std::int32_t>(mix(seed * 1000 + i) % 50000);
+  return t;
+}
+
+TEST(PrefixIndex, MatchesLeadingFullPagesOnly) {
+  auto index = PrefixIndex::create(PrefixIndexConfig{4, 4, 16, 7});
+  ASSERT_TRUE(index.ok());
+  const std::vector<std::int32_t> a = tokens_from(30, 1);  // 7 full pages + 2 tokens
+  index->retain(2, a, 1);
+  EXPECT_EQ(index->pages(2), 7u);
+  EXPECT_EQ(index->histories_held(), 1u);
+  // A longer prompt with the same start matches every retained page.
+  std::vector<std::int32_t> b = a;
+  b.insert(b.end(), {1, 2, 3, 4, 5, 6});
+  PrefixMatch m = index->longest(b, 100);
+  EXPECT_EQ(m.slot, 2u);
+  EXPECT_EQ(m.pages, 7u);
+  // pages_max caps the match (the caller leaves a token to prefill).
+  EXPECT_EQ(index->longest(b, 3).pages, 3u);
+  // A divergence inside page 5 keeps pages 0..4.
+  b[5 * 4 + 2] += 1;
+  m = index->longest(b, 100);
+  EXPECT_EQ(m.pages, 5u);
+  // A divergence in page 0 matches nothing.
+  b[0] += 1;
+  EXPECT_EQ(index->longest(b, 100).pages, 0u);
+  EXPECT_EQ(index->check(), nullptr);
+}
+
+TEST(PrefixIndex, AnotherModelIdentityNeverMatches) {
+  auto x = PrefixIndex::create(PrefixIndexConfig{1, 4, 8, 1});
+  auto y = PrefixIndex::create(PrefixIndexConfig{1, 4, 8, 2});
+  const std::vector<std::int32_t> a = tokens_from(16, 3);
+  x->retain(0, a, 1);
+  y->retain(0, a, 1);
+  EXPECT_EQ(x->longest(a, 8).pages, 4u);
+  EXPECT_EQ(y->longest(a, 8).pages, 4u);
+  EXPECT_EQ(x->check(), nullptr);
+  EXPECT_EQ(y->check(), nullptr);
+}
+
+TEST(PrefixIndex, TruncateDropAndTheMostRecentOnTies) {
+  auto index = PrefixIndex::create(PrefixIndexConfig{3, 2, 8, 0});
+  const std::vector<std::int32_t> a = tokens_from(12, 5);
+  index->retain(0, a, 1);
+  index->retain(1, a, 2);
+  EXPECT_EQ(index->longest(a, 8).slot, 1u) << "ties go to the most recently retained";
+  index->truncate(1, 2);
+  EXPECT_EQ(index->longest(a, 8).slot, 0u);
+  EXPECT_EQ(index->longest(a, 8).pages, 6u);
+  index->drop(0);
+  EXPECT_EQ(index->longest(a, 8).slot, 1u);
+  EXPECT_EQ(index->longest(a, 8).pages, 2u);
+  index->truncate(1, 0);
+  EXPECT_EQ(index->histories_held(), 0u);
+  EXPECT_EQ(index->longest(a, 8).pages, 0u);
+  EXPECT_FALSE(PrefixIndex::create(PrefixIndexConfig{0, 2, 8, 0}).ok());
+  EXPECT_FALSE(PrefixIndex::create(PrefixIndexConfig{1, 0, 8, 0}).ok());
+}
+
+// ---- the runtime ---------------------------------------------------------------
+
+// A small runtime: `histories` contexts of max_context tokens, every page resident or not as `pages` says.
+struct Small {
+  Geometry g;
+  std::uint32_t q_heads = 2;
+  std::uint32_t page_tokens = 4;
+  std::uint32_t chunk_tokens = 8;
+  std::uint32_t max_context = 64;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<KvRuntime> rt;
+};
+
+Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, std::uint32_t page_tokens = 4,
+                 std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2) {
+  Small s;
+  s.g.dense_layers = layers;
+  s.g.kv_heads = 1;
+  s.g.head_dim = 8;
+  s.g.dtype = DType::f16;
+  s.page_tokens = page_tokens;
+  s.chunk_tokens = 2 * page_tokens;
+  KvRuntimeSettings settings;
+  MemorySettings& m = settings.memory;
+  m.geometry = s.g;
+  m.page_tokens = page_tokens;
+  m.tile_tokens = 2 * page_tokens;
+  m.tiles = tiles;
+  m.max_context_tokens = s.max_context;
+  m.max_seqs = histories;
+  m.chunk_tokens = s.chunk_tokens;
+  m.host_pool_bytes = std::uint64_t{histories} * s.g.dense_layers * s.max_context * s.g.row_bytes();
+  const std::uint64_t floor_pages = std::uint64_t{s.g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, page_tokens));
+  const std::uint64_t pages = floor_pages * histories + extra_pages;
+  m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
+                        pages * page_tokens * s.g.row_bytes();
+  settings.q_heads = s.q_heads;
+  settings.prefix_reuse = reuse;
+  BackendOptions options;
+  options.deterministic = true;
+  options.seed = seed;
+  auto backend = make_backend("host", options);
+  EXPECT_TRUE(backend.ok());
+  s.backend = std::move(backend).value();
+  auto rt = KvRuntime::create(settings, *s.backend);
+  EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
+  if (rt.ok()) s.rt = std::move(rt).value();
+  return s;
+}
+
+// A conversation's sequence and the rows a "model" writes for it: each row a function of the
+// tokens up to and including its own.
+struct Sequence {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::uint64_t> prefix_hash;  // hash of tokens[0..t]
+  void push(std::int32_t t) {
+    tokens.push_back(t);
+    prefix_hash.push_back(mix((prefix_hash.empty() ? 0x1234 : prefix_hash.back()) ^ static_cast<std::uint32_t>(t)));
+  }
+};
+
+void rows_of(const Sequence& s, std::uint32_t layer, std::uint32_t first, std::uint32_t n, std::size_t row_floats,
+             std::vector<float>& k, std::vector<float>& v) {
+  k.resize(n * row_floats);
+  v.resize(n * row_floats);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint64_t h = mix(s.prefix_hash[first + i] ^ (std::uint64_t{layer} << 40));
+    for (std::size_t j = 0; j < row_floats; ++j) {
+      const std::uint64_t x = mix(h + j);
+      k[i * row_floats + j] = static_cast<float>(static_cast<std::int64_t>(x % 2001) - 1000) / 500.0f;
+      v[i * row_floats + j] = static_cast<float>(static_cast<std::int64_t>((x >> 20) % 2001) - 1000) / 500.0f;
+    }
+  }
+}
+
+// One step feeding `n` tokens of `s` (from `first`) to `c`; rows also go to the reference, outputs compared.
+void feed(Small& sm, ContextId c, const Sequence& s, std::uint32_t first, std::uint32_t n, ReferenceKv* ref = nullptr,
+          std::uint32_t ref_context = 0) {
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  const std::size_t qe = std::size_t{sm.q_heads} * sm.g.head_dim;
+  const StepEntry e{c, n};
+  ASSERT_TRUE(sm.rt->begin_step({&e, 1}).ok());
+  std::vector<float> k, v, q(n * qe), out(n * qe), want(n * qe);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(mix(i + first * 77) % 1000) / 1000.0f - 0.5f;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(s, l, first, n, row_floats, k, v);
+    ASSERT_TRUE(sm.rt->write_kv(l, k.data(), v.data()).ok());
+    ASSERT_TRUE(sm.rt->attend(l, q.data(), out.data()).ok());
+    if (ref != nullptr) {
+      ref->append(ref_context, l, k.data(), v.data(), n);
+      ref->attend(ref_context, l, q.data(), n, first, want.data());
+      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(out[i], want[i], reference_tolerance) << "layer " << l;
+    }
+  }
+  ASSERT_TRUE(sm.rt->end_step().ok());
+}
+
+void prefill(Small& sm, ContextId c, const Sequence& s, std::uint32_t from, std::uint32_t to) {
+  for (std::uint32_t at = from; at < to;) {
+    const std::uint32_t n = std::min(sm.chunk_tokens, to - at);
+    feed(sm, c, s, at, n);
+    if (::testing::Test::HasFatalFailure()) return;
+    at += n;
+  }
+}
+
+// Every host row of c equals the row the model writes for s.
+void expect_rows(Small& sm, ContextId c, const Sequence& s, std::uint32_t length, const char* what) {
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  ReferenceKv encoded(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = encoded.open();
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(s, l, 0, length, row_floats, k, v);
+    encoded.append(r, l, k.data(), v.data(), length);
+    for (std::uint32_t t = 0; t < length; ++t) {
+      ASSERT_EQ(std::memcmp(sm.rt->host_row(c, l, t).data(), encoded.encoded_row(r, l, t).data(), sm.g.row_bytes()), 0)
+          << what << ": layer " << l << " token " << t;
+    }
+  }
+}
+
+Sequence sequence_of(std::uint32_t n, std::uint64_t seed) {
+  Sequence s;
+  for (std::uint32_t i = 0; i < n; ++i) s.push(static_cast<std::int32_t>(mix(seed * 7919 + i) % 30000));
+  return s;
+}
+
+// Decisions of `kind` with `reason` in the explanation of c (the current step's decisions for its history).
+std::uint32_t count_decisions(const KvRuntime& rt, ContextId c, DecisionKind kind, Reason reason) {
+  std::uint32_t n = 0;
+  for (const Decision& d : rt.explain(c).decisions) n += d.kind == kind && d.reason == reason ? 1u : 0u;
+  return n;
+}
+
+TEST(PrefixReuse, AFollowUpAdoptsItsPredecessorsHistoryInPlace) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true);
+  ASSERT_NE(sm.rt, nullptr);
+  Sequence turn = sequence_of(22, 1);  // 5 full pages + 2
+  std::uint32_t reused = 99;
+  auto a = sm.rt->open_context(1, 64, turn.tokens, reused);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(reused, 0u);
+  prefill(sm, a->handle, turn, 0, 22);
+  sm.rt->finish_retaining(a->handle, turn.tokens);
+  EXPECT_EQ(sm.rt->counters().retained_kept, 1u);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 1u);
+  // Turn 2: turn 1 + 9 new tokens. 31 tokens: up to 7 full pages may be adopted, turn 1 holds 5.
+  Sequence next = turn;
+  for (std::int32_t t : sequence_of(9, 2).tokens) next.push(t);
+  auto b = sm.rt->open_context(2, 64, next.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(b->handle.slot, a->handle.slot) << "adopted in place";
+  EXPECT_EQ(reused, 20u);
+  EXPECT_EQ(sm.rt->length(b->handle), 20u);
+  EXPECT_EQ(count_decisions(*sm.rt, b->handle, DecisionKind::adopt, Reason::prefix_adopted), 1u);
+  expect_rows(sm, b->handle, next, 20, "adopted rows");
+  prefill(sm, b->handle, next, 20, 31);
+  expect_rows(sm, b->handle, next, 31, "after the suffix");
+  const Explanation x = sm.rt->explain(b->handle);
+  EXPECT_EQ(x.adopted_pages, 5u);
+  EXPECT_FALSE(x.adopted_copied);
+  EXPECT_EQ(x.adopted_from_request, 1u);
+  EXPECT_NE(explanation_text(x).find("came from a retained prefix"), std::string::npos);
+  EXPECT_EQ(sm.rt->counters().prefix_reused_tokens, 20u);
+  EXPECT_EQ(sm.rt->counters().prefix_adoptions, 1u);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(b->handle);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 0u) << "finish without retaining empties the history";
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  EXPECT_EQ(sm.rt->histories_free(), 2u);
+}
+
+TEST(PrefixReuse, AdoptedHistoryStreamsFromTheHostAndAttentionMatchesTheReference) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // One tile, few spare pages: the adopted history must be staged through the tiles.
+  Small sm = make_small(1, true, 3, 4, 1, 0);
+  ASSERT_NE(sm.rt, nullptr);
+  Sequence turn = sequence_of(40, 11);
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, turn.tokens, reused);
+  prefill(sm, a->handle, turn, 0, 40);
+  sm.rt->finish_retaining(a->handle, turn.tokens);
+  Sequence next = turn;
+  for (std::int32_t t : sequence_of(6, 12).tokens) next.push(t);
+  auto b = sm.rt->open_context(2, 64, next.tokens, reused);
+  ASSERT_EQ(reused, 40u);
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(next, l, 0, 40, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), 40);
+  }
+  const std::uint64_t staged_before = sm.rt->counters().bytes_staged;
+  for (std::uint32_t t = 40; t < 46; ++t) {
+    feed(sm, b->handle, next, t, 1, &ref, r);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  EXPECT_GT(sm.rt->counters().bytes_staged, staged_before) << "the adopted history streams from the host";
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(b->handle);
+}
+
+TEST(PrefixReuse, TwoRequestsShareAPrefixByCopyingFromTheRunningOne) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(3, true);
+  Sequence system = sequence_of(16, 21);  // a shared 4-page prefix
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, system.tokens, reused);
+  prefill(sm, a->handle, system, 0, 16);
+  sm.rt->finish_retaining(a->handle, system.tokens);
+  Sequence x = system, y = system;
+  for (std::int32_t t : sequence_of(5, 22).tokens) x.push(t);
+  for (std::int32_t t : sequence_of(7, 23).tokens) y.push(t);
+  auto bx = sm.rt->open_context(2, 64, x.tokens, reused);
+  EXPECT_EQ(reused, 16u);
+  EXPECT_EQ(bx->handle.slot, a->handle.slot);
+  auto by = sm.rt->open_context(3, 64, y.tokens, reused);
+  EXPECT_EQ(reused, 16u) << "the second request copies the prefix the first one holds";
+  EXPECT_NE(by->handle.slot, bx->handle.slot);
+  EXPECT_EQ(sm.rt->counters().prefix_copies, 1u);
+  EXPECT_TRUE(sm.rt->explain(by->handle).adopted_copied);
+  prefill(sm, bx->handle, x, 16, 21);
+  prefill(sm, by->handle, y, 16, 23);
+  expect_rows(sm, bx->handle, x, 21, "in place");
+  expect_rows(sm, by->handle, y, 23, "copied");
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish_retaining(bx->handle, x.tokens);
+  sm.rt->finish_retaining(by->handle, y.tokens);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 2u);
+  EXPECT_EQ(sm.rt->histories_free(), 3u) << "retained histories are free histories";
+}
+
+TEST(PrefixReuse, AdmissionDropsTheLeastRecentlyUsedRetainedHistoryAndLogsIt) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true);
+  std::uint32_t reused = 0;
+  Sequence s1 = sequence_of(12, 31), s2 = sequence_of(12, 32), s3 = sequence_of(12, 33);
+  auto a = sm.rt->open_context(1, 64, s1.tokens, reused);
+  prefill(sm, a->handle, s1, 0, 12);
+  sm.rt->finish_retaining(a->handle, s1.tokens);
+  auto b = sm.rt->open_context(2, 64, s2.tokens, reused);
+  EXPECT_NE(b->handle.slot, a->handle.slot) << "a free history without a retained prefix is taken first";
+  prefill(sm, b->handle, s2, 0, 12);
+  sm.rt->finish_retaining(b->handle, s2.tokens);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 2u);
+  // Both histories are retained; a stranger needs one: s1's (least recently used) gives way at once.
+  auto c = sm.rt->open_context(3, 64, s3.tokens, reused);
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted) << "retained histories never block admission";
+  EXPECT_EQ(c->handle.slot, a->handle.slot);
+  EXPECT_EQ(sm.rt->counters().retained_dropped, 1u);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 1u);
+  EXPECT_EQ(count_decisions(*sm.rt, c->handle, DecisionKind::drop_retained, Reason::retained_lru), 1u)
+      << "the decision log shows the drop and its reason";
+  // s1's follow-up now finds nothing; s2's still adopts.
+  Sequence f1 = s1, f2 = s2;
+  f1.push(5);
+  f2.push(5);
+  auto d = sm.rt->open_context(4, 64, f2.tokens, reused);
+  EXPECT_EQ(reused, 12u);
+  EXPECT_EQ(d->handle.slot, b->handle.slot);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(c->handle);
+  sm.rt->finish(d->handle);
+  auto e = sm.rt->open_context(5, 64, f1.tokens, reused);
+  EXPECT_EQ(reused, 0u) << "a dropped prefix is gone";
+  sm.rt->finish(e->handle);
+}
+
+TEST(PrefixReuse, OffAdoptsNothing) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, false);
+  Sequence s = sequence_of(20, 41);
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, s.tokens, reused);
+  prefill(sm, a->handle, s, 0, 20);
+  sm.rt->finish_retaining(a->handle, s.tokens);
+  s.push(1);
+  auto b = sm.rt->open_context(2, 64, s.tokens, reused);
+  EXPECT_EQ(reused, 0u);
+  EXPECT_EQ(sm.rt->counters().retained_kept, 0u);
+  sm.rt->finish(b->handle);
+}
+
+// ---- the property test -----------------------------------------------------------
+
+std::uint32_t seeds_from_environment() {
+  const char* text = std::getenv("ACTIVEKV_PREFIX_SEEDS");
+  const int n = text != nullptr ? std::atoi(text) : 0;
+  return n > 0 ? static_cast<std::uint32_t>(n) : 2000u;
+}
+
+struct Totals {
+  std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
+                queued = 0;
+};
+
+struct Live {
+  Sequence seq;
+  std::uint32_t prompt = 0;     // tokens of seq that are the prompt
+  std::uint32_t length = 0;     // rows written (or adopted)
+  ContextId handle;
+  std::uint64_t id = 0;
+  bool running = false;
+};
+
+void run_seed(std::uint64_t seed, Totals& totals) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](std::uint32_t lo, std::uint32_t hi) { return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng); };
+  const std::uint32_t histories = uniform(1, 4);
+  Small sm = make_small(histories, true, seed, 2u << uniform(0, 1), uniform(1, 2), uniform(0, 12), uniform(1, 2));
+  ASSERT_NE(sm.rt, nullptr);
+  KvRuntime& rt = *sm.rt;
+  std::vector<Sequence> finished;  // conversations to follow up
+  const Sequence system = sequence_of(uniform(4, 20), seed * 31 + 7);
+  std::vector<Live> live;
+  std::vector<AdmitResult> admitted(8);
+  std::uint64_t next_id = 1;
+  const std::uint64_t heap_before = rt.counters().heap_allocations_in_steps;
+
+  auto take_admitted = [&]() {
+    const std::uint32_t n = rt.take_admitted(admitted);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (Live& l : live) {
+        if (l.id == admitted[i].request_id) {
+          l.running = true;
+          l.handle = admitted[i].handle;
+          l.length = 0;  // admitted from the queue: adopts nothing
+        }
+      }
+    }
+  };
+  auto remove = [&](std::size_t i) {
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    take_admitted();
+  };
+
+  for (std::uint32_t op = 0; op < 60; ++op) {
+    const std::uint32_t dice = uniform(0, 99);
+    std::vector<std::size_t> running;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (live[i].running) running.push_back(i);
+    }
+    if (dice < 20 && live.size() < 6) {  // a new request: a follow-up, a shared system prefix, or a stranger
+      Live l;
+      const std::uint32_t kind = uniform(0, 2);
+      if (kind == 0 && !finished.empty()) l.seq = finished[uniform(0, static_cast<std::uint32_t>(finished.size() - 1))];
+      if (kind == 1) l.seq = system;
+      const Sequence own = sequence_of(uniform(1, 12), seed * 1000 + op);
+      for (std::int32_t t : own.tokens) l.seq.push(t);
+      if (l.seq.tokens.size() + 8 > sm.max_context) continue;
+      l.prompt = static_cast<std::uint32_t>(l.seq.tokens.size());
+      l.id = next_id++;
+      std::uint32_t reused = 0;
+      auto r = rt.open_context(l.id, sm.max_context, l.seq.tokens, reused);
+      ASSERT_TRUE(r.ok()) << r.error().describe();
+      l.running = r->outcome == AdmitOutcome::admitted;
+      totals.queued += l.running ? 0 : 1;
+      l.handle = r->handle;
+      l.length = reused;
+      ASSERT_LT(reused, l.prompt) << "at least one prompt token is prefilled";
+      ASSERT_EQ(reused % sm.page_tokens, 0u) << "whole pages only";
+      if (l.running && reused > 0) {
+        expect_rows(sm, l.handle, l.seq, reused, "adopted");
+        ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op;
+      }
+      live.push_back(l);
+    } else if (dice < 35 && !running.empty()) {  // finish (retaining or not) or cancel
+      const std::size_t i = running[uniform(0, static_cast<std::uint32_t>(running.size() - 1))];
+      Live& l = live[i];
+      const std::uint32_t how = uniform(0, 5);
+      if (how <= 3) {
+        expect_rows(sm, l.handle, l.seq, l.length, "before finishing");
+        ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op;
+        Sequence written;
+        for (std::uint32_t t = 0; t < l.length; ++t) written.push(l.seq.tokens[t]);
+        rt.finish_retaining(l.handle, written.tokens);
+        if (l.length >= sm.page_tokens) finished.push_back(written);
+      } else if (how == 4) {
+        rt.finish(l.handle);
+      } else {
+        rt.cancel(l.handle);
+        ++totals.cancels;
+      }
+      remove(i);
+    } else if (!running.empty()) {  // a step over a random subset
+      std::vector<StepEntry> entries;
+      std::vector<std::size_t> chosen;
+      for (const std::size_t i : running) {
+        Live& l = live[i];
+        if (l.length + 1 >= sm.max_context || uniform(0, 3) == 0) continue;
+        if (l.length >= l.seq.tokens.size()) l.seq.push(static_cast<std::int32_t>(mix(l.seq.prefix_hash.back()) % 30000));
+        const std::uint32_t left = static_cast<std::uint32_t>(l.seq.tokens.size()) - l.length;
+        const std::uint32_t n = std::min({left, sm.chunk_tokens, uniform(1, sm.chunk_tokens)});
+        entries.push_back(StepEntry{l.handle, n});
+        chosen.push_back(i);
+      }
+      if (entries.empty()) continue;
+      std::uint32_t total = 0;
+      for (const StepEntry& e : entries) total += e.tokens_new;
+      const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+      const std::size_t qe = std::size_t{sm.q_heads} * sm.g.head_dim;
+      ASSERT_TRUE(rt.begin_step(entries).ok()) << "seed " << seed << " op " << op;
+      const bool cancel_mid = uniform(0, 19) == 0;
+      std::vector<float> k(total * row_floats), v(total * row_floats), q(total * qe, 0.25f), out(total * qe), ek, ev;
+      for (std::uint32_t layer = 0; layer < sm.g.dense_layers; ++layer) {
+        std::size_t at = 0;
+        for (std::size_t e = 0; e < entries.size(); ++e) {
+          const Live& l = live[chosen[e]];
+          rows_of(l.seq, layer, l.length, entries[e].tokens_new, row_floats, ek, ev);
+          std::copy(ek.begin(), ek.end(), k.begin() + static_cast<std::ptrdiff_t>(at * row_floats));
+          std::copy(ev.begin(), ev.end(), v.begin() + static_cast<std::ptrdiff_t>(at * row_floats));
+          at += entries[e].tokens_new;
+        }
+        ASSERT_TRUE(rt.write_kv(layer, k.data(), v.data()).ok());
+        ASSERT_TRUE(rt.attend(layer, q.data(), out.data()).ok());
+        if (cancel_mid && layer == 0) rt.cancel(entries[0].context);
+      }
+      ASSERT_TRUE(rt.end_step().ok());
+      ++totals.steps;
+      for (std::size_t e = 0; e < entries.size(); ++e) live[chosen[e]].length += entries[e].tokens_new;
+      if (cancel_mid) {
+        ++totals.mid_step;
+        remove(chosen[0]);
+      }
+    }
+    const char* broken = rt.check();
+    ASSERT_EQ(broken, nullptr) << "seed " << seed << " op " << op << ": " << broken;
+  }
+  // Finish what runs; the queued are admitted as histories come back, then finish in turn.
+  while (!live.empty()) {
+    std::size_t i = 0;
+    while (i < live.size() && !live[i].running) ++i;
+    ASSERT_LT(i, live.size()) << "seed " << seed << ": requests queued with nothing running";
+    rt.finish(live[i].handle);
+    remove(i);
+  }
+  EXPECT_EQ(rt.check(), nullptr);
+  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;
+  EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
+  EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
+  EXPECT_EQ(rt.counters().heap_allocations_in_steps, heap_before) << "seed " << seed << ": invariant 7";
+  const KvCounters& c = rt.counters();
+  totals.adoptions += c.prefix_adoptions;
+  totals.copies += c.prefix_copies;
+  totals.reused += c.prefix_reused_tokens;
+  totals.kept += c.retained_kept;
+  totals.dropped += c.retained_dropped;
+}
+
+TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const std::uint32_t seeds = seeds_from_environment();
+  Totals totals;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    run_seed(seed, totals);
+    if (HasFatalFailure()) return;
+  }
+  std::printf("%u seeds: %llu steps, %llu adoptions (%llu copied), %llu tokens reused, %llu retained, %llu dropped, "
+              "%llu cancels (%llu mid-step), %llu queued\n",
+              seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.adoptions),
+              static_cast<unsigned long long>(totals.copies), static_cast<unsigned long long>(totals.reused),
+              static_cast<unsigned long long>(totals.kept), static_cast<unsigned long long>(totals.dropped),
+              static_cast<unsigned long long>(totals.cancels), static_cast<unsigned long long>(totals.mid_step),
+              static_cast<unsigned long long>(totals.queued));
+  // The mix must have exercised what it claims to.
+  EXPECT_GT(totals.adoptions, seeds / 4);
+  EXPECT_GT(totals.copies, 0u);
+  EXPECT_GT(totals.dropped, 0u);
+  EXPECT_GT(totals.cancels, 0u);
+  EXPECT_GT(totals.mid_step, 0u);
+}
+
+}  // namespace
+}  // namespace activekv

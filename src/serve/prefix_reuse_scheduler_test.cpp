@@ -1,0 +1,275 @@
+// prefix_reuse_scheduler_test.cpp — conversations with prefix reuse on the fake engine.
+//
+// Every trace runs twice, prefix reuse on and off, same configuration. The
+// fake engine's output is a function of every token a context holds, and an
+// adopted prefix resumes from the retained history's own state, so:
+//   - every request's tokens (prompt and output) must be equal, byte for byte;
+//   - the prompt tokens fed must drop by exactly the tokens reused;
+//   - a follow-up whose predecessor's history was still retained prefills only
+//     its new text plus at most one page (and the predecessor's last token, whose
+//     row a decode step never wrote);
+//   - under pressure (more conversations than histories) retained histories are
+//     dropped and counted, nothing is lost, and nothing waits on them.
+// The default trace's sessions, 300 random conversation traces (ACTIVEKV_SERVE_SEEDS
+// scales them) and a pressure trace. Follow-up TTFT is compared on the manual clock.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include "serve/fake_engine.hpp"
+#include "serve/scheduler.hpp"
+#include "serve/trace.hpp"
+#include "testing/alloc_counter.hpp"
+
+namespace activekv::serve {
+namespace {
+
+struct Run {
+  ManualClock clock;
+  std::unique_ptr<FakeEngine> engine;
+  std::unique_ptr<Scheduler> scheduler;
+  std::uint64_t heap_allocations_in_loop = 0;
+};
+
+std::unique_ptr<Run> run_all(const std::vector<TraceRequest>& trace, FakeEngineConfig engine_config,
+                             const SchedulerConfig& config, bool reuse) {
+  auto run = std::make_unique<Run>();
+  engine_config.clock = &run->clock;
+  engine_config.prefix_reuse = reuse;
+  run->engine = std::make_unique<FakeEngine>(engine_config);
+  auto scheduler = Scheduler::create(trace, *run->engine, run->clock, config);
+  EXPECT_TRUE(scheduler) << scheduler.error().describe();
+  if (!scheduler) return run;
+  run->scheduler = std::move(scheduler).value();
+  const std::uint64_t before = activekv::testing::heap_allocations();
+  std::uint64_t iterations = 0;
+  while (!run->scheduler->done()) {
+    Status s = run->scheduler->advance();
+    EXPECT_TRUE(s) << s.error().describe();
+    if (!s || ++iterations > 10'000'000u) break;
+  }
+  run->heap_allocations_in_loop = activekv::testing::heap_allocations() - before;
+  return run;
+}
+
+struct Comparison {
+  std::uint64_t reused = 0;
+  std::uint64_t reused_fed = 0;  // by requests whose prefill completed (one cancelled at admission feeds nothing either way)
+  std::uint64_t follow_ups = 0, follow_ups_reusing = 0;
+  double ttft_follow_ups_on_s = 0, ttft_follow_ups_off_s = 0;
+};
+
+// Runs `trace` with reuse on and off and checks everything the header lists.
+Comparison compare(const std::vector<TraceRequest>& trace, const FakeEngineConfig& engine, const SchedulerConfig& config) {
+  Comparison c;
+  auto on = run_all(trace, engine, config, true);
+  auto off = run_all(trace, engine, config, false);
+  if (on->scheduler == nullptr || off->scheduler == nullptr) return c;
+  const Scheduler& a = *on->scheduler;
+  const Scheduler& b = *off->scheduler;
+  EXPECT_TRUE(a.done());
+  EXPECT_EQ(on->heap_allocations_in_loop, 0u);
+  EXPECT_TRUE(on->engine->all_returned());
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const RequestRecord& x = a.requests()[i];
+    const RequestRecord& y = b.requests()[i];
+    EXPECT_EQ(x.state, y.state) << x.id;
+    EXPECT_TRUE(std::equal(x.tokens.begin(), x.tokens.end(), y.tokens.begin(), y.tokens.end()))
+        << x.id << ": the output with reuse differs from the output without";
+    EXPECT_EQ(y.reused_tokens, 0u);
+    EXPECT_LT(x.reused_tokens, std::max(1u, x.prompt_tokens));
+    EXPECT_EQ(x.reused_tokens % engine.page_tokens, 0u);
+    c.reused += x.reused_tokens;
+    if (x.prefilled_tokens == x.prompt_tokens) c.reused_fed += x.reused_tokens;
+    if (x.previous_turn < 0 || x.state != RequestState::finished) continue;
+    ++c.follow_ups;
+    c.ttft_follow_ups_on_s += x.first_token_s - x.ready_s;
+    c.ttft_follow_ups_off_s += y.first_token_s - y.ready_s;
+    if (x.reused_tokens == 0) continue;
+    ++c.follow_ups_reusing;
+    const RequestRecord& prev = a.requests()[static_cast<std::size_t>(x.previous_turn)];
+    const std::uint32_t held = prev.prompt_tokens + prev.output_tokens - 1;  // the last token was never fed
+    const std::uint32_t own = x.prompt_tokens - (prev.prompt_tokens + prev.output_tokens);
+    if (x.reused_tokens + engine.page_tokens > held) {
+      EXPECT_LE(x.prompt_tokens - x.reused_tokens, own + 1 + engine.page_tokens)
+          << x.id << ": a follow-up prefills only its new tokens plus at most one page";
+    }
+  }
+  EXPECT_EQ(a.tokens_in() + c.reused_fed, b.tokens_in()) << "prompt tokens fed drop by exactly the reused amount";
+  EXPECT_EQ(on->engine->counters().prefix_reused_tokens, c.reused);
+  return c;
+}
+
+FakeEngineConfig default_like() {
+  FakeEngineConfig e;  // the default configuration's shape: 4 histories, max_seqs 6, 8K contexts
+  e.histories = 4;
+  e.max_seqs = 6;
+  e.max_context_tokens = 8192;
+  e.page_tokens = 16;
+  e.pool_pages = 512;
+  return e;
+}
+
+TEST(PrefixReuseScheduler, DefaultTraceSessionsReuseTheirHistoryAndMatchByteForByte) {
+  std::istringstream in{std::string(default_trace_text())};
+  auto trace = read_trace(in, "default_trace.jsonl");
+  ASSERT_TRUE(trace) << trace.error().describe();
+  SchedulerConfig config;
+  config.max_seqs = 6;
+  config.step_tokens = 256;
+  config.prefill_chunk_tokens = 128;
+  config.stop_at_eos = false;
+  const Comparison c = compare(*trace, default_like(), config);
+  std::printf("default trace: %llu prompt tokens reused; %llu follow-ups, %llu reusing; follow-up TTFT %.4f s with reuse, "
+              "%.4f s without (manual clock)\n",
+              static_cast<unsigned long long>(c.reused), static_cast<unsigned long long>(c.follow_ups),
+              static_cast<unsigned long long>(c.follow_ups_reusing), c.ttft_follow_ups_on_s, c.ttft_follow_ups_off_s);
+  EXPECT_GT(c.follow_ups, 0u);
+  EXPECT_EQ(c.follow_ups_reusing, c.follow_ups) << "every follow-up adopts at least the shared dictionary preamble";
+  EXPECT_LT(c.ttft_follow_ups_on_s, c.ttft_follow_ups_off_s);
+}
+
+std::vector<std::int32_t> bytes(std::mt19937& rng, std::uint32_t n) {
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = static_cast<std::int32_t>(rng() % 256);
+  return t;
+}
+
+// Conversations: several sessions of several turns, a few strangers, some sharing a system prompt.
+std::vector<TraceRequest> conversations(std::mt19937& rng, std::uint32_t sessions, std::uint32_t turns_max) {
+  std::vector<TraceRequest> trace;
+  const std::vector<std::int32_t> system = bytes(rng, 20 + rng() % 40);
+  double t = 0;
+  for (std::uint32_t turn = 0; turn < turns_max; ++turn) {
+    for (std::uint32_t s = 0; s < sessions; ++s) {
+      if (turn > 0 && rng() % 4 == 0) continue;
+      TraceRequest r;
+      r.id = "s" + std::to_string(s) + "t" + std::to_string(turn);
+      r.session = "s" + std::to_string(s);
+      r.arrival_s = t;
+      t += (rng() % 100) / 1000.0;
+      r.prompt_tokens = bytes(rng, 1 + rng() % 60);
+      if (turn == 0 && rng() % 2 == 0) r.prompt_tokens.insert(r.prompt_tokens.begin(), system.begin(), system.end());
+      r.max_tokens = 1 + rng() % 24;
+      if (rng() % 25 == 0) r.cancel_after_tokens = rng() % 4;
+      trace.push_back(r);
+    }
+    if (rng() % 2 == 0) {
+      TraceRequest r;
+      r.id = "x" + std::to_string(turn);
+      r.arrival_s = t;
+      r.prompt_tokens = system;
+      const auto more = bytes(rng, 1 + rng() % 30);
+      r.prompt_tokens.insert(r.prompt_tokens.end(), more.begin(), more.end());
+      r.max_tokens = 1 + rng() % 8;
+      trace.push_back(r);
+    }
+  }
+  return trace;
+}
+
+TEST(PrefixReuseScheduler, RandomConversationsMatchByteForByte) {
+  const char* env = std::getenv("ACTIVEKV_SERVE_SEEDS");
+  const std::uint32_t seeds = env != nullptr ? static_cast<std::uint32_t>(std::atoi(env)) : 300;
+  std::uint64_t reused = 0, follow_ups = 0, reusing = 0, dropped = 0, copies_possible = 0;
+  for (std::uint32_t seed = 1; seed <= seeds; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937 rng(seed);
+    FakeEngineConfig e;
+    e.histories = 1 + rng() % 5;
+    e.max_seqs = 1 + rng() % 6;
+    e.max_context_tokens = 1024;
+    e.page_tokens = 4u << (rng() % 3);
+    e.dense_layers = 2;
+    e.pool_pages = 4 * e.histories + rng() % 64;
+    e.target_pages = 8;
+    e.burst_pages = 16;
+    e.eos_token = rng() % 3 == 0 ? static_cast<std::int32_t>(rng() % 256) : -1;
+    SchedulerConfig config;
+    config.max_seqs = 1 + rng() % 6;
+    config.step_tokens = 16 + rng() % 128;
+    config.prefill_chunk_tokens = std::min<std::uint32_t>(config.step_tokens, 1 + rng() % 64);
+    config.stop_at_eos = rng() % 2 == 0;
+    const auto trace = conversations(rng, 1 + rng() % 5, 1 + rng() % 5);
+    const Comparison c = compare(trace, e, config);
+    if (HasFatalFailure()) return;
+    reused += c.reused;
+    follow_ups += c.follow_ups;
+    reusing += c.follow_ups_reusing;
+    auto on = run_all(trace, e, config, true);
+    dropped += on->engine->counters().retained_dropped;
+    copies_possible += on->engine->counters().prefix_adoptions;
+  }
+  std::printf("%u seeds: %llu tokens reused, %llu follow-ups (%llu reusing), %llu adoptions, %llu retained dropped\n",
+              seeds, static_cast<unsigned long long>(reused), static_cast<unsigned long long>(follow_ups),
+              static_cast<unsigned long long>(reusing), static_cast<unsigned long long>(copies_possible),
+              static_cast<unsigned long long>(dropped));
+  EXPECT_GT(reusing, follow_ups / 3) << "the mix exercises reuse";
+  EXPECT_GT(dropped, 0u) << "the mix exercises drops";
+}
+
+TEST(PrefixReuseScheduler, PressureDropsRetainedHistoriesAndLosesNothing) {
+  // 8 conversations of 4 turns over 2 histories: the retained histories are taken over and over.
+  std::mt19937 rng(7);
+  auto trace = conversations(rng, 8, 4);
+  FakeEngineConfig e;
+  e.histories = 2;
+  e.max_seqs = 2;
+  e.max_context_tokens = 1024;
+  e.page_tokens = 8;
+  e.pool_pages = 64;
+  SchedulerConfig config;
+  config.max_seqs = 2;
+  config.step_tokens = 64;
+  config.prefill_chunk_tokens = 32;
+  config.stop_at_eos = false;
+  const Comparison c = compare(trace, e, config);
+  auto on = run_all(trace, e, config, true);
+  const EngineCounters& k = on->engine->counters();
+  std::printf("pressure: %llu retained, %llu dropped, %llu adopted, %llu tokens reused\n",
+              static_cast<unsigned long long>(k.retained_kept), static_cast<unsigned long long>(k.retained_dropped),
+              static_cast<unsigned long long>(k.prefix_adoptions), static_cast<unsigned long long>(k.prefix_reused_tokens));
+  EXPECT_GT(k.retained_dropped, 0u);
+  EXPECT_GT(k.prefix_adoptions, 0u);
+  EXPECT_LE(k.retained_histories, e.histories);
+  for (const RequestRecord& r : on->scheduler->requests()) {
+    EXPECT_TRUE(r.state == RequestState::finished || r.state == RequestState::cancelled) << r.id << ": nothing is lost";
+  }
+  EXPECT_GT(c.reused, 0u);
+}
+
+// Retained histories never make admission wait: with every history retained, a stranger is
+// admitted at once and the least recently used one is dropped.
+TEST(PrefixReuseScheduler, RetainedHistoriesNeverBlockAdmission) {
+  FakeEngineConfig e;
+  e.histories = 3;
+  e.max_seqs = 3;
+  e.page_tokens = 4;
+  e.prefix_reuse = true;
+  FakeEngine engine(e);
+  std::mt19937 rng(3);
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::int32_t out[1];
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(bytes(rng, 12));
+    const Admission a = engine.admit(prompts.back(), 64);
+    ASSERT_EQ(a.outcome, AdmitOutcome::admitted);
+    const BatchEntry b{a.context, prompts.back(), true};
+    ASSERT_TRUE(engine.step({&b, 1}, out));
+    engine.finish(a.context);
+  }
+  EXPECT_EQ(engine.counters().retained_histories, 3u);
+  for (int i = 0; i < 3; ++i) {
+    const auto stranger = bytes(rng, 9);
+    const Admission a = engine.admit(stranger, 64);
+    EXPECT_EQ(a.outcome, AdmitOutcome::admitted) << "a retained history never blocks admission";
+    EXPECT_EQ(a.reused_tokens, 0u);
+  }
+  EXPECT_EQ(engine.counters().retained_dropped, 3u);
+  EXPECT_EQ(engine.counters().retained_histories, 0u);
+}
+
+}  // namespace
+}  // namespace activekv::serve
