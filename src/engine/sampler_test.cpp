@@ -39,11 +39,11 @@ TEST(Sampler, ResetDrawsAsAFreshSamplerAndAllocatesNothing) {
   Sampler fresh(SamplerSettings{99, 0.8f, 0.9f}, 100);
   Sampler reused(SamplerSettings{1, 1.5f, 0.5f}, 100);
   for (int i = 0; i < 7; ++i) reused.sample(logits);  // a previous occupant's draws
-  const std::uint64_t before = activekv::testing::heap_allocations();
-  reused.reset(SamplerSettings{99, 0.8f, 0.9f});
   std::vector<std::uint32_t> a, b;
   a.reserve(40);
   b.reserve(40);
+  const std::uint64_t before = activekv::testing::heap_allocations();
+  reused.reset(SamplerSettings{99, 0.8f, 0.9f});
   for (int i = 0; i < 40; ++i) {
     a.push_back(fresh.sample(logits));
     b.push_back(reused.sample(logits));
