@@ -57,7 +57,13 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
   ContextState& c = budgets_.context(slot);
   if (match.pages > 0 && match.slot == slot) {
     // In place: the history already holds the rows; the context starts after them and will
-    // rewrite what lies beyond, so the index keeps only the adopted pages.
+    // rewrite what lies beyond, so the index keeps only the adopted pages. A longer retained
+    // prefix is taken in place only when no other history was free: the pages beyond the match
+    // are given up like a dropped history (counted, logged).
+    if (prefix_->pages(slot) > match.pages) {
+      record_prefix(DecisionKind::drop_retained, Reason::retained_lru, slot, prefix_->pages(slot) - match.pages);
+      ++counters_.retained_dropped;
+    }
     prefix_->truncate(slot, match.pages);
     retained_generation_[slot] = context.generation;
     adoption_[slot] = Adoption{match.pages, false, retained_request_[slot]};

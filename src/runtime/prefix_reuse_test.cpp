@@ -383,6 +383,56 @@ TEST(PrefixReuse, AdmissionDropsTheLeastRecentlyUsedRetainedHistoryAndLogsIt) {
   sm.rt->finish(e->handle);
 }
 
+TEST(PrefixReuse, APartialMatchCopiesAndKeepsTheLongerHistory) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true);
+  std::uint32_t reused = 0;
+  Sequence a = sequence_of(22, 51);  // 5 full pages retained
+  auto ca = sm.rt->open_context(1, 64, a.tokens, reused);
+  prefill(sm, ca->handle, a, 0, 22);
+  sm.rt->finish_retaining(ca->handle, a.tokens);
+  // b shares a's first 2 pages (a common preamble), then differs.
+  Sequence b;
+  for (std::uint32_t t = 0; t < 8; ++t) b.push(a.tokens[t]);
+  for (std::int32_t t : sequence_of(9, 52).tokens) b.push(t);
+  auto cb = sm.rt->open_context(2, 64, b.tokens, reused);
+  EXPECT_EQ(reused, 8u);
+  EXPECT_NE(cb->handle.slot, ca->handle.slot) << "a partial match does not cut the longer history";
+  EXPECT_EQ(sm.rt->counters().prefix_copies, 1u);
+  EXPECT_EQ(sm.rt->counters().retained_dropped, 0u);
+  expect_rows(sm, cb->handle, b, 8, "copied preamble");
+  // a's follow-up still adopts all of a, in place.
+  Sequence f = a;
+  f.push(7);
+  auto cf = sm.rt->open_context(3, 64, f.tokens, reused);
+  EXPECT_EQ(reused, 20u);
+  EXPECT_EQ(cf->handle.slot, ca->handle.slot);
+  sm.rt->finish(cb->handle);
+  sm.rt->finish(cf->handle);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+}
+
+TEST(PrefixReuse, APartialMatchTakesTheOnlyFreeHistoryInPlaceAndCountsTheCut) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(1, true);
+  std::uint32_t reused = 0;
+  Sequence a = sequence_of(22, 61);
+  auto ca = sm.rt->open_context(1, 64, a.tokens, reused);
+  prefill(sm, ca->handle, a, 0, 22);
+  sm.rt->finish_retaining(ca->handle, a.tokens);
+  Sequence b;
+  for (std::uint32_t t = 0; t < 8; ++t) b.push(a.tokens[t]);
+  for (std::int32_t t : sequence_of(5, 62).tokens) b.push(t);
+  auto cb = sm.rt->open_context(2, 64, b.tokens, reused);
+  ASSERT_EQ(cb->outcome, AdmitOutcome::admitted) << "retained histories never block admission";
+  EXPECT_EQ(reused, 8u);
+  EXPECT_EQ(cb->handle.slot, ca->handle.slot);
+  EXPECT_EQ(sm.rt->counters().retained_dropped, 1u) << "the 3 pages beyond the match are given up, counted";
+  EXPECT_EQ(count_decisions(*sm.rt, cb->handle, DecisionKind::drop_retained, Reason::retained_lru), 1u);
+  expect_rows(sm, cb->handle, b, 8, "in place");
+  sm.rt->finish(cb->handle);
+}
+
 TEST(PrefixReuse, OffAdoptsNothing) {
   if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
   Small sm = make_small(2, false);

@@ -135,7 +135,9 @@ Admission FakeEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t 
   s.hash = mix(0x5eed);
   s.tokens_fed = 0;
   if (pages > 0 && index == source) {
-    s.retained_pages = pages;  // in place: the rest is rewritten
+    // In place: the rest is rewritten; a longer prefix given up counts as dropped (the runtime's rule).
+    if (s.retained_pages > pages) ++counters_.retained_dropped;
+    s.retained_pages = pages;
   } else {
     drop_retained(s);
     s.fed.clear();
