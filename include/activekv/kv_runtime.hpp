@@ -124,7 +124,7 @@ struct KvCounters {
   std::uint64_t prefix_copies = 0;            // of them, copied from a history a running context holds
   std::uint64_t prefix_reused_tokens = 0;     // prompt tokens adopted instead of prefilled
   std::uint64_t retained_kept = 0;            // finished histories kept as retained prefixes
-  std::uint64_t retained_dropped = 0;         // retained prefixes dropped (admission needed the history, cancel, retire)
+  std::uint64_t retained_dropped = 0;         // retained prefixes dropped or cut short (admission needed the history, cancel, retire)
   std::uint64_t retained_histories = 0;       // a level: histories holding a retained prefix now
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step

@@ -19,7 +19,11 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
     const auto pages_max = static_cast<std::uint32_t>((prompt.size() - 1) / plan_.arena.page_tokens);
     match = prefix_->longest(prompt, pages_max);
   }
-  const bool in_place = match.pages > 0 && !budgets_.context(match.slot).running;
+  // In place only when the prompt takes the whole retained prefix (a conversation's follow-up):
+  // adopting a shorter part in place would cut the rest of that history. Otherwise admission takes
+  // another free history and the matched pages are copied (from a free or a running history).
+  const bool in_place =
+      match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
   const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, in_place ? match.slot : UINT32_MAX);
   if (result.outcome == AdmitOutcome::refused && result.reason == Reason::no_usable_history) {
     return make_error(ErrorCode::backend, "device", fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
@@ -53,7 +57,13 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
   ContextState& c = budgets_.context(slot);
   if (match.pages > 0 && match.slot == slot) {
     // In place: the history already holds the rows; the context starts after them and will
-    // rewrite what lies beyond, so the index keeps only the adopted pages.
+    // rewrite what lies beyond, so the index keeps only the adopted pages. A longer retained
+    // prefix is taken in place only when no other history was free: the pages beyond the match
+    // are given up like a dropped history (counted, logged).
+    if (prefix_->pages(slot) > match.pages) {
+      record_prefix(DecisionKind::drop_retained, Reason::retained_lru, slot, prefix_->pages(slot) - match.pages);
+      ++counters_.retained_dropped;
+    }
     prefix_->truncate(slot, match.pages);
     retained_generation_[slot] = context.generation;
     adoption_[slot] = Adoption{match.pages, false, retained_request_[slot]};
@@ -61,10 +71,12 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
   } else {
     if (prefix_->pages(slot) > 0) drop_retained(slot, Reason::retained_lru);
     if (match.pages > 0) {
-      // Copy on adopt: a running context holds the prefix; its rows below its length never change,
-      // so they are copied into this history (host to host, between steps: no copy is in flight).
-      AK_ASSERT(budgets_.context(match.slot).running, "a copied prefix is held by a running context");
-      AK_ASSERT(match.pages * P <= budgets_.context(match.slot).length_tokens, "a copied prefix was written");
+      // Copy on adopt: another history holds the prefix (a running context, or a retained history
+      // that holds more than the prompt shares). Its rows below the match never change, so they are
+      // copied into this history (host to host, between steps: no copy is in flight).
+      AK_ASSERT(prefix_->pages(match.slot) >= match.pages, "a copied prefix is still retained");
+      AK_ASSERT(!budgets_.context(match.slot).running || match.pages * P <= budgets_.context(match.slot).length_tokens,
+                "a copied prefix was written");
       const std::span<std::byte> host = backend_.host_pool();
       const std::size_t bytes = std::size_t{match.pages} * P * plan_.host.row_bytes;
       for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {

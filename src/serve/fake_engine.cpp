@@ -135,7 +135,9 @@ Admission FakeEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t 
   if (config_.prefix_reuse && prompt.size() > P) {
     source = longest_prefix(prompt, static_cast<std::uint32_t>((prompt.size() - 1) / P), pages);
   }
-  const std::uint32_t index = free_slot_for(pages > 0 ? source : UINT32_MAX);
+  // In place only when the prompt takes the source's whole retained prefix (the runtime's rule).
+  const bool whole = pages > 0 && pages == slots_[source].retained_pages;
+  const std::uint32_t index = free_slot_for(whole ? source : UINT32_MAX);
   AK_ASSERT(index != UINT32_MAX, "FakeEngine::admit: below concurrency a history is free");
   Slot& s = slots_[index];
   s.live = true;
@@ -143,12 +145,14 @@ Admission FakeEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t 
   s.hash = mix(0x5eed);
   s.tokens_fed = 0;
   if (pages > 0 && index == source) {
-    s.retained_pages = pages;  // in place: the rest is rewritten
+    // In place: the rest is rewritten; a longer prefix given up counts as dropped (the runtime's rule).
+    if (s.retained_pages > pages) ++counters_.retained_dropped;
+    s.retained_pages = pages;
   } else {
     drop_retained(s);
     s.fed.clear();
     s.page_hash.clear();
-    if (pages > 0) {  // copy on adopt from the running context that holds the prefix
+    if (pages > 0) {  // copy on adopt from the history that holds the prefix (running, or retained and longer)
       const Slot& from = slots_[source];
       s.fed.assign(from.fed.begin(), from.fed.begin() + std::size_t{pages} * P);
       s.page_hash.assign(from.page_hash.begin(), from.page_hash.begin() + pages);
