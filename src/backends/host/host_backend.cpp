@@ -168,6 +168,8 @@ Status HostBackend::do_allocate(const MemoryRequest& request) {
   for (std::uint32_t i = attention_jobs_in_flight; i > 0; --i) free_jobs_.push_back(i - 1);
   scratch_.resize(capabilities_.compute_threads);
   for (AttentionScratch& s : scratch_) s.reserve(request);
+  // Page partials of split decode queries: up to 32 MiB (13,000 pages of the smollm2 shape).
+  if (capabilities_.compute_threads > 1) split_.reserve(request, capabilities_.compute_threads - 1, 32ull << 20);
 
   if (!options_.deterministic) {
     if (capabilities_.compute_threads > 1) pool_ = std::make_unique<ComputePool>(capabilities_.compute_threads - 1);
@@ -428,13 +430,19 @@ void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t per
 void HostBackend::apply_attention(const Command& command, bool threaded) {
   AttentionJob& job = jobs_[command.job];
   const std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
-  // Enough units for the threads: split each query's kv heads when queries are few.
+  // Enough units for the threads: when queries are fewer than threads, cut
+  // each query's page list into parts (merged in page order afterwards).
   const auto queries = static_cast<std::uint32_t>(job.positions.size());
-  job.kv_splits = queries >= threads ? 1 : std::min(job.shape.kv_heads, (threads + queries - 1) / queries);
+  job.page_parts = 1;
+  if (queries < threads && queries > 0) {
+    const std::uint32_t parts = threads / queries;
+    if (job.can_split(parts, split_)) job.page_parts = parts;
+  }
   const std::uint32_t units = job.units();
   const std::size_t pages = job.pages.size();
   const bool mass = job.page_mass != nullptr;
-  // A static split of the units over the threads: deterministic per thread count.
+  // A static split of the units over the threads, interleaved (later prefill
+  // tiles see more pages): deterministic per thread count.
   struct Split {
     HostBackend* self;
     const AttentionJob* job;
@@ -446,15 +454,16 @@ void HostBackend::apply_attention(const Command& command, bool threaded) {
     const Split& sp = *static_cast<const Split*>(context);
     AttentionScratch& scratch = sp.self->scratch_[index];
     if (sp.mass) std::fill(scratch.mass.begin(), scratch.mass.begin() + static_cast<std::ptrdiff_t>(sp.pages), 0.0f);
-    const auto begin = static_cast<std::uint32_t>(std::uint64_t{sp.units} * index / sp.threads);
-    const auto end = static_cast<std::uint32_t>(std::uint64_t{sp.units} * (index + 1) / sp.threads);
-    run_attention_units(sp.self->arena_.get(), *sp.job, begin, end, scratch);
+    AttentionSplit* parts = sp.job->page_parts > 1 ? &sp.self->split_ : nullptr;
+    for (std::uint32_t unit = index; unit < sp.units; unit += sp.threads)
+      run_attention_units(sp.self->arena_.get(), *sp.job, unit, unit + 1, scratch, parts);
   };
   if (threads > 1) {
     pool_->run(work, &split);
   } else {
     work(&split, 0);
   }
+  if (job.page_parts > 1) finish_attention_split(job, split_, mass ? scratch_[0].mass.data() : nullptr);
   if (mass) {
     for (std::size_t p = 0; p < pages; ++p) {
       float sum = 0.0f;

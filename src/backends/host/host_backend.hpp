@@ -179,6 +179,7 @@ class HostBackend final : public Backend {
   std::vector<AttentionJob> jobs_;            // attention jobs in flight
   std::vector<std::uint32_t> free_jobs_;
   std::vector<AttentionScratch> scratch_;     // one per compute thread
+  AttentionSplit split_;                      // decode: a query's pages cut over the threads
   std::unique_ptr<ComputePool> pool_;
 
   // deterministic mode
