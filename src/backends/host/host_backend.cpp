@@ -19,7 +19,8 @@ namespace activekv::host {
 
 namespace {
 
-constexpr std::uint32_t attention_jobs_in_flight = 4;  // attention calls enqueued and not retired
+constexpr std::uint32_t attention_jobs_in_flight = 4;
+constexpr std::uint64_t run_here_copy_bytes = 256 << 10;  // uploads/downloads an idle queue's caller runs itself  // attention calls enqueued and not retired
 constexpr std::uint32_t region_ring_batches = 4;       // region ring = this many maximal batches
 constexpr std::uint64_t duration_ticks_max = 100;      // deterministic: 1..100 ticks per command
 
@@ -277,6 +278,34 @@ void HostBackend::publish(Queue& q) {
   if (!options_.deterministic) q.work.notify_one();
 }
 
+// Threaded mode: a queue with nothing queued, not held, no failure to pass on,
+// and every awaited fence already signalled would start the next command at
+// once; its caller may as well run it. Under mutex_.
+bool HostBackend::can_run_here(const Queue& q, std::span<const Fence> waits) const {
+  if (options_.deterministic || q.held || q.head != q.tail || q.poison != FenceOutcome::signalled || lost_) return false;
+  for (const Fence fence : waits)
+    if (fences().outcome(fence) != FenceOutcome::signalled) return false;
+  return true;
+}
+
+// Runs the command just pushed on an idle queue (can_run_here) on this thread:
+// taken as the worker would take it, executed outside the lock, its fence
+// resolved, retired. The worker never sees it, so no thread is woken.
+Fence HostBackend::run_here(std::unique_lock<std::mutex>& lock, Queue& q, Command& command) {
+  const Fence fence = open_fence(q, command);
+  const std::uint64_t position = q.dispatched++;
+  Command taken = command;
+  lock.unlock();
+  const FenceOutcome outcome = execute(q, taken, true);
+  fences().resolve(fence, outcome);
+  lock.lock();
+  Command& slot = q.ring[position % q.ring.size()];
+  slot.done = true;
+  slot.outcome = outcome;
+  retire(q);
+  return fence;
+}
+
 namespace {
 
 Error fences_exhausted(std::uint32_t capacity) {
@@ -290,12 +319,18 @@ Error fences_exhausted(std::uint32_t capacity) {
 
 Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const CopyRegion> regions,
                                    std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(queue_of(direction));
   const auto count = static_cast<std::uint32_t>(regions.size());
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, count); !s.ok()) return s.error();
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
-  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  // A small copy (a tail write-back) into an idle queue runs on the caller's
+  // thread; staging copies (large) stay on the worker, overlapping compute.
+  std::uint64_t total = 0;
+  for (const CopyRegion& region : regions) total += region.bytes;
+  const bool here = total <= run_here_copy_bytes && can_run_here(q, waits);
+  if (!here)
+    if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::copy);
   command.direction = direction;
   const std::uint64_t ring = q.regions.size();
@@ -314,6 +349,7 @@ Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const Copy
     ++faults_.failed_copies;
   }
   fail_next_copy_[static_cast<std::size_t>(direction)] = false;
+  if (here) return run_here(lock, q, command);
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;
@@ -321,16 +357,20 @@ Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const Copy
 
 Result<Fence> HostBackend::do_upload(std::uint64_t arena_offset, std::span<const std::byte> bytes,
                                      std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(QueueKind::h2d);
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
-  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  // A small upload (new rows) into an idle queue is a memcpy on the caller's thread.
+  const bool here = bytes.size() <= run_here_copy_bytes && can_run_here(q, waits);
+  if (!here)
+    if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::upload);
   command.arena_offset = arena_offset;
   command.source = bytes.data();
   command.bytes = bytes.size();
   draw(command, true);
+  if (here) return run_here(lock, q, command);
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;
@@ -338,16 +378,19 @@ Result<Fence> HostBackend::do_upload(std::uint64_t arena_offset, std::span<const
 
 Result<Fence> HostBackend::do_download(std::uint64_t arena_offset, std::span<std::byte> bytes,
                                        std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(QueueKind::d2h);
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
-  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  const bool here = bytes.size() <= run_here_copy_bytes && can_run_here(q, waits);
+  if (!here)
+    if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::download);
   command.arena_offset = arena_offset;
   command.destination = bytes.data();
   command.bytes = bytes.size();
   draw(command, true);
+  if (here) return run_here(lock, q, command);
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;
@@ -356,35 +399,15 @@ Result<Fence> HostBackend::do_download(std::uint64_t arena_offset, std::span<std
 Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<const Fence> waits) {
   std::unique_lock lock(mutex_);
   Queue& q = queue(QueueKind::compute);
-  // An idle compute queue whose waits have all signalled runs the kernel here,
-  // on the caller's thread (and the kernel's helpers), instead of waking its
-  // worker and then the caller: two thread hand-offs fewer per call. The
-  // command goes through the ring, fence and retirement like any other.
-  bool run_here = !options_.deterministic && !q.held && q.head == q.tail && q.poison == FenceOutcome::signalled &&
-                  !lost();
-  for (const Fence fence : waits) run_here = run_here && fences().outcome(fence) == FenceOutcome::signalled;
-  if (run_here) {
-    if (Status s = check_room(q, 1, 0); !s.ok()) return s.error();
-    if (free_jobs_.empty() || fences().slots_used() == fences().capacity()) run_here = false;
-  }
-  if (run_here) {
+  // An idle compute queue runs the kernel here, on the caller's thread (and
+  // the kernel's helpers): two thread hand-offs fewer per call (run_here).
+  if (can_run_here(q, waits) && !free_jobs_.empty()) {
     Command& command = push(q, Kind::attention);
     command.job = free_jobs_.back();
     free_jobs_.pop_back();
     jobs_[command.job].assign(batch);
     draw(command, false);
-    const Fence fence = open_fence(q, command);
-    const std::uint64_t position = q.dispatched++;  // taken: the worker never sees it
-    Command taken = command;
-    lock.unlock();
-    const FenceOutcome outcome = execute(q, taken, true);
-    fences().resolve(fence, outcome);
-    lock.lock();
-    Command& slot = q.ring[position % q.ring.size()];
-    slot.done = true;
-    slot.outcome = outcome;
-    retire(q);
-    return fence;
+    return run_here(lock, q, command);
   }
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
   if (free_jobs_.empty()) {
