@@ -42,6 +42,7 @@ void ThreadPool::run(Task task, void* context) noexcept {
     task(context, 0, 1);
     return;
   }
+  parked_.store(false, std::memory_order_relaxed);
   task_ = task;
   context_ = context;
   pending_.store(threads_ - 1, std::memory_order_release);
@@ -58,12 +59,14 @@ void ThreadPool::run(Task task, void* context) noexcept {
   }
 }
 
+void ThreadPool::park() noexcept { parked_.store(true, std::memory_order_relaxed); }
+
 void ThreadPool::worker(std::uint32_t index) noexcept {
   std::uint64_t seen = 0;
   for (;;) {
     std::uint64_t now = generation_.load(std::memory_order_acquire);
     for (int spin = 0; now == seen; ++spin) {
-      if (spin < spin_iterations) {
+      if (spin < spin_iterations && !parked_.load(std::memory_order_relaxed)) {
         cpu_relax();
       } else {
         generation_.wait(seen, std::memory_order_acquire);

@@ -34,6 +34,11 @@ class ThreadPool {
   std::uint32_t threads() const noexcept { return threads_; }
   void run(Task task, void* context) noexcept;
 
+  // The caller is about to do work of its own with other threads (attention on
+  // the KV backend's threads): idle workers stop spinning and sleep at once,
+  // leaving the cores to that work. The next run() wakes them as usual.
+  void park() noexcept;
+
   // Runs fn(begin, end, index) over an even split of [0, n) — one slice per thread.
   template <typename Fn>
   void parallel_for(std::uint32_t n, Fn&& fn) noexcept {
@@ -59,6 +64,7 @@ class ThreadPool {
   std::atomic<std::uint64_t> generation_{0};  // bumped once per region (and at shutdown)
   std::atomic<std::uint32_t> pending_{0};     // workers still running the current region
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> parked_{false};           // set by park(), cleared by run()
   Task task_ = nullptr;
   void* context_ = nullptr;
 };

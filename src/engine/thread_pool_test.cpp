@@ -34,6 +34,16 @@ TEST(ThreadPool, EveryThreadRunsEachRegionOnce) {
   }
 }
 
+TEST(ThreadPool, ParkedWorkersWakeForTheNextRegion) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> counts(3);
+  for (int region = 0; region < 200; ++region) {
+    if (region % 2 == 0) pool.park();  // workers sleep at once instead of spinning
+    pool.parallel_for(3, [&](std::uint32_t, std::uint32_t, std::uint32_t index) { counts[index].fetch_add(1); });
+    for (std::uint32_t t = 0; t < 3; ++t) ASSERT_EQ(counts[t].load(), region + 1) << "thread " << t;
+  }
+}
+
 TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
   ThreadPool pool(3);
   for (std::uint32_t n : {0u, 1u, 2u, 3u, 7u, 100u, 1001u}) {
