@@ -89,11 +89,14 @@ void AttentionJob::assign(const AttentionBatch& batch) {
   pages.assign(batch.pages.begin(), batch.pages.end());
   positions.assign(batch.query_positions.begin(), batch.query_positions.end());
   query_task.assign(positions.size(), UINT32_MAX);
+  // Tiles of 8 queries; of 1 when page mass is wanted (its per-page log mass
+  // is then kept per query and head only, as the scratch is sized).
+  const std::uint32_t tile = batch.page_mass.empty() ? 8 : 1;
   tiles.clear();
   for (std::uint32_t t = 0; t < tasks.size(); ++t) {
     for (std::uint32_t i = 0; i < tasks[t].query_count; ++i) query_task[tasks[t].query_begin + i] = t;
-    for (std::uint32_t i = 0; i < tasks[t].query_count; i += 8) {
-      tiles.push_back(AttentionTile{t, tasks[t].query_begin + i, std::min<std::uint32_t>(8, tasks[t].query_count - i)});
+    for (std::uint32_t i = 0; i < tasks[t].query_count; i += tile) {
+      tiles.push_back(AttentionTile{t, tasks[t].query_begin + i, std::min(tile, tasks[t].query_count - i)});
     }
   }
   queries = batch.queries.data();
@@ -119,7 +122,7 @@ void AttentionScratch::reserve(const MemoryRequest& limits) {
   scores.assign(heads * 16, 0.0f);
   kt.assign(head_elements * 16, 0.0f);  // K widened, [16 rows][kv heads × head_dim]
   row.assign(head_elements * 16, 0.0f);
-  log_mass.assign(std::size_t{limits.batch_pages_max} * tile * heads, 0.0f);
+  log_mass.assign(std::size_t{limits.batch_pages_max} * heads, 0.0f);  // mass jobs run tiles of 1 query
   mass.assign(limits.batch_pages_max, 0.0f);
 }
 

@@ -89,7 +89,7 @@ struct AttentionScratch {
   std::vector<float> scores;          // [q_heads_max][16 rows]
   std::vector<float> kt;              // [16 rows][q_heads_max × head_dim_max]: K widened
   std::vector<float> row;             // [16 rows][q_heads_max × head_dim_max]: V widened
-  std::vector<float> log_mass;        // [batch_pages_max][8][q_heads_max]
+  std::vector<float> log_mass;        // [batch_pages_max][q_heads_max] (jobs with page mass: tiles of 1)
   std::vector<float> mass;            // [batch_pages_max]
   void reserve(const MemoryRequest& limits);
 };

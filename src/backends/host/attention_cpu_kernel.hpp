@@ -198,7 +198,8 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
   float* acc = scratch.run_acc.data();
   const std::uint32_t* positions = job.positions.data() + q0;
   const float* q = job.queries + std::size_t{q0} * heads * dim;
-  const std::size_t mass_stride = std::size_t{query_block} * heads;  // log_mass: [page][query of the tile][head]
+  const std::size_t mass_stride = std::size_t{count} * heads;  // log_mass: [page][query of the tile][head]
+  AK_ASSERT(!want_mass || count == 1, "attention: page mass is kept for tiles of one query");
   start_state(job, q0, count, m, s, acc);
   for (std::uint32_t i = task.page_begin; i < task.page_begin + task.page_count; ++i) {
     const AttentionPage& page = job.pages[i];
