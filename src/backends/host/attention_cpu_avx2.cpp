@@ -73,64 +73,83 @@ inline __m256 reduce8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-// out[h][r] = scale · q[h]·k[r] for r < n, 0 for n ≤ r < 16. Per (head, row): two
-// 8-lane FMA chains over d (even and odd 8-element chunks, in order), added,
-// then reduce8's lane tree. A K chunk is loaded once for every head of the group.
+// One row's dots for HB heads, head_dim a multiple of 16: each 16-element
+// block of K loaded once (two chunks, even and odd) for all HB heads; per
+// head the even chunks go to one FMA chain and the odd ones to another, in
+// order, the first of each a multiply. Then e + o.
+template <DType D, std::uint32_t HB>
+inline void row_dots(const float* q, const std::byte* kr, std::uint32_t dim, __m256* dots /* [HB], stride 16 */) {
+  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
+  __m256 e[HB], o[HB];
+  {
+    const __m256 k0 = load8<D>(kr), k1 = load8<D>(kr + 8 * eb);
+    for (std::uint32_t g = 0; g < HB; ++g) {
+      e[g] = _mm256_mul_ps(_mm256_loadu_ps(q + std::size_t{g} * dim), k0);
+      o[g] = _mm256_mul_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + 8), k1);
+    }
+  }
+  for (std::uint32_t c = 16; c < dim; c += 16) {
+    const __m256 k0 = load8<D>(kr + c * eb), k1 = load8<D>(kr + (c + 8) * eb);
+    for (std::uint32_t g = 0; g < HB; ++g) {
+      e[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + c), k0, e[g]);
+      o[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + c + 8), k1, o[g]);
+    }
+  }
+  for (std::uint32_t g = 0; g < HB; ++g) dots[g * 16] = _mm256_add_ps(e[g], o[g]);
+}
+
+// The same sums for any head_dim: chunks of 8 alternate between the two
+// chains; a last partial chunk is zero-padded and added after.
+template <DType D>
+inline __m256 row_dot_any(const float* qh, const std::byte* kr, std::uint32_t dim) {
+  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
+  __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();
+  std::uint32_t c = 0;
+  for (; c + 8 <= dim; c += 8) {
+    const __m256 qc = _mm256_loadu_ps(qh + c), kc = load8<D>(kr + c * eb);
+    if ((c / 8) % 2 == 0) {
+      e = c == 0 ? _mm256_mul_ps(qc, kc) : _mm256_fmadd_ps(qc, kc, e);
+    } else {
+      o = c == 8 ? _mm256_mul_ps(qc, kc) : _mm256_fmadd_ps(qc, kc, o);
+    }
+  }
+  __m256 sum = _mm256_add_ps(e, o);
+  if (c < dim) {
+    alignas(32) float qt[8] = {}, kt[8] = {};
+    for (std::uint32_t i = c; i < dim; ++i) {
+      qt[i - c] = qh[i];
+      portable::widen(kr + i * eb, D, 1, &kt[i - c]);
+    }
+    sum = _mm256_fmadd_ps(_mm256_load_ps(qt), _mm256_load_ps(kt), sum);
+  }
+  return sum;
+}
+
+// out[h][r] = scale · q[h]·k[r] for r < n, 0 for n ≤ r < 16: per (head, row)
+// row_dots' (or row_dot_any's) vector, then reduce8's lane tree over 8 rows.
 template <DType D>
 inline void scores_impl(const float* q, const std::byte* k, std::uint64_t stride, std::uint32_t n, std::uint32_t dim,
                         std::uint32_t heads, float scale, float* out) {
-  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
-  alignas(32) __m256 dots[8][16];  // [head of the batch][row]
+  alignas(32) __m256 dots[4][16];  // [head of the batch][row]
   const __m256 sv = _mm256_set1_ps(scale);
-  for (std::uint32_t h0 = 0; h0 < heads; h0 += 8) {
-    const std::uint32_t hb = std::min<std::uint32_t>(8, heads - h0);
+  for (std::uint32_t h0 = 0; h0 < heads; h0 += 4) {
+    const std::uint32_t hb = std::min<std::uint32_t>(4, heads - h0);
+    const float* qb = q + std::size_t{h0} * dim;
     for (std::uint32_t r = 0; r < 16; ++r) {
       if (r >= n) {
         for (std::uint32_t g = 0; g < hb; ++g) dots[g][r] = _mm256_setzero_ps();
         continue;
       }
       const std::byte* kr = k + r * stride;
-      if (dim == 64 && hb <= 3) {
-        // The common shape: K's row in 8 registers, each head's two chains beside it.
-        __m256 kv[8];
-        for (std::uint32_t c = 0; c < 8; ++c) kv[c] = load8<D>(kr + c * 8 * eb);
-        for (std::uint32_t g = 0; g < hb; ++g) {
-          const float* qh = q + std::size_t{h0 + g} * dim;
-          __m256 e = _mm256_mul_ps(_mm256_loadu_ps(qh), kv[0]);
-          __m256 o = _mm256_mul_ps(_mm256_loadu_ps(qh + 8), kv[1]);
-          for (std::uint32_t c = 2; c < 8; c += 2) {
-            e = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c * 8), kv[c], e);
-            o = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c * 8 + 8), kv[c + 1], o);
-          }
-          dots[g][r] = _mm256_add_ps(e, o);
+      if (dim % 16 == 0) {
+        switch (hb) {
+          case 1: row_dots<D, 1>(qb, kr, dim, &dots[0][r]); break;
+          case 2: row_dots<D, 2>(qb, kr, dim, &dots[0][r]); break;
+          case 3: row_dots<D, 3>(qb, kr, dim, &dots[0][r]); break;
+          default: row_dots<D, 4>(qb, kr, dim, &dots[0][r]); break;
         }
       } else {
-        for (std::uint32_t g = 0; g < hb; ++g) {
-          const float* qh = q + std::size_t{h0 + g} * dim;
-          __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();
-          bool first_e = true, first_o = true;
-          std::uint32_t c = 0;
-          for (; c + 8 <= dim; c += 8) {
-            const __m256 qc = _mm256_loadu_ps(qh + c), kc = load8<D>(kr + c * eb);
-            if ((c / 8) % 2 == 0) {
-              e = first_e ? _mm256_mul_ps(qc, kc) : _mm256_fmadd_ps(qc, kc, e);
-              first_e = false;
-            } else {
-              o = first_o ? _mm256_mul_ps(qc, kc) : _mm256_fmadd_ps(qc, kc, o);
-              first_o = false;
-            }
-          }
-          __m256 sum = _mm256_add_ps(e, o);
-          if (c < dim) {  // a head_dim not a multiple of 8: the last elements in a zero-padded chunk
-            alignas(32) float qt[8] = {}, kt[8] = {};
-            for (std::uint32_t i = c; i < dim; ++i) {
-              qt[i - c] = qh[i];
-              portable::widen(kr + i * eb, D, 1, &kt[i - c]);
-            }
-            sum = _mm256_fmadd_ps(_mm256_load_ps(qt), _mm256_load_ps(kt), sum);
-          }
-          dots[g][r] = sum;
-        }
+        for (std::uint32_t g = 0; g < hb; ++g) dots[g][r] = row_dot_any<D>(qb + std::size_t{g} * dim, kr, dim);
       }
     }
     for (std::uint32_t g = 0; g < hb; ++g) {
