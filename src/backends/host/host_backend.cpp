@@ -303,6 +303,7 @@ Fence HostBackend::run_here(std::unique_lock<std::mutex>& lock, Queue& q, Comman
   slot.done = true;
   slot.outcome = outcome;
   retire(q);
+  publish(q);  // commands queued behind this one meanwhile may start now
   return fence;
 }
 
@@ -592,7 +593,9 @@ void HostBackend::retire(Queue& q) {
 void HostBackend::worker_loop(Queue& q) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    q.work.wait(lock, [&] { return stop_ || (!q.held && q.dispatched < q.tail); });
+    // head == dispatched: every command taken so far has retired — including
+    // one its caller runs itself (run_here), so the queue stays in order.
+    q.work.wait(lock, [&] { return stop_ || (!q.held && q.dispatched < q.tail && q.head == q.dispatched); });
     if (stop_) return;
     const std::uint64_t position = q.dispatched++;
     Command command = q.ring[position % q.ring.size()];
