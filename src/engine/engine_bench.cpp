@@ -103,6 +103,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     memory.tiles = 2;
     memory.max_context_tokens = final_length;
     memory.max_seqs = 1;
+    memory.chunk_tokens = chunk;  // a prefill step appends up to --chunk tokens
     KvRuntimeSettings settings = runtime_settings(*model, memory, limits);
     const std::uint64_t row = settings.memory.geometry.row_bytes();
     const std::uint64_t pages = static_cast<std::uint64_t>(

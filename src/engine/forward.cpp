@@ -167,12 +167,16 @@ void Forward::matmul(std::uint32_t n, std::span<const Product> products) {
     std::uint32_t rows_total;
   } ctx{this, products, n, 0};
   for (const Product& p : products) ctx.rows_total += p.w->rows;
-  pool_.run(
-      [](void* c, std::uint32_t index, std::uint32_t count) {
+  // Chunks of rows claimed by whichever thread is free (a descheduled thread
+  // holds up one chunk, not half the product). A row's arithmetic does not
+  // depend on its chunk or thread, so neither do the outputs.
+  const std::uint32_t chunks = std::min<std::uint32_t>(ctx.rows_total / 64 + 1, 8 * pool_.threads());
+  pool_.run_chunks(
+      [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t thread) {
         const Ctx& x = *static_cast<const Ctx*>(c);
         const std::uint32_t begin = static_cast<std::uint32_t>(std::uint64_t{x.rows_total} * index / count);
         const std::uint32_t end = static_cast<std::uint32_t>(std::uint64_t{x.rows_total} * (index + 1) / count);
-        float* scratch = x.self->scratch_.data() + index * x.self->scratch_stride_;
+        float* scratch = x.self->scratch_.data() + thread * x.self->scratch_stride_;
         std::uint32_t offset = 0;  // first row of the current product in the concatenated row space
         for (const Product& p : x.products) {
           const std::uint32_t lo = std::max(begin, offset);
@@ -183,7 +187,7 @@ void Forward::matmul(std::uint32_t n, std::span<const Product> products) {
           offset += p.w->rows;
         }
       },
-      &ctx);
+      &ctx, chunks);
 }
 
 void Forward::rmsnorm(const float* x, const float* weight, float* out, std::uint32_t n) const noexcept {
@@ -230,6 +234,7 @@ Status Forward::layer(std::uint32_t l, std::uint32_t n) {
   Status written = kv_.write_kv(l, k_.data(), v_.data());
   lap.to(times_.copies_ns);
   if (!written) return written;
+  pool_.park();  // attention runs on the KV backend's threads: the pool's workers sleep meanwhile
   Status attended = kv_.attend(l, q_.data(), attn_.data());
   lap.to(times_.attention_ns);
   if (!attended) return attended;

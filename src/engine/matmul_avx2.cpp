@@ -5,6 +5,8 @@
 // (16 registers: 4 weights, 8 accumulators, loads). Internal linkage only.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "engine/matmul_isa.hpp"
 #include "engine/quant_blocks.hpp"
 
@@ -58,19 +60,33 @@ struct LoadQ4_0 {
   }
 };
 
+// The 32 nibbles of qs as four vectors of 8 ints: each 8 bytes widened to
+// 32-bit lanes straight from memory, then the low nibble masked (elements
+// 0..15) and the high one shifted down (16..31) — fewer shuffles than
+// unpacking in a 128-bit register first; the same integers.
+static inline void nibbles32(const std::uint8_t* qs, __m256i* q) {
+  const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8)));
+  const __m256i mask = _mm256_set1_epi32(0x0F);
+  q[0] = _mm256_and_si256(a, mask);
+  q[1] = _mm256_and_si256(b, mask);
+  q[2] = _mm256_srli_epi32(a, 4);
+  q[3] = _mm256_srli_epi32(b, 4);
+}
+
 struct LoadQ4_1 {
   static constexpr std::size_t block_bytes = sizeof(BlockQ4_1);
   static inline void load(const std::uint8_t* p, __m256* w) {
     const auto* b = reinterpret_cast<const BlockQ4_1*>(p);
-    __m128i lo;
-    __m128i hi;
-    nibbles(b->qs, &lo, &hi);
-    const __m256 vd = _mm256_set1_ps(h2f(b->d));
-    const __m256 vm = _mm256_set1_ps(h2f(b->m));
-    w[0] = _mm256_fmadd_ps(u8x8_to_ps(lo), vd, vm);
-    w[1] = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), vd, vm);
-    w[2] = _mm256_fmadd_ps(u8x8_to_ps(hi), vd, vm);
-    w[3] = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), vd, vm);
+    __m256i q[4];
+    nibbles32(b->qs, q);
+    // d and m (adjacent f16) converted together, then broadcast.
+    int bits;
+    std::memcpy(&bits, &b->d, sizeof bits);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+    const __m256 vd = _mm256_broadcastss_ps(dm);
+    const __m256 vm = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[i]), vd, vm);
   }
 };
 
@@ -79,12 +95,11 @@ struct LoadQ8_0 {
   static inline void load(const std::uint8_t* p, __m256* w) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(p);
     const __m256 vd = _mm256_set1_ps(h2f(b->d));
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
-    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16));
-    w[0] = _mm256_mul_ps(i8x8_to_ps(q0), vd);
-    w[1] = _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(q0, 8)), vd);
-    w[2] = _mm256_mul_ps(i8x8_to_ps(q1), vd);
-    w[3] = _mm256_mul_ps(i8x8_to_ps(_mm_srli_si128(q1, 8)), vd);
+    // Each 8 bytes widened straight from memory (no shuffle to reach the upper half).
+    for (int i = 0; i < 4; ++i) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + 8 * i));
+      w[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), vd);
+    }
   }
 };
 

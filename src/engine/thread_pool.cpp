@@ -42,6 +42,7 @@ void ThreadPool::run(Task task, void* context) noexcept {
     task(context, 0, 1);
     return;
   }
+  parked_.store(false, std::memory_order_relaxed);
   task_ = task;
   context_ = context;
   pending_.store(threads_ - 1, std::memory_order_release);
@@ -58,12 +59,66 @@ void ThreadPool::run(Task task, void* context) noexcept {
   }
 }
 
+bool ThreadPool::claim(std::uint64_t generation, std::uint32_t* chunk) noexcept {
+  std::uint64_t v = next_chunk_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((v >> 32) != (generation & 0xffffffffu) || (v & 0xffffffffu) >= chunks_.load(std::memory_order_relaxed)) return false;
+    if (next_chunk_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      *chunk = static_cast<std::uint32_t>(v & 0xffffffffu);
+      return true;
+    }
+  }
+}
+
+void ThreadPool::run_claimed(std::uint64_t generation, std::uint32_t thread) noexcept {
+  std::uint32_t chunk = 0;
+  while (claim(generation, &chunk)) {
+    // A claimed chunk keeps the region open, so its task and context are current.
+    const std::uint32_t chunks = chunks_.load(std::memory_order_relaxed);
+    chunk_task_(context_, chunk, chunks, thread);
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) chunks_done_.notify_one();
+  }
+}
+
+void ThreadPool::run_chunks(ChunkTask task, void* context, std::uint32_t chunks) noexcept {
+  AK_ASSERT(pending_.load(std::memory_order_acquire) == 0, "ThreadPool::run_chunks: a region is already running");
+  if (chunks == 0) return;
+  if (threads_ == 1) {
+    for (std::uint32_t c = 0; c < chunks; ++c) task(context, c, chunks, 0);
+    return;
+  }
+  parked_.store(false, std::memory_order_relaxed);
+  chunk_task_ = task;
+  context_ = context;
+  chunks_.store(chunks, std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const std::uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  next_chunk_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  run_claimed(generation, 0);
+  for (int spin = 0;; ++spin) {
+    const std::uint32_t done = chunks_done_.load(std::memory_order_acquire);
+    if (done == chunks) break;
+    if (spin < spin_iterations) {
+      cpu_relax();
+    } else {
+      chunks_done_.wait(done, std::memory_order_acquire);
+    }
+  }
+  // Closed: a worker that wakes late can claim nothing of this region, even
+  // once chunks_ holds a later region's count.
+  next_chunk_.store(((generation & 0xffffffffu) << 32) | 0xffffffffu, std::memory_order_release);
+}
+
+void ThreadPool::park() noexcept { parked_.store(true, std::memory_order_relaxed); }
+
 void ThreadPool::worker(std::uint32_t index) noexcept {
   std::uint64_t seen = 0;
   for (;;) {
     std::uint64_t now = generation_.load(std::memory_order_acquire);
     for (int spin = 0; now == seen; ++spin) {
-      if (spin < spin_iterations) {
+      if (spin < spin_iterations && !parked_.load(std::memory_order_relaxed)) {
         cpu_relax();
       } else {
         generation_.wait(seen, std::memory_order_acquire);
@@ -72,6 +127,12 @@ void ThreadPool::worker(std::uint32_t index) noexcept {
     }
     seen = now;
     if (stopping_.load(std::memory_order_acquire)) return;
+    // Only a chunked region can end before this worker looks at it: its claims
+    // carry the generation, so a late worker finds nothing to claim.
+    if ((next_chunk_.load(std::memory_order_acquire) >> 32) == (now & 0xffffffffu)) {
+      run_claimed(now, index);
+      continue;
+    }
     task_(context_, index, threads_);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }

@@ -34,6 +34,20 @@ class ThreadPool {
   std::uint32_t threads() const noexcept { return threads_; }
   void run(Task task, void* context) noexcept;
 
+  // fn(context, chunk, chunks, thread) runs once for every chunk in [0, chunks),
+  // each on whichever thread claims it first (thread: 0 = the caller, for
+  // per-thread scratch). A descheduled thread delays only a chunk it holds:
+  // the others take the rest, and the region ends when every chunk is done,
+  // without waiting for a thread that never woke. Work must not depend on
+  // which thread runs a chunk.
+  using ChunkTask = void (*)(void* context, std::uint32_t chunk, std::uint32_t chunks, std::uint32_t thread);
+  void run_chunks(ChunkTask task, void* context, std::uint32_t chunks) noexcept;
+
+  // The caller is about to do work of its own with other threads (attention on
+  // the KV backend's threads): idle workers stop spinning and sleep at once,
+  // leaving the cores to that work. The next run() wakes them as usual.
+  void park() noexcept;
+
   // Runs fn(begin, end, index) over an even split of [0, n) — one slice per thread.
   template <typename Fn>
   void parallel_for(std::uint32_t n, Fn&& fn) noexcept {
@@ -59,6 +73,15 @@ class ThreadPool {
   std::atomic<std::uint64_t> generation_{0};  // bumped once per region (and at shutdown)
   std::atomic<std::uint32_t> pending_{0};     // workers still running the current region
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> parked_{false};           // set by park(), cleared by run()
+  // Chunked regions: claims are (generation << 32 | next chunk), so a worker
+  // that wakes after its region ended can never claim a chunk of a later one.
+  bool claim(std::uint64_t generation, std::uint32_t* chunk) noexcept;
+  void run_claimed(std::uint64_t generation, std::uint32_t thread) noexcept;
+  std::atomic<std::uint64_t> next_chunk_{0};
+  std::atomic<std::uint32_t> chunks_done_{0};
+  std::atomic<std::uint32_t> chunks_{0};    // written only while no claim of the old region can succeed
+  ChunkTask chunk_task_ = nullptr;
   Task task_ = nullptr;
   void* context_ = nullptr;
 };

@@ -34,6 +34,48 @@ TEST(ThreadPool, EveryThreadRunsEachRegionOnce) {
   }
 }
 
+TEST(ThreadPool, ParkedWorkersWakeForTheNextRegion) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> counts(3);
+  for (int region = 0; region < 200; ++region) {
+    if (region % 2 == 0) pool.park();  // workers sleep at once instead of spinning
+    pool.parallel_for(3, [&](std::uint32_t, std::uint32_t, std::uint32_t index) { counts[index].fetch_add(1); });
+    for (std::uint32_t t = 0; t < 3; ++t) ASSERT_EQ(counts[t].load(), region + 1) << "thread " << t;
+  }
+}
+
+TEST(ThreadPool, ChunkedRegionsRunEveryChunkOnceAndInterleaveWithStaticOnes) {
+  for (std::uint32_t threads : {1u, 2u, 3u}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> hits(64);
+    std::atomic<int> bad_thread{0};
+    struct Ctx {
+      std::vector<std::atomic<int>>* hits;
+      std::atomic<int>* bad_thread;
+      std::uint32_t threads;
+    } ctx{&hits, &bad_thread, threads};
+    for (int region = 0; region < 500; ++region) {
+      const auto chunks = static_cast<std::uint32_t>(1 + region % 64);
+      pool.run_chunks(
+          [](void* c, std::uint32_t chunk, std::uint32_t count, std::uint32_t thread) {
+            auto* x = static_cast<Ctx*>(c);
+            if (thread >= x->threads || chunk >= count) x->bad_thread->fetch_add(1);
+            (*x->hits)[chunk].fetch_add(1);
+          },
+          &ctx, chunks);
+      // run_chunks returned: every chunk ran exactly once.
+      for (std::uint32_t k = 0; k < 64; ++k) ASSERT_EQ(hits[k].exchange(0), k < chunks ? 1 : 0) << "chunk " << k;
+      if (region % 3 == 0) {  // a static region between chunked ones
+        std::atomic<int> ran{0};
+        pool.parallel_for(threads, [&](std::uint32_t, std::uint32_t, std::uint32_t) { ran.fetch_add(1); });
+        ASSERT_EQ(ran.load(), static_cast<int>(threads));
+      }
+      if (region % 5 == 0) pool.park();
+    }
+    EXPECT_EQ(bad_thread.load(), 0);
+  }
+}
+
 TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
   ThreadPool pool(3);
   for (std::uint32_t n : {0u, 1u, 2u, 3u, 7u, 100u, 1001u}) {

@@ -28,7 +28,9 @@ bool detect_avx2() noexcept {
 #endif
 }
 
-using RunUnits = void (*)(const std::byte*, const AttentionJob&, std::uint32_t, std::uint32_t, AttentionScratch&);
+using RunUnits = void (*)(const std::byte*, const AttentionJob&, std::uint32_t, std::uint32_t, AttentionScratch&,
+                          AttentionSplit*);
+using FinishSplit = void (*)(const AttentionJob&, AttentionSplit&, float*);
 
 // ACTIVEKV_HOST_KERNEL=portable forces the portable build (its tests run it on
 // machines that have AVX2).
@@ -46,6 +48,13 @@ RunUnits chosen_kernel() noexcept {
   return kernel;
 }
 
+FinishSplit chosen_finish() noexcept {
+#if defined(ACTIVEKV_HAVE_AVX2_KERNEL)
+  if (chosen_kernel() != &portable::run_units) return &avx2::finish_split;
+#endif
+  return &portable::finish_split;
+}
+
 std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t position) {
   if (position < page.first_token) return 0;
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(page.tokens, std::uint64_t{position} - page.first_token + 1));
@@ -60,6 +69,15 @@ void AttentionJob::reserve(const MemoryRequest& limits) {
   pages.reserve(limits.batch_pages_max);
   positions.reserve(limits.batch_queries_max);
   query_task.reserve(limits.batch_queries_max);
+  tiles.reserve(limits.batch_queries_max);
+}
+
+bool AttentionJob::can_split(std::uint32_t parts, const AttentionSplit& split) const noexcept {
+  if (parts < 2 || positions.size() > split.queries_max || pages.size() > split.pages_max) return false;
+  if (std::size_t{shape.q_heads} * (2u + shape.head_dim) * split.queries_max > split.state.size()) return false;
+  for (const AttentionTask& task : tasks)
+    if (task.query_count > 1) return false;  // partials are kept per page: one query per task
+  return true;
 }
 
 void AttentionJob::assign(const AttentionBatch& batch) {
@@ -71,8 +89,15 @@ void AttentionJob::assign(const AttentionBatch& batch) {
   pages.assign(batch.pages.begin(), batch.pages.end());
   positions.assign(batch.query_positions.begin(), batch.query_positions.end());
   query_task.assign(positions.size(), UINT32_MAX);
+  // Tiles of 8 queries; of 1 when page mass is wanted (its per-page log mass
+  // is then kept per query and head only, as the scratch is sized).
+  const std::uint32_t tile = batch.page_mass.empty() ? 8 : 1;
+  tiles.clear();
   for (std::uint32_t t = 0; t < tasks.size(); ++t) {
     for (std::uint32_t i = 0; i < tasks[t].query_count; ++i) query_task[tasks[t].query_begin + i] = t;
+    for (std::uint32_t i = 0; i < tasks[t].query_count; i += tile) {
+      tiles.push_back(AttentionTile{t, tasks[t].query_begin + i, std::min(tile, tasks[t].query_count - i)});
+    }
   }
   queries = batch.queries.data();
   output = batch.write_output ? batch.output.data() : nullptr;
@@ -81,27 +106,43 @@ void AttentionJob::assign(const AttentionBatch& batch) {
   load_state = batch.load_state;
   store_state = batch.store_state;
   write_output = batch.write_output;
-  kv_splits = 1;
+  page_parts = 1;
 }
 
 void AttentionScratch::reserve(const MemoryRequest& limits) {
   const std::size_t heads = limits.q_heads_max;
   const std::size_t head_elements = heads * limits.head_dim_max;
-  run_m.assign(heads, 0.0f);
-  run_s.assign(heads, 0.0f);
-  run_acc.assign(head_elements, 0.0f);
-  page_m.assign(heads, 0.0f);
-  page_s.assign(heads, 0.0f);
-  page_acc.assign(head_elements, 0.0f);
-  scores.assign(heads * 64, 0.0f);
-  row.assign(head_elements, 0.0f);
-  log_mass.assign(std::size_t{limits.batch_pages_max} * heads, 0.0f);
+  const std::size_t tile = 8;  // queries per prefill tile (query_block in the kernel)
+  run_m.assign(tile * heads, 0.0f);
+  run_s.assign(tile * heads, 0.0f);
+  run_acc.assign(tile * head_elements, 0.0f);
+  page_m.assign(tile * heads, 0.0f);
+  page_s.assign(tile * heads, 0.0f);
+  page_acc.assign(tile * head_elements, 0.0f);
+  scores.assign(heads * 16, 0.0f);
+  kt.assign(head_elements * 16, 0.0f);  // K widened, [16 rows][kv heads × head_dim]
+  row.assign(head_elements * 16, 0.0f);
+  log_mass.assign(std::size_t{limits.batch_pages_max} * heads, 0.0f);  // mass jobs run tiles of 1 query
   mass.assign(limits.batch_pages_max, 0.0f);
 }
 
+void AttentionSplit::reserve(const MemoryRequest& limits, std::uint32_t queries, std::uint64_t bytes) {
+  const std::size_t record = std::size_t{limits.q_heads_max} * (2u + limits.head_dim_max);
+  const std::uint64_t fit = bytes / (4 * (record + limits.q_heads_max));
+  pages_max = static_cast<std::uint32_t>(std::min<std::uint64_t>(limits.batch_pages_max, fit));
+  queries_max = queries;
+  state.assign(record * queries, 0.0f);
+  partials.assign(record * pages_max, 0.0f);
+  log_mass.assign(std::size_t{limits.q_heads_max} * pages_max, 0.0f);
+}
+
 void run_attention_units(const std::byte* arena, const AttentionJob& job, std::uint32_t unit_begin,
-                         std::uint32_t unit_end, AttentionScratch& scratch) {
-  chosen_kernel()(arena, job, unit_begin, unit_end, scratch);
+                         std::uint32_t unit_end, AttentionScratch& scratch, AttentionSplit* split) {
+  chosen_kernel()(arena, job, unit_begin, unit_end, scratch, split);
+}
+
+void finish_attention_split(const AttentionJob& job, AttentionSplit& split, float* mass) {
+  chosen_finish()(job, split, mass);
 }
 
 void finish_page_mass(const AttentionJob& job, float* page_mass) {

@@ -1,26 +1,30 @@
 // attention_cpu.hpp — exact paged attention on the CPU, the host backend's kernel.
 //
-// The unit of work is one query row and a contiguous range of its kv heads
-// (all of them unless a decode step has fewer queries than threads): each K/V
-// row's bytes for those heads are read front to back once, widened to fp32,
-// and used by the G = q_heads / kv_heads query heads of each kv head. Rows a
-// few ahead are prefetched: pages are scattered through the arena, so the
-// hardware's stride prefetcher cannot follow. A unit walks its task's pages in
-// ascending order, per head:
+// The arithmetic, per (query row, query head), is one fixed sequence:
 //
-//   page partial  rows in ascending token order, in blocks of 64 rows:
-//                 block max, then (m, s, acc) rescaled to the new max and the
-//                 block's exp(score - m) and exp(score - m)·v added in row order
+//   page partial  the page's visible rows in tiles of 16 (in ascending order):
+//                 16 scores (q·k: 8-lane FMAs over d, then a fixed lane tree),
+//                 tile max, (m, s, acc) rescaled to the new max, exp(score − m)
+//                 summed in a fixed order and exp(score − m)·v added in row order
 //   merge         M = max(m, m_p); s = s·e^(m-M) + s_p·e^(m_p-M);
 //                 acc = acc·e^(m-M) + acc_p·e^(m_p-M)        (ascending pages)
 //   out           acc / s
 //
+// How the work is cut never enters that sequence:
+//   - prefill: a unit is a tile of up to 8 consecutive queries of one task over
+//     all its pages. Each 16-row tile of a page is widened to fp32 once and
+//     used by every query of the tile; each K/V row is loaded once for every
+//     query head of its kv head's group (GQA).
+//   - decode (fewer queries than threads): a query's page list is cut into
+//     parts, one per thread. Part 0 merges its pages into the running state;
+//     the other parts store each page's partial, and finish_split merges them
+//     in ascending page order afterwards — the same merges in the same order.
 // A page's partial depends only on its bytes and the query, never on where the
-// bytes live, and the unit runs start to finish on one thread: the output is
-// bit-identical for every layout of the same pages and every thread count.
-// Per-page attention mass is summed per thread over a fixed, static split of
-// units and reduced in thread order, so it is deterministic for a given
-// thread count (and exact to rounding across counts).
+// bytes live or on the other queries of the tile: the output of a query row is
+// bit-identical for every layout of the same pages, every thread count, every
+// tile size and chunking (prefill or decode). Per-page attention mass is
+// summed per thread and reduced in thread order, so it is deterministic for a
+// given thread count (and exact to rounding across counts).
 //
 // Shapes (fp32, row-major): queries/output [queries][q_heads][head_dim],
 // state [queries][q_heads][2 + head_dim] (m, s, acc), page_mass [pages].
@@ -34,6 +38,12 @@
 #include "activekv/backend.hpp"
 
 namespace activekv::host {
+
+// One prefill unit: queries [query_begin, query_begin + query_count) of tasks[task].
+struct AttentionTile {
+  std::uint32_t task = 0, query_begin = 0, query_count = 0;
+};
+struct AttentionSplit;
 
 // A batch whose arrays the kernel may read later (the host backend copies a
 // caller's tasks/pages/positions into one of these at enqueue).
@@ -50,35 +60,60 @@ struct AttentionJob {
   bool load_state = false;
   bool store_state = false;
   bool write_output = true;
-  // Units split each query's kv heads into this many contiguous ranges (1 when
-  // there are enough queries to keep the threads busy). Outputs do not depend on it.
-  std::uint32_t kv_splits = 1;
+  // Prefill units: tiles of up to 8 consecutive queries of one task (built by assign).
+  std::vector<AttentionTile> tiles;          // capacity batch_queries_max
+  // Parts each query's page list is cut into (1: units are tiles; more: decode,
+  // units are (query, part)). Outputs do not depend on it.
+  std::uint32_t page_parts = 1;
 
   // Reserves every array for the warm-up limits (no allocation afterwards).
   void reserve(const MemoryRequest& limits);
   // Copies `batch` in (sizes within the reserved limits; no allocation).
   void assign(const AttentionBatch& batch);
-  std::uint32_t units() const noexcept { return static_cast<std::uint32_t>(positions.size()) * kv_splits; }
+  std::uint32_t units() const noexcept {
+    return page_parts > 1 ? static_cast<std::uint32_t>(positions.size()) * page_parts
+                          : static_cast<std::uint32_t>(tiles.size());
+  }
+  // Whether the pages of each query may be cut into `parts` (every query its
+  // own task, partials within `split`'s capacity).
+  bool can_split(std::uint32_t parts, const AttentionSplit& split) const noexcept;
 };
+
 
 // Scratch one thread needs, sized at warm-up for the limits (no allocation later).
 struct AttentionScratch {
-  std::vector<float> run_m, run_s;    // [q_heads_max]: the unit's running state
-  std::vector<float> run_acc;         // [q_heads_max][head_dim_max]
-  std::vector<float> page_m, page_s;  // [q_heads_max]: the current page's partial
-  std::vector<float> page_acc;        // [q_heads_max][head_dim_max]
-  std::vector<float> scores;          // [q_heads_max][64 rows]
-  std::vector<float> row;             // [q_heads_max][head_dim_max]: K or V widened
-  std::vector<float> log_mass;        // [batch_pages_max][q_heads_max]
+  std::vector<float> run_m, run_s;    // [8 queries][q_heads_max]: the unit's running state
+  std::vector<float> run_acc;         // [8][q_heads_max][head_dim_max]
+  std::vector<float> page_m, page_s;  // [8][q_heads_max]: the current page's partials
+  std::vector<float> page_acc;        // [8][q_heads_max][head_dim_max]
+  std::vector<float> scores;          // [q_heads_max][16 rows]
+  std::vector<float> kt;              // [16 rows][q_heads_max × head_dim_max]: K widened
+  std::vector<float> row;             // [16 rows][q_heads_max × head_dim_max]: V widened
+  std::vector<float> log_mass;        // [batch_pages_max][q_heads_max] (jobs with page mass: tiles of 1)
   std::vector<float> mass;            // [batch_pages_max]
   void reserve(const MemoryRequest& limits);
+};
+
+// Shared by the threads of one split (decode) job: part 0's running state per
+// query, the later parts' page partials, every page's log mass.
+struct AttentionSplit {
+  std::uint32_t pages_max = 0;        // page partials the buffer holds
+  std::uint32_t queries_max = 0;
+  std::vector<float> state;           // [queries_max][q_heads_max × (2 + head_dim_max)]
+  std::vector<float> partials;        // [pages_max][q_heads_max × (2 + head_dim_max)]
+  std::vector<float> log_mass;        // [pages_max][q_heads_max]
+  // At most `queries` split queries and min(batch_pages_max, what fits in `bytes`) pages.
+  void reserve(const MemoryRequest& limits, std::uint32_t queries, std::uint64_t bytes);
 };
 
 // Runs units [unit_begin, unit_end) of `job` over `arena`. When the job wants
 // page mass, the units' contributions are added into scratch.mass (the caller
 // zeroes it and reduces the threads' arrays into job.page_mass).
+// `split` is needed when job.page_parts > 1; finish_attention_split then
+// completes the job once every unit ran (adding page mass into `mass` when wanted).
 void run_attention_units(const std::byte* arena, const AttentionJob& job, std::uint32_t unit_begin,
-                         std::uint32_t unit_end, AttentionScratch& scratch);
+                         std::uint32_t unit_end, AttentionScratch& scratch, AttentionSplit* split = nullptr);
+void finish_attention_split(const AttentionJob& job, AttentionSplit& split, float* mass);
 
 // Normalises summed mass: page_mass[p] /= (query_count x q_heads) of p's task.
 void finish_page_mass(const AttentionJob& job, float* page_mass);

@@ -35,30 +35,6 @@ inline void widen(const std::byte* src, DType dtype, std::uint32_t n, float* dst
   if (i < n) portable::widen(src + std::size_t{i} * dtype_bytes(dtype), dtype, n - i, dst + i);
 }
 
-inline float dot(const float* a, const float* b, std::uint32_t n) {
-  __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
-  std::uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    sum0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), sum0);
-    sum1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), sum1);
-  }
-  for (; i + 8 <= n; i += 8) sum0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), sum0);
-  const __m256 sum = _mm256_add_ps(sum0, sum1);
-  __m128 half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-  half = _mm_add_ss(half, _mm_movehdup_ps(half));
-  float total = _mm_cvtss_f32(half);
-  for (; i < n; ++i) total += a[i] * b[i];
-  return total;
-}
-
-inline void axpy(float* acc, float p, const float* v, std::uint32_t n) {
-  const __m256 pv = _mm256_set1_ps(p);
-  std::uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
-  for (; i < n; ++i) acc[i] += p * v[i];
-}
-
 inline __m256 exp8(__m256 x) {
   x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365447504019f));
   __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
@@ -76,15 +52,203 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
 }
 
-inline void exp_shifted(float* x, std::uint32_t n, float m) {
+// 8 elements of one row as fp32 (exact).
+template <DType D>
+inline __m256 load8(const std::byte* src) {
+  if constexpr (D == DType::f16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  } else if constexpr (D == DType::bf16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  } else {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
+  }
+}
+
+// 8 row vectors → one vector of their lane sums, lane i = ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)) of row i.
+inline __m256 reduce8(const __m256* v) {
+  const __m256 h01 = _mm256_hadd_ps(v[0], v[1]), h23 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 h45 = _mm256_hadd_ps(v[4], v[5]), h67 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// One row's dots for HB heads, head_dim a multiple of 16: each 16-element
+// block of K loaded once (two chunks, even and odd) for all HB heads; per
+// head the even chunks go to one FMA chain and the odd ones to another, in
+// order, the first of each a multiply. Then e + o.
+template <DType D, std::uint32_t HB>
+inline void row_dots(const float* q, const std::byte* kr, std::uint32_t dim, __m256* dots /* [HB], stride 16 */) {
+  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
+  __m256 e[HB], o[HB];
+  {
+    const __m256 k0 = load8<D>(kr), k1 = load8<D>(kr + 8 * eb);
+    for (std::uint32_t g = 0; g < HB; ++g) {
+      e[g] = _mm256_mul_ps(_mm256_loadu_ps(q + std::size_t{g} * dim), k0);
+      o[g] = _mm256_mul_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + 8), k1);
+    }
+  }
+  for (std::uint32_t c = 16; c < dim; c += 16) {
+    const __m256 k0 = load8<D>(kr + c * eb), k1 = load8<D>(kr + (c + 8) * eb);
+    for (std::uint32_t g = 0; g < HB; ++g) {
+      e[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + c), k0, e[g]);
+      o[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + c + 8), k1, o[g]);
+    }
+  }
+  for (std::uint32_t g = 0; g < HB; ++g) dots[g * 16] = _mm256_add_ps(e[g], o[g]);
+}
+
+// The same sums for any head_dim: chunks of 8 alternate between the two
+// chains; a last partial chunk is zero-padded and added after.
+template <DType D>
+inline __m256 row_dot_any(const float* qh, const std::byte* kr, std::uint32_t dim) {
+  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
+  __m256 e = _mm256_setzero_ps(), o = _mm256_setzero_ps();
+  std::uint32_t c = 0;
+  for (; c + 8 <= dim; c += 8) {
+    const __m256 qc = _mm256_loadu_ps(qh + c), kc = load8<D>(kr + c * eb);
+    if ((c / 8) % 2 == 0) {
+      e = c == 0 ? _mm256_mul_ps(qc, kc) : _mm256_fmadd_ps(qc, kc, e);
+    } else {
+      o = c == 8 ? _mm256_mul_ps(qc, kc) : _mm256_fmadd_ps(qc, kc, o);
+    }
+  }
+  __m256 sum = _mm256_add_ps(e, o);
+  if (c < dim) {
+    alignas(32) float qt[8] = {}, kt[8] = {};
+    for (std::uint32_t i = c; i < dim; ++i) {
+      qt[i - c] = qh[i];
+      portable::widen(kr + i * eb, D, 1, &kt[i - c]);
+    }
+    sum = _mm256_fmadd_ps(_mm256_load_ps(qt), _mm256_load_ps(kt), sum);
+  }
+  return sum;
+}
+
+// out[h][r] = scale · q[h]·k[r] for r < n, 0 for n ≤ r < 16: per (head, row)
+// row_dots' (or row_dot_any's) vector, then reduce8's lane tree over 8 rows.
+template <DType D>
+inline void scores_impl(const float* q, const std::byte* k, std::uint64_t stride, std::uint32_t n, std::uint32_t dim,
+                        std::uint32_t heads, float scale, float* out) {
+  alignas(32) __m256 dots[4][16];  // [head of the batch][row]
+  const __m256 sv = _mm256_set1_ps(scale);
+  for (std::uint32_t h0 = 0; h0 < heads; h0 += 4) {
+    const std::uint32_t hb = std::min<std::uint32_t>(4, heads - h0);
+    const float* qb = q + std::size_t{h0} * dim;
+    for (std::uint32_t r = 0; r < 16; ++r) {
+      if (r >= n) {
+        for (std::uint32_t g = 0; g < hb; ++g) dots[g][r] = _mm256_setzero_ps();
+        continue;
+      }
+      const std::byte* kr = k + r * stride;
+      if (dim % 16 == 0) {
+        switch (hb) {
+          case 1: row_dots<D, 1>(qb, kr, dim, &dots[0][r]); break;
+          case 2: row_dots<D, 2>(qb, kr, dim, &dots[0][r]); break;
+          case 3: row_dots<D, 3>(qb, kr, dim, &dots[0][r]); break;
+          default: row_dots<D, 4>(qb, kr, dim, &dots[0][r]); break;
+        }
+      } else {
+        for (std::uint32_t g = 0; g < hb; ++g) dots[g][r] = row_dot_any<D>(qb + std::size_t{g} * dim, kr, dim);
+      }
+    }
+    for (std::uint32_t g = 0; g < hb; ++g) {
+      float* o = out + std::size_t{h0 + g} * 16;
+      _mm256_storeu_ps(o, _mm256_mul_ps(reduce8(dots[g]), sv));
+      _mm256_storeu_ps(o + 8, _mm256_mul_ps(reduce8(dots[g] + 8), sv));
+    }
+  }
+}
+
+// x[r] = exp(x[r] - m) for r < n, 0 for n ≤ r < 16; returns their sum (lanes 0-7 + 8-15, then a fixed tree).
+inline float exp_sum(float* x, std::uint32_t n, float m) {
   const __m256 mv = _mm256_set1_ps(m);
-  std::uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
-  if (i < n) {
-    alignas(32) float tail[8] = {};
-    for (std::uint32_t j = i; j < n; ++j) tail[j - i] = x[j];
-    _mm256_store_ps(tail, exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
-    for (std::uint32_t j = i; j < n; ++j) x[j] = tail[j - i];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i nv = _mm256_set1_epi32(static_cast<int>(n));
+  const __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, lane));
+  const __m256 keep1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, _mm256_add_epi32(lane, _mm256_set1_epi32(8))));
+  const __m256 p0 = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x), mv)), keep0);
+  const __m256 p1 = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(x + 8), mv)), keep1);
+  _mm256_storeu_ps(x, p0);
+  _mm256_storeu_ps(x + 8, p1);
+  const __m256 sum = _mm256_add_ps(p0, p1);
+  __m128 half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  half = _mm_add_ss(half, _mm_movehdup_ps(half));
+  return _mm_cvtss_f32(half);
+}
+
+// acc[h][:] += p[h][r] · v[r][:] for r < n: per element one FMA per row, rows in
+// order. A V chunk of 16 elements is loaded once for HB (≤ 4) heads of the group.
+template <DType D, std::uint32_t HB>
+inline void values_heads(float* acc, const float* p, const std::byte* v, std::uint64_t stride, std::uint32_t n,
+                         std::uint32_t d, std::uint32_t dim) {
+  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
+  __m256 a[HB][2];
+  for (std::uint32_t g = 0; g < HB; ++g) {
+    a[g][0] = _mm256_loadu_ps(acc + std::size_t{g} * dim + d);
+    a[g][1] = _mm256_loadu_ps(acc + std::size_t{g} * dim + d + 8);
+  }
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const std::byte* vr = v + r * stride + std::size_t{d} * eb;
+    const __m256 v0 = load8<D>(vr), v1 = load8<D>(vr + 8 * eb);
+    for (std::uint32_t g = 0; g < HB; ++g) {
+      const __m256 x = _mm256_broadcast_ss(p + std::size_t{g} * 16 + r);
+      a[g][0] = _mm256_fmadd_ps(x, v0, a[g][0]);
+      a[g][1] = _mm256_fmadd_ps(x, v1, a[g][1]);
+    }
+  }
+  for (std::uint32_t g = 0; g < HB; ++g) {
+    _mm256_storeu_ps(acc + std::size_t{g} * dim + d, a[g][0]);
+    _mm256_storeu_ps(acc + std::size_t{g} * dim + d + 8, a[g][1]);
+  }
+}
+
+template <DType D>
+inline void values_impl(float* acc, const float* p, const std::byte* v, std::uint64_t stride, std::uint32_t n,
+                        std::uint32_t dim, std::uint32_t heads) {
+  constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
+  std::uint32_t d = 0;
+  for (; d + 16 <= dim; d += 16) {
+    for (std::uint32_t h0 = 0; h0 < heads; h0 += 4) {
+      float* a = acc + std::size_t{h0} * dim;
+      const float* ph = p + std::size_t{h0} * 16;
+      switch (std::min<std::uint32_t>(4, heads - h0)) {
+        case 1: values_heads<D, 1>(a, ph, v, stride, n, d, dim); break;
+        case 2: values_heads<D, 2>(a, ph, v, stride, n, d, dim); break;
+        case 3: values_heads<D, 3>(a, ph, v, stride, n, d, dim); break;
+        default: values_heads<D, 4>(a, ph, v, stride, n, d, dim); break;
+      }
+    }
+  }
+  for (; d < dim; ++d) {  // a head_dim not a multiple of 16
+    for (std::uint32_t g = 0; g < heads; ++g) {
+      float x = acc[std::size_t{g} * dim + d];
+      for (std::uint32_t r = 0; r < n; ++r) {
+        float w;
+        portable::widen(v + r * stride + std::size_t{d} * eb, D, 1, &w);
+        x = std::fma(p[std::size_t{g} * 16 + r], w, x);
+      }
+      acc[std::size_t{g} * dim + d] = x;
+    }
+  }
+}
+
+inline void scores(const float* q, const std::byte* k, std::uint64_t stride, DType dtype, std::uint32_t n,
+                   std::uint32_t dim, std::uint32_t heads, float scale, float* out) {
+  switch (dtype) {
+    case DType::f16: return scores_impl<DType::f16>(q, k, stride, n, dim, heads, scale, out);
+    case DType::bf16: return scores_impl<DType::bf16>(q, k, stride, n, dim, heads, scale, out);
+    case DType::f32: return scores_impl<DType::f32>(q, k, stride, n, dim, heads, scale, out);
+  }
+}
+
+inline void values(float* acc, const float* p, const std::byte* v, std::uint64_t stride, DType dtype, std::uint32_t n,
+                   std::uint32_t dim, std::uint32_t heads) {
+  switch (dtype) {
+    case DType::f16: return values_impl<DType::f16>(acc, p, v, stride, n, dim, heads);
+    case DType::bf16: return values_impl<DType::bf16>(acc, p, v, stride, n, dim, heads);
+    case DType::f32: return values_impl<DType::f32>(acc, p, v, stride, n, dim, heads);
   }
 }
 

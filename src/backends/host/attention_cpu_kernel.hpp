@@ -3,21 +3,31 @@
 // Not a normal header: a translation unit defines, in its own namespace, the
 // inner loops this body calls —
 //
-//   widen(src, dtype, n, dst)      n elements of K or V to fp32
-//   dot(a, b, n)                   fp32 dot product, fixed summation order
-//   axpy(acc, p, v, n)             acc += p * v
-//   exp_shifted(x, n, m)           x[i] = exp(x[i] - m)
+//   widen(src, dtype, n, dst)                       n elements of K or V to fp32
+//   scores(q, k, stride, dtype, n, dim, heads, scale, out)
+//                                                   out[h][r] = scale · q[h]·k[r] for rows r < n
+//                                                   (rows at `stride` bytes), 0 for n ≤ r < 16
+//   exp_sum(x, n, m)                                x[r] = exp(x[r] − m) for r < n, 0 after; the sum
+//   values(acc, p, v, stride, dtype, n, dim, heads) acc[h][:] += p[h][r] · v[r][:] for r < n, in row order
+//
+// K and V are read either straight from the page (its dtype) or, when several
+// queries share a tile, from an fp32 copy widened once for all of them. The
+// widening is exact, so both give the same bits; only the loads differ.
 //
 // — and then includes this file inside that namespace. attention_cpu_portable.cpp
 // builds it with portable C++, attention_cpu_avx2.cpp with AVX2 + F16C + FMA
 // (that file alone is compiled with those flags), and attention_cpu.cpp picks
-// one per process. Inlining the loops into one body is what makes the kernel
-// run near the speed of its arithmetic rather than of its calls.
+// one per process.
 //
-// The algorithm is documented in attention_cpu.hpp.
+// Every inner loop computes each (query, head, lane) on its own: a lane's
+// arithmetic never depends on how many queries share the tile, how many heads
+// are processed together or which rows of the page other queries see. That is
+// what makes a query's result the same bits in a prefill tile of any size and
+// in a decode step (the kernel test checks it). The algorithm is documented in
+// attention_cpu.hpp.
 
-constexpr std::uint32_t block_rows = 64;  // rows per score block inside a page
-constexpr std::uint32_t prefetch_rows = 4; // rows ahead whose bytes are prefetched
+constexpr std::uint32_t block_rows = 16;   // rows per tile inside a page
+constexpr std::uint32_t query_block = 8;   // queries per prefill tile
 constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
 inline std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t position) {
@@ -25,167 +35,281 @@ inline std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t posit
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(page.tokens, std::uint64_t{position} - page.first_token + 1));
 }
 
-// The heads one unit owns: kv heads [kv_begin, kv_end) and their query heads
-// [kv_begin·G, kv_end·G) — contiguous bytes in every row, read front to back.
-struct UnitHeads {
-  std::uint32_t kv_begin, kv_end, group, dim;
-  std::uint32_t q_heads() const { return (kv_end - kv_begin) * group; }
-};
+// First page (relative to the task) of part `part` when `count` pages are cut into `parts`.
+inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::uint32_t part) {
+  return static_cast<std::uint32_t>(std::uint64_t{count} * part / parts);
+}
 
-// One page's partial for every head of the unit, merged into the running
-// state (m, s, acc in scratch). Per head the arithmetic is exactly the
-// per-page algorithm of attention_cpu.hpp; heads do not interact.
-inline void attend_page(const std::byte* page_bytes, std::uint32_t rows, const AttentionShape& shape,
-                        const UnitHeads& unit, const float* q, AttentionScratch& scratch, float* page_log_mass) {
-  const std::uint32_t dim = unit.dim;
-  const std::uint32_t heads = unit.q_heads();
+// (m, s, acc) ← merge of (m, s, acc) and a page partial (pm, ps, pacc).
+// One out-of-line copy, so every caller runs the same instructions.
+[[gnu::noinline]] void merge_partial(float& m, float& s, float* acc, float pm, float ps, const float* pacc,
+                                     std::uint32_t dim) {
+  const float m_new = std::max(m, pm);
+  const float old_scale = std::exp(m - m_new);
+  const float page_scale = std::exp(pm - m_new);
+  s = s * old_scale + ps * page_scale;
+  for (std::uint32_t d = 0; d < dim; ++d) acc[d] = acc[d] * old_scale + pacc[d] * page_scale;
+  m = m_new;
+}
+
+// The page partials of `count` queries over one page, all kv heads: pm, ps,
+// pacc of query i, head h at [i·q_heads + h] (pacc × dim). K and V of each
+// 16-row tile are widened once and used by every query and every head of the
+// group. A query's rows are the page rows its position sees.
+// `next` (may be null) is the page after this one: its bytes are prefetched
+// while this one is computed (pages are scattered through the arena, so the
+// hardware prefetcher cannot follow). Prefetching changes no arithmetic.
+[[gnu::noinline]] void page_partials(const std::byte* page_bytes, const AttentionPage& page, const AttentionShape& shape,
+                                     const float* q, const std::uint32_t* positions, std::uint32_t count,
+                                     AttentionScratch& scratch, const std::byte* next, std::uint64_t next_bytes) {
+  const std::uint32_t dim = shape.head_dim;
+  const std::uint32_t kv = shape.kv_heads;
+  const std::uint32_t group = shape.q_heads / kv;
+  const std::uint32_t span = kv * dim;  // elements of K (or V) in one row
   const std::uint64_t row_bytes = shape.row_bytes();
-  const std::uint64_t head_bytes = std::uint64_t{dim} * dtype_bytes(shape.dtype);
-  const std::uint64_t k_offset = unit.kv_begin * head_bytes;
-  const std::uint64_t v_offset = (shape.kv_heads + unit.kv_begin) * head_bytes;
-  const std::uint64_t span_bytes = (unit.kv_end - unit.kv_begin) * head_bytes;
-
+  const std::uint64_t v_offset = std::uint64_t{span} * dtype_bytes(shape.dtype);
   float* pm = scratch.page_m.data();
   float* ps = scratch.page_s.data();
   float* pacc = scratch.page_acc.data();
-  float* scores = scratch.scores.data();  // [heads][block_rows]
-  float* row = scratch.row.data();        // [kv heads of the unit][dim]
-  for (std::uint32_t h = 0; h < heads; ++h) {
-    pm[h] = minus_infinity;
-    ps[h] = 0.0f;
-  }
-  std::fill(pacc, pacc + std::size_t{heads} * dim, 0.0f);
+  float* kf = scratch.kt.data();   // [16][span]: K widened (several queries)
+  float* vf = scratch.row.data();  // [16][span]: V widened
+  float* sc = scratch.scores.data();  // [group][16]
+  const bool widened = count > 1 && shape.dtype != DType::f32;
+  const DType src_type = widened ? DType::f32 : shape.dtype;
+  const std::uint64_t src_stride = widened ? std::uint64_t{span} * 4 : row_bytes;
+  const std::uint64_t head_bytes = std::uint64_t{dim} * dtype_bytes(src_type);
 
-  for (std::uint32_t first = 0; first < rows; first += block_rows) {
-    const std::uint32_t count = std::min(block_rows, rows - first);
-    for (std::uint32_t r = 0; r < count; ++r) {
-      const std::byte* row_bytes_at = page_bytes + (first + r) * row_bytes;
-      if (first + r + prefetch_rows < rows) {
-        const std::byte* ahead = row_bytes_at + prefetch_rows * row_bytes;
-        for (std::uint64_t b = 0; b < span_bytes; b += 64) __builtin_prefetch(ahead + k_offset + b);
+  std::uint32_t rows_max = 0;
+  for (std::uint32_t i = 0; i < count; ++i) rows_max = std::max(rows_max, visible_rows(page, positions[i]));
+  for (std::uint32_t i = 0; i < count * shape.q_heads; ++i) {
+    pm[i] = minus_infinity;
+    ps[i] = 0.0f;
+  }
+  std::fill(pacc, pacc + std::size_t{count} * shape.q_heads * dim, 0.0f);
+  // The next page's bytes, a share before each kv head (a burst of a whole page stalls on fill buffers).
+  const std::uint64_t prefetch_share = next != nullptr ? (next_bytes / kv + 63) / 64 * 64 : 0;
+  std::uint64_t prefetched = 0;
+
+  for (std::uint32_t first = 0; first < rows_max; first += block_rows) {
+    const std::uint32_t tile = std::min(block_rows, rows_max - first);
+    const std::byte* base = page_bytes + first * row_bytes;
+    const std::byte* k_src = base;
+    const std::byte* v_src = base + v_offset;
+    if (widened) {
+      for (std::uint32_t r = 0; r < tile; ++r) {
+        widen(base + r * row_bytes, shape.dtype, span, kf + std::size_t{r} * span);
+        widen(base + r * row_bytes + v_offset, shape.dtype, span, vf + std::size_t{r} * span);
       }
-      widen(row_bytes_at + k_offset, shape.dtype, (unit.kv_end - unit.kv_begin) * dim, row);
-      for (std::uint32_t h = 0; h < heads; ++h) {
-        scores[std::size_t{h} * block_rows + r] = dot(q + std::size_t{h} * dim, row + std::size_t{h / unit.group} * dim, dim) * shape.scale;
-      }
+      k_src = reinterpret_cast<const std::byte*>(kf);
+      v_src = reinterpret_cast<const std::byte*>(vf);
     }
-    for (std::uint32_t h = 0; h < heads; ++h) {
-      float* sc = scores + std::size_t{h} * block_rows;
-      float block_max = sc[0];
-      for (std::uint32_t r = 1; r < count; ++r) block_max = std::max(block_max, sc[r]);
-      const float m_new = std::max(pm[h], block_max);
-      const float scale_old = std::exp(pm[h] - m_new);  // 0 for the first block (pm = -inf)
-      ps[h] *= scale_old;
-      exp_shifted(sc, count, m_new);
-      for (std::uint32_t r = 0; r < count; ++r) ps[h] += sc[r];
-      pm[h] = m_new;
-      if (scale_old != 1.0f) {
-        float* a = pacc + std::size_t{h} * dim;
-        for (std::uint32_t d = 0; d < dim; ++d) a[d] *= scale_old;
-      }
-    }
-    for (std::uint32_t r = 0; r < count; ++r) {
-      const std::byte* row_bytes_at = page_bytes + (first + r) * row_bytes;
-      if (first + r + prefetch_rows < rows) {
-        const std::byte* ahead = row_bytes_at + prefetch_rows * row_bytes;
-        for (std::uint64_t b = 0; b < span_bytes; b += 64) __builtin_prefetch(ahead + v_offset + b);
-      }
-      widen(row_bytes_at + v_offset, shape.dtype, (unit.kv_end - unit.kv_begin) * dim, row);
-      for (std::uint32_t h = 0; h < heads; ++h) {
-        axpy(pacc + std::size_t{h} * dim, scores[std::size_t{h} * block_rows + r], row + std::size_t{h / unit.group} * dim, dim);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const std::uint32_t rows = visible_rows(page, positions[i]);
+      if (rows <= first) continue;
+      const std::uint32_t n = std::min(block_rows, rows - first);
+      for (std::uint32_t k = 0; k < kv; ++k) {
+        for (const std::uint64_t stop = std::min(next_bytes, prefetched + prefetch_share); prefetched < stop; prefetched += 64)
+          __builtin_prefetch(next + prefetched, 0, 3);
+        const std::size_t h0 = std::size_t{i} * shape.q_heads + std::size_t{k} * group;
+        scores(q + h0 * dim, k_src + k * head_bytes, src_stride, src_type, n, dim, group, shape.scale, sc);
+        for (std::uint32_t g = 0; g < group; ++g) {
+          float* x = sc + std::size_t{g} * block_rows;
+          float block_max = x[0];
+          for (std::uint32_t r = 1; r < n; ++r) block_max = std::max(block_max, x[r]);
+          const std::size_t h = h0 + g;
+          const float m_new = std::max(pm[h], block_max);
+          const float scale_old = std::exp(pm[h] - m_new);  // 0 for the first tile (pm = -inf)
+          ps[h] = ps[h] * scale_old + exp_sum(x, n, m_new);
+          pm[h] = m_new;
+          if (first != 0 && scale_old != 1.0f) {
+            float* a = pacc + h * dim;
+            for (std::uint32_t d = 0; d < dim; ++d) a[d] *= scale_old;
+          }
+        }
+        values(pacc + h0 * dim, sc, v_src + k * head_bytes, src_stride, src_type, n, dim, group);
       }
     }
   }
+}
 
+// Running state of query rows [q0, q0 + count): loaded or empty.
+inline void start_state(const AttentionJob& job, std::uint32_t q0, std::uint32_t count, float* m, float* s, float* acc) {
+  const std::uint32_t heads = job.shape.q_heads;
+  const std::uint32_t dim = job.shape.head_dim;
+  for (std::size_t h = 0; h < std::size_t{count} * heads; ++h) {
+    if (job.load_state) {
+      const float* st = job.state + (std::size_t{q0} * heads + h) * (2 + dim);
+      m[h] = st[0];
+      s[h] = st[1];
+      std::memcpy(acc + h * dim, st + 2, std::size_t{dim} * 4);
+    } else {
+      m[h] = minus_infinity;
+      s[h] = 0.0f;
+      std::fill(acc + h * dim, acc + (h + 1) * dim, 0.0f);
+    }
+  }
+}
+
+// Output and stored state of query rows [q0, q0 + count) from their running state.
+inline void finish_state(const AttentionJob& job, std::uint32_t q0, std::uint32_t count, const float* m, const float* s,
+                         const float* acc) {
+  const std::uint32_t heads = job.shape.q_heads;
+  const std::uint32_t dim = job.shape.head_dim;
+  for (std::size_t h = 0; h < std::size_t{count} * heads; ++h) {
+    const std::size_t head = std::size_t{q0} * heads + h;
+    const float* a = acc + h * dim;
+    if (job.write_output) {
+      float* out = job.output + head * dim;
+      const float inv = s[h] > 0.0f ? 1.0f / s[h] : 0.0f;
+      for (std::uint32_t d = 0; d < dim; ++d) out[d] = a[d] * inv;
+    }
+    if (job.store_state) {
+      float* st = job.state + head * (2 + dim);
+      st[0] = m[h];
+      st[1] = s[h];
+      std::memcpy(st + 2, a, std::size_t{dim} * 4);
+    }
+  }
+}
+
+// Adds one query's page mass (pages [page_begin, page_end) of its task) into `mass`.
+inline void add_mass(const AttentionJob& job, std::uint32_t position, std::uint32_t page_begin, std::uint32_t page_end,
+                     const float* log_mass, std::size_t log_mass_stride, const float* m, const float* s, float* mass) {
+  for (std::uint32_t p = page_begin; p < page_end; ++p) {
+    if (visible_rows(job.pages[p], position) == 0) continue;
+    const float* lm = log_mass + std::size_t{p} * log_mass_stride;
+    float sum = 0.0f;
+    for (std::uint32_t h = 0; h < job.shape.q_heads; ++h) {
+      if (s[h] > 0.0f) sum += std::exp(lm[h] - m[h]) / s[h];
+    }
+    mass[p] += sum;
+  }
+}
+
+// A tile unit: queries [q0, q0 + count) of one task over all its pages.
+inline void run_tile(const std::byte* arena, const AttentionJob& job, const AttentionTask& task, std::uint32_t q0,
+                     std::uint32_t count, AttentionScratch& scratch) {
+  const AttentionShape& shape = job.shape;
+  const std::uint32_t heads = shape.q_heads;
+  const std::uint32_t dim = shape.head_dim;
+  const bool want_mass = job.page_mass != nullptr;
   float* m = scratch.run_m.data();
   float* s = scratch.run_s.data();
-  for (std::uint32_t h = 0; h < heads; ++h) {
-    const float m_new = std::max(m[h], pm[h]);
-    const float old_scale = std::exp(m[h] - m_new);
-    const float page_scale = std::exp(pm[h] - m_new);
-    s[h] = s[h] * old_scale + ps[h] * page_scale;
-    float* a = scratch.run_acc.data() + std::size_t{h} * dim;
-    const float* p = pacc + std::size_t{h} * dim;
-    for (std::uint32_t d = 0; d < dim; ++d) a[d] = a[d] * old_scale + p[d] * page_scale;
-    m[h] = m_new;
-    if (page_log_mass != nullptr) page_log_mass[h] = pm[h] + std::log(ps[h]);
+  float* acc = scratch.run_acc.data();
+  const std::uint32_t* positions = job.positions.data() + q0;
+  const float* q = job.queries + std::size_t{q0} * heads * dim;
+  const std::size_t mass_stride = std::size_t{count} * heads;  // log_mass: [page][query of the tile][head]
+  AK_ASSERT(!want_mass || count == 1, "attention: page mass is kept for tiles of one query");
+  start_state(job, q0, count, m, s, acc);
+  for (std::uint32_t i = task.page_begin; i < task.page_begin + task.page_count; ++i) {
+    const AttentionPage& page = job.pages[i];
+    const bool more = i + 1 < task.page_begin + task.page_count;
+    const AttentionPage& next = job.pages[more ? i + 1 : i];
+    page_partials(arena + page.arena_offset, page, shape, q, positions, count, scratch,
+                  more ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes());
+    for (std::uint32_t j = 0; j < count; ++j) {
+      if (visible_rows(page, positions[j]) == 0) continue;
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        const std::size_t x = std::size_t{j} * heads + h;
+        merge_partial(m[x], s[x], acc + x * dim, scratch.page_m[x], scratch.page_s[x], scratch.page_acc.data() + x * dim,
+                      dim);
+        if (want_mass) scratch.log_mass[i * mass_stride + x] = scratch.page_m[x] + std::log(scratch.page_s[x]);
+      }
+    }
+  }
+  finish_state(job, q0, count, m, s, acc);
+  if (want_mass) {
+    for (std::uint32_t j = 0; j < count; ++j) {
+      add_mass(job, positions[j], task.page_begin, task.page_begin + task.page_count,
+               scratch.log_mass.data() + std::size_t{j} * heads, mass_stride, m + std::size_t{j} * heads,
+               s + std::size_t{j} * heads, scratch.mass.data());
+    }
+  }
+}
+
+// A part unit of a split query (decode): part 0 merges its pages into the
+// running state, which it leaves in split.state; a later part stores each
+// page's partial in split.partials for finish_split to merge in page order.
+inline void run_part(const std::byte* arena, const AttentionJob& job, std::uint32_t query, std::uint32_t part,
+                     AttentionScratch& scratch, AttentionSplit& split) {
+  const AttentionShape& shape = job.shape;
+  const std::uint32_t heads = shape.q_heads;
+  const std::uint32_t dim = shape.head_dim;
+  const AttentionTask& task = job.tasks[job.query_task[query]];
+  const std::uint32_t begin = task.page_begin + split_point(task.page_count, job.page_parts, part);
+  const std::uint32_t end = task.page_begin + split_point(task.page_count, job.page_parts, part + 1);
+  const std::uint32_t position = job.positions[query];
+  const float* q = job.queries + std::size_t{query} * heads * dim;
+  const std::size_t record = std::size_t{heads} * (2 + dim);  // m, s per head, then acc per head
+  float* state = split.state.data() + std::size_t{query} * record;
+  if (part == 0) start_state(job, query, 1, state, state + heads, state + 2 * heads);
+  for (std::uint32_t i = begin; i < end; ++i) {
+    const AttentionPage& page = job.pages[i];
+    if (visible_rows(page, position) == 0) continue;
+    const AttentionPage& next = job.pages[i + 1 < end ? i + 1 : i];
+    page_partials(arena + page.arena_offset, page, shape, q, &position, 1, scratch,
+                  i + 1 < end ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes());
+    float* lm = split.log_mass.data() + std::size_t{i} * heads;
+    for (std::uint32_t h = 0; h < heads; ++h) lm[h] = scratch.page_m[h] + std::log(scratch.page_s[h]);
+    if (part == 0) {
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        merge_partial(state[h], state[heads + h], state + 2 * heads + std::size_t{h} * dim, scratch.page_m[h],
+                      scratch.page_s[h], scratch.page_acc.data() + std::size_t{h} * dim, dim);
+      }
+    } else {
+      float* rec = split.partials.data() + std::size_t{i} * record;
+      std::memcpy(rec, scratch.page_m.data(), std::size_t{heads} * 4);
+      std::memcpy(rec + heads, scratch.page_s.data(), std::size_t{heads} * 4);
+      std::memcpy(rec + 2 * heads, scratch.page_acc.data(), std::size_t{heads} * dim * 4);
+    }
   }
 }
 
 void run_units(const std::byte* arena, const AttentionJob& job, std::uint32_t unit_begin, std::uint32_t unit_end,
-               AttentionScratch& scratch) {
+               AttentionScratch& scratch, AttentionSplit* split) {
   const AttentionShape& shape = job.shape;
-  const std::uint32_t group = shape.q_heads / shape.kv_heads;
-  const std::uint32_t dim = shape.head_dim;
-  const std::uint32_t splits = job.kv_splits;
-  AK_ASSERT(splits >= 1 && splits <= shape.kv_heads, "attention: kv head splits out of range");
-  AK_ASSERT(std::size_t{shape.q_heads} * dim <= scratch.run_acc.size(), "attention: scratch smaller than the shape");
-  const bool want_mass = job.page_mass != nullptr;
-  float* m = scratch.run_m.data();
-  float* s = scratch.run_s.data();
-  float* acc_all = scratch.run_acc.data();
-
+  AK_ASSERT(shape.q_heads % shape.kv_heads == 0, "attention: q_heads not a multiple of kv_heads");
+  AK_ASSERT(std::size_t{query_block} * shape.q_heads * shape.head_dim <= scratch.run_acc.size(),
+            "attention: scratch smaller than the shape");
   for (std::uint32_t unit = unit_begin; unit < unit_end; ++unit) {
-    const std::uint32_t query = unit / splits;
-    const std::uint32_t split = unit % splits;
-    const UnitHeads heads{shape.kv_heads * split / splits, shape.kv_heads * (split + 1) / splits, group, dim};
-    const std::uint32_t head_count = heads.q_heads();
-    const std::uint32_t task_index = job.query_task[query];
-    if (task_index == UINT32_MAX || head_count == 0) continue;  // a row no task owns: left untouched
-    const AttentionTask& task = job.tasks[task_index];
+    if (job.page_parts > 1) {
+      AK_ASSERT(split != nullptr, "attention: a split job without its split buffers");
+      const std::uint32_t query = unit / job.page_parts;
+      if (job.query_task[query] == UINT32_MAX) continue;  // a row no task owns: left untouched
+      run_part(arena, job, query, unit % job.page_parts, scratch, *split);
+    } else {
+      const AttentionTile& t = job.tiles[unit];
+      run_tile(arena, job, job.tasks[t.task], t.query_begin, t.query_count, scratch);
+    }
+  }
+}
+
+void finish_split(const AttentionJob& job, AttentionSplit& split, float* mass) {
+  const AttentionShape& shape = job.shape;
+  const std::uint32_t heads = shape.q_heads;
+  const std::uint32_t dim = shape.head_dim;
+  const std::size_t record = std::size_t{heads} * (2 + dim);
+  for (std::uint32_t query = 0; query < job.positions.size(); ++query) {
+    if (job.query_task[query] == UINT32_MAX) continue;
+    const AttentionTask& task = job.tasks[job.query_task[query]];
     const std::uint32_t position = job.positions[query];
-    const std::uint32_t head0 = heads.kv_begin * group;
-    const float* q = job.queries + (std::size_t{query} * shape.q_heads + head0) * dim;
-
-    for (std::uint32_t h = 0; h < head_count; ++h) {
-      float* acc = acc_all + std::size_t{h} * dim;
-      if (job.load_state) {
-        const float* st = job.state + (std::size_t{query} * shape.q_heads + head0 + h) * (2 + dim);
-        m[h] = st[0];
-        s[h] = st[1];
-        std::memcpy(acc, st + 2, std::size_t{dim} * 4);
-      } else {
-        m[h] = minus_infinity;
-        s[h] = 0.0f;
-        std::fill(acc, acc + dim, 0.0f);
+    float* state = split.state.data() + std::size_t{query} * record;
+    float* m = state;
+    float* s = state + heads;
+    float* acc = state + 2 * heads;
+    for (std::uint32_t i = task.page_begin + split_point(task.page_count, job.page_parts, 1);
+         i < task.page_begin + task.page_count; ++i) {
+      if (visible_rows(job.pages[i], position) == 0) continue;
+      const float* rec = split.partials.data() + std::size_t{i} * record;
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        merge_partial(m[h], s[h], acc + std::size_t{h} * dim, rec[h], rec[heads + h], rec + 2 * heads + std::size_t{h} * dim,
+                      dim);
       }
     }
-
-    for (std::uint32_t i = 0; i < task.page_count; ++i) {
-      const AttentionPage& page = job.pages[task.page_begin + i];
-      const std::uint32_t rows = visible_rows(page, position);
-      if (rows == 0) continue;
-      float* log_mass = want_mass ? scratch.log_mass.data() + std::size_t{task.page_begin + i} * shape.q_heads : nullptr;
-      attend_page(arena + page.arena_offset, rows, shape, heads, q, scratch, log_mass);
-    }
-
-    for (std::uint32_t h = 0; h < head_count; ++h) {
-      const std::size_t head = std::size_t{query} * shape.q_heads + head0 + h;
-      const float* acc = acc_all + std::size_t{h} * dim;
-      if (job.write_output) {
-        float* out = job.output + head * dim;
-        const float inv = s[h] > 0.0f ? 1.0f / s[h] : 0.0f;
-        for (std::uint32_t d = 0; d < dim; ++d) out[d] = acc[d] * inv;
-      }
-      if (job.store_state) {
-        float* st = job.state + head * (2 + dim);
-        st[0] = m[h];
-        st[1] = s[h];
-        std::memcpy(st + 2, acc, std::size_t{dim} * 4);
-      }
-    }
-
-    if (want_mass) {
-      for (std::uint32_t i = 0; i < task.page_count; ++i) {
-        const std::uint32_t p = task.page_begin + i;
-        if (visible_rows(job.pages[p], position) == 0) continue;
-        const float* log_mass = scratch.log_mass.data() + std::size_t{p} * shape.q_heads;
-        float sum = 0.0f;
-        for (std::uint32_t h = 0; h < head_count; ++h) {
-          if (s[h] > 0.0f) sum += std::exp(log_mass[h] - m[h]) / s[h];
-        }
-        scratch.mass[p] += sum;
-      }
+    finish_state(job, query, 1, m, s, acc);
+    if (mass != nullptr) {
+      add_mass(job, position, task.page_begin, task.page_begin + task.page_count, split.log_mass.data(), heads, m, s,
+               mass);
     }
   }
 }

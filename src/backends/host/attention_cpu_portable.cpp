@@ -44,22 +44,54 @@ float bf16_to_f32(std::uint16_t b) {
   return value;
 }
 
-inline float dot(const float* a, const float* b, std::uint32_t n) {
-  float lanes[8] = {};
-  std::uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (std::uint32_t l = 0; l < 8; ++l) lanes[l] += a[i + l] * b[i + l];
+}  // namespace
+
+void widen(const std::byte* src, DType dtype, std::uint32_t n, float* dst);
+
+namespace {
+
+// One element of K or V as fp32.
+inline float element(const std::byte* src, DType dtype, std::uint32_t i) {
+  float x;
+  widen(src + std::size_t{i} * dtype_bytes(dtype), dtype, 1, &x);
+  return x;
+}
+
+// out[h][r] = scale · q[h]·k[r] for r < n (8 lane sums, then a fixed tree), 0 for n ≤ r < 16.
+inline void scores(const float* q, const std::byte* k, std::uint64_t stride, DType dtype, std::uint32_t n,
+                   std::uint32_t dim, std::uint32_t heads, float scale, float* out) {
+  for (std::uint32_t r = 0; r < 16; ++r) {
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      float dot = 0.0f;
+      if (r < n) {
+        const float* qh = q + std::size_t{h} * dim;
+        float lanes[8] = {};
+        for (std::uint32_t d = 0; d < dim; ++d) lanes[d % 8] += qh[d] * element(k + r * stride, dtype, d);
+        dot = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+      }
+      out[std::size_t{h} * 16 + r] = dot * scale;
+    }
   }
-  for (; i < n; ++i) lanes[i % 8] += a[i] * b[i];
-  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
-inline void axpy(float* acc, float p, const float* v, std::uint32_t n) {
-  for (std::uint32_t i = 0; i < n; ++i) acc[i] += p * v[i];
+// x[r] = exp(x[r] - m) for r < n, 0 for n ≤ r < 16; returns their sum (pairwise over 8 + 8 lanes).
+inline float exp_sum(float* x, std::uint32_t n, float m) {
+  for (std::uint32_t r = 0; r < 16; ++r) x[r] = r < n ? std::exp(x[r] - m) : 0.0f;
+  float lanes[8];
+  for (std::uint32_t l = 0; l < 8; ++l) lanes[l] = x[l] + x[l + 8];
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
-inline void exp_shifted(float* x, std::uint32_t n, float m) {
-  for (std::uint32_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - m);
+// acc[h][:] += p[h][r] · v[r][:] for r < n, rows in order.
+inline void values(float* acc, const float* p, const std::byte* v, std::uint64_t stride, DType dtype, std::uint32_t n,
+                   std::uint32_t dim, std::uint32_t heads) {
+  for (std::uint32_t h = 0; h < heads; ++h) {
+    float* a = acc + std::size_t{h} * dim;
+    for (std::uint32_t r = 0; r < n; ++r) {
+      const float pr = p[std::size_t{h} * 16 + r];
+      for (std::uint32_t d = 0; d < dim; ++d) a[d] += pr * element(v + r * stride, dtype, d);
+    }
+  }
 }
 
 }  // namespace

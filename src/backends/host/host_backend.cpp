@@ -19,7 +19,8 @@ namespace activekv::host {
 
 namespace {
 
-constexpr std::uint32_t attention_jobs_in_flight = 4;  // attention calls enqueued and not retired
+constexpr std::uint32_t attention_jobs_in_flight = 4;
+constexpr std::uint64_t run_here_copy_bytes = 256 << 10;  // uploads/downloads an idle queue's caller runs itself  // attention calls enqueued and not retired
 constexpr std::uint32_t region_ring_batches = 4;       // region ring = this many maximal batches
 constexpr std::uint64_t duration_ticks_max = 100;      // deterministic: 1..100 ticks per command
 
@@ -168,6 +169,8 @@ Status HostBackend::do_allocate(const MemoryRequest& request) {
   for (std::uint32_t i = attention_jobs_in_flight; i > 0; --i) free_jobs_.push_back(i - 1);
   scratch_.resize(capabilities_.compute_threads);
   for (AttentionScratch& s : scratch_) s.reserve(request);
+  // Page partials of split decode queries: up to 32 MiB (13,000 pages of the smollm2 shape).
+  if (capabilities_.compute_threads > 1) split_.reserve(request, capabilities_.compute_threads - 1, 32ull << 20);
 
   if (!options_.deterministic) {
     if (capabilities_.compute_threads > 1) pool_ = std::make_unique<ComputePool>(capabilities_.compute_threads - 1);
@@ -275,6 +278,35 @@ void HostBackend::publish(Queue& q) {
   if (!options_.deterministic) q.work.notify_one();
 }
 
+// Threaded mode: a queue with nothing queued, not held, no failure to pass on,
+// and every awaited fence already signalled would start the next command at
+// once; its caller may as well run it. Under mutex_.
+bool HostBackend::can_run_here(const Queue& q, std::span<const Fence> waits) const {
+  if (options_.deterministic || q.held || q.head != q.tail || q.poison != FenceOutcome::signalled || lost_) return false;
+  for (const Fence fence : waits)
+    if (fences().outcome(fence) != FenceOutcome::signalled) return false;
+  return true;
+}
+
+// Runs the command just pushed on an idle queue (can_run_here) on this thread:
+// taken as the worker would take it, executed outside the lock, its fence
+// resolved, retired. The worker never sees it, so no thread is woken.
+Fence HostBackend::run_here(std::unique_lock<std::mutex>& lock, Queue& q, Command& command) {
+  const Fence fence = open_fence(q, command);
+  const std::uint64_t position = q.dispatched++;
+  Command taken = command;
+  lock.unlock();
+  const FenceOutcome outcome = execute(q, taken, true);
+  fences().resolve(fence, outcome);
+  lock.lock();
+  Command& slot = q.ring[position % q.ring.size()];
+  slot.done = true;
+  slot.outcome = outcome;
+  retire(q);
+  publish(q);  // commands queued behind this one meanwhile may start now
+  return fence;
+}
+
 namespace {
 
 Error fences_exhausted(std::uint32_t capacity) {
@@ -288,12 +320,18 @@ Error fences_exhausted(std::uint32_t capacity) {
 
 Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const CopyRegion> regions,
                                    std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(queue_of(direction));
   const auto count = static_cast<std::uint32_t>(regions.size());
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, count); !s.ok()) return s.error();
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
-  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  // A small copy (a tail write-back) into an idle queue runs on the caller's
+  // thread; staging copies (large) stay on the worker, overlapping compute.
+  std::uint64_t total = 0;
+  for (const CopyRegion& region : regions) total += region.bytes;
+  const bool here = total <= run_here_copy_bytes && can_run_here(q, waits);
+  if (!here)
+    if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::copy);
   command.direction = direction;
   const std::uint64_t ring = q.regions.size();
@@ -312,6 +350,7 @@ Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const Copy
     ++faults_.failed_copies;
   }
   fail_next_copy_[static_cast<std::size_t>(direction)] = false;
+  if (here) return run_here(lock, q, command);
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;
@@ -319,16 +358,20 @@ Result<Fence> HostBackend::do_copy(CopyDirection direction, std::span<const Copy
 
 Result<Fence> HostBackend::do_upload(std::uint64_t arena_offset, std::span<const std::byte> bytes,
                                      std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(QueueKind::h2d);
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
-  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  // A small upload (new rows) into an idle queue is a memcpy on the caller's thread.
+  const bool here = bytes.size() <= run_here_copy_bytes && can_run_here(q, waits);
+  if (!here)
+    if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::upload);
   command.arena_offset = arena_offset;
   command.source = bytes.data();
   command.bytes = bytes.size();
   draw(command, true);
+  if (here) return run_here(lock, q, command);
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;
@@ -336,24 +379,37 @@ Result<Fence> HostBackend::do_upload(std::uint64_t arena_offset, std::span<const
 
 Result<Fence> HostBackend::do_download(std::uint64_t arena_offset, std::span<std::byte> bytes,
                                        std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(QueueKind::d2h);
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
   if (fences().slots_used() == fences().capacity()) return fences_exhausted(fences().capacity());
-  if (Status s = push_waits(q, waits); !s.ok()) return s.error();
+  const bool here = bytes.size() <= run_here_copy_bytes && can_run_here(q, waits);
+  if (!here)
+    if (Status s = push_waits(q, waits); !s.ok()) return s.error();
   Command& command = push(q, Kind::download);
   command.arena_offset = arena_offset;
   command.destination = bytes.data();
   command.bytes = bytes.size();
   draw(command, true);
+  if (here) return run_here(lock, q, command);
   const Fence fence = open_fence(q, command);
   publish(q);
   return fence;
 }
 
 Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<const Fence> waits) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   Queue& q = queue(QueueKind::compute);
+  // An idle compute queue runs the kernel here, on the caller's thread (and
+  // the kernel's helpers): two thread hand-offs fewer per call (run_here).
+  if (can_run_here(q, waits) && !free_jobs_.empty()) {
+    Command& command = push(q, Kind::attention);
+    command.job = free_jobs_.back();
+    free_jobs_.pop_back();
+    jobs_[command.job].assign(batch);
+    draw(command, false);
+    return run_here(lock, q, command);
+  }
   if (Status s = check_room(q, static_cast<std::uint32_t>(waits.size()) + 1, 0); !s.ok()) return s.error();
   if (free_jobs_.empty()) {
     return make_error(ErrorCode::exhausted, "",
@@ -428,13 +484,19 @@ void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t per
 void HostBackend::apply_attention(const Command& command, bool threaded) {
   AttentionJob& job = jobs_[command.job];
   const std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
-  // Enough units for the threads: split each query's kv heads when queries are few.
+  // Enough units for the threads: when queries are fewer than threads, cut
+  // each query's page list into parts (merged in page order afterwards).
   const auto queries = static_cast<std::uint32_t>(job.positions.size());
-  job.kv_splits = queries >= threads ? 1 : std::min(job.shape.kv_heads, (threads + queries - 1) / queries);
+  job.page_parts = 1;
+  if (queries < threads && queries > 0) {
+    const std::uint32_t parts = threads / queries;
+    if (job.can_split(parts, split_)) job.page_parts = parts;
+  }
   const std::uint32_t units = job.units();
   const std::size_t pages = job.pages.size();
   const bool mass = job.page_mass != nullptr;
-  // A static split of the units over the threads: deterministic per thread count.
+  // A static split of the units over the threads, interleaved (later prefill
+  // tiles see more pages): deterministic per thread count.
   struct Split {
     HostBackend* self;
     const AttentionJob* job;
@@ -446,15 +508,16 @@ void HostBackend::apply_attention(const Command& command, bool threaded) {
     const Split& sp = *static_cast<const Split*>(context);
     AttentionScratch& scratch = sp.self->scratch_[index];
     if (sp.mass) std::fill(scratch.mass.begin(), scratch.mass.begin() + static_cast<std::ptrdiff_t>(sp.pages), 0.0f);
-    const auto begin = static_cast<std::uint32_t>(std::uint64_t{sp.units} * index / sp.threads);
-    const auto end = static_cast<std::uint32_t>(std::uint64_t{sp.units} * (index + 1) / sp.threads);
-    run_attention_units(sp.self->arena_.get(), *sp.job, begin, end, scratch);
+    AttentionSplit* parts = sp.job->page_parts > 1 ? &sp.self->split_ : nullptr;
+    for (std::uint32_t unit = index; unit < sp.units; unit += sp.threads)
+      run_attention_units(sp.self->arena_.get(), *sp.job, unit, unit + 1, scratch, parts);
   };
   if (threads > 1) {
     pool_->run(work, &split);
   } else {
     work(&split, 0);
   }
+  if (job.page_parts > 1) finish_attention_split(job, split_, mass ? scratch_[0].mass.data() : nullptr);
   if (mass) {
     for (std::size_t p = 0; p < pages; ++p) {
       float sum = 0.0f;
@@ -530,7 +593,9 @@ void HostBackend::retire(Queue& q) {
 void HostBackend::worker_loop(Queue& q) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    q.work.wait(lock, [&] { return stop_ || (!q.held && q.dispatched < q.tail); });
+    // head == dispatched: every command taken so far has retired — including
+    // one its caller runs itself (run_here), so the queue stays in order.
+    q.work.wait(lock, [&] { return stop_ || (!q.held && q.dispatched < q.tail && q.head == q.dispatched); });
     if (stop_) return;
     const std::uint64_t position = q.dispatched++;
     Command command = q.ring[position % q.ring.size()];

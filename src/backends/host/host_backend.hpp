@@ -146,6 +146,8 @@ class HostBackend final : public Backend {
   Fence open_fence(Queue& q, Command& command);
   void draw(Command& command, bool is_copy);
   void publish(Queue& q);
+  bool can_run_here(const Queue& q, std::span<const Fence> waits) const;               // under mutex_
+  Fence run_here(std::unique_lock<std::mutex>& lock, Queue& q, Command& command);     // under mutex_
 
   // Executing a command's effect (both modes).
   void apply_copy(Queue& q, const Command& command, std::uint64_t permille);
@@ -179,6 +181,7 @@ class HostBackend final : public Backend {
   std::vector<AttentionJob> jobs_;            // attention jobs in flight
   std::vector<std::uint32_t> free_jobs_;
   std::vector<AttentionScratch> scratch_;     // one per compute thread
+  AttentionSplit split_;                      // decode: a query's pages cut over the threads
   std::unique_ptr<ComputePool> pool_;
 
   // deterministic mode

@@ -6,6 +6,7 @@
 //   attention/...         decode attention (1 query) over a context's pages:
 //                         bytes/s counts the K/V bytes the kernel read
 //   memcpy_kv/<bytes>     memcpy of as many bytes as the attention reads
+//   ..._30_layers         the same over 30 layers' worth of bytes (past the caches), wall time
 //   fence_roundtrip       record a marker, query it, wait for it, release it (threaded)
 //   fence_bookkeeping     record + query + complete + release on the virtual clock
 //                         (no threads: the table and queue cost alone)
@@ -81,41 +82,49 @@ void copy_batched(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
 }
 
-// Decode attention: 1 query at the last position over `tokens` tokens of one layer.
+// Decode attention: 1 query at the last position over `tokens` tokens of one
+// layer; with a third argument L, L layers' contexts in turn (each call the
+// next layer's pages, as a decode step walks its layers): past the caches.
 void attention(benchmark::State& state, std::uint32_t kv_heads, std::uint32_t q_heads, std::uint32_t head_dim, DType dtype) {
   const auto tokens = static_cast<std::uint32_t>(state.range(0));
   const auto threads = static_cast<std::uint32_t>(state.range(1));
+  const auto layers = state.range(2) > 0 ? static_cast<std::uint32_t>(state.range(2)) : 1u;
   constexpr std::uint32_t page_tokens = 16;
   AttentionShape shape{q_heads, kv_heads, head_dim, dtype, 1.0f / std::sqrt(static_cast<float>(head_dim))};
   const std::uint64_t bytes = std::uint64_t{tokens} * shape.row_bytes();
-  auto backend = make(bytes, 4096, threads);
+  auto backend = make(bytes * layers, 4096, threads);
   std::mt19937 rng(1);
   std::byte* arena = backend->arena_host_view().data();
   std::uint32_t lcg = 1;
-  for (std::uint64_t i = 0; i < bytes; i += 2) {
+  for (std::uint64_t i = 0; i < bytes * layers; i += 2) {
     lcg = lcg * 1664525u + 1013904223u;
     // f16: 0.125 .. 1; bf16: small normal values. No subnormals either way.
     const auto h = static_cast<std::uint16_t>(0x3000 + (lcg >> 16) % 0x0c00);
     std::memcpy(arena + i, &h, 2);
   }
   const std::uint32_t pages = tokens / page_tokens;
-  std::vector<AttentionPage> table(pages);
-  // Pages scattered through the arena (a shuffled pool), as the core would place them.
-  std::vector<std::uint32_t> slots(pages);
-  for (std::uint32_t i = 0; i < pages; ++i) slots[i] = i;
-  std::shuffle(slots.begin(), slots.end(), rng);
-  for (std::uint32_t k = 0; k < pages; ++k) table[k] = {slots[k] * page_tokens * shape.row_bytes(), k * page_tokens, page_tokens};
+  std::vector<std::vector<AttentionPage>> tables(layers, std::vector<AttentionPage>(pages));
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    // Pages scattered through the arena (a shuffled pool), as the core would place them.
+    std::vector<std::uint32_t> slots(pages);
+    for (std::uint32_t i = 0; i < pages; ++i) slots[i] = i;
+    std::shuffle(slots.begin(), slots.end(), rng);
+    for (std::uint32_t k = 0; k < pages; ++k)
+      tables[l][k] = {l * bytes + slots[k] * page_tokens * shape.row_bytes(), k * page_tokens, page_tokens};
+  }
   std::vector<float> q(std::size_t{q_heads} * head_dim, 0.01f), out(q.size());
   const std::uint32_t position = tokens - 1;
   const AttentionTask task{0, pages, 0, 1};
   AttentionBatch batch;
   batch.shape = shape;
   batch.tasks = std::span<const AttentionTask>(&task, 1);
-  batch.pages = table;
   batch.query_positions = std::span<const std::uint32_t>(&position, 1);
   batch.queries = q;
   batch.output = out;
+  std::uint32_t layer = 0;
   for (auto _ : state) {
+    batch.pages = tables[layer];
+    layer = layer + 1 == layers ? 0 : layer + 1;
     const Fence fence = backend->attention(batch).value();
     benchmark::DoNotOptimize(backend->wait_host(fence, 10s).value());
     backend->release_fence(fence);
@@ -154,9 +163,13 @@ void fence_bookkeeping(benchmark::State& state) {
 BENCHMARK(copy)->Arg(48 << 10)->Arg(256 << 10)->Arg(1 << 20)->Arg(4 << 20)->Arg(32 << 20)->MeasureProcessCPUTime();
 BENCHMARK(plain_memcpy)->Arg(48 << 10)->Arg(256 << 10)->Arg(1 << 20)->Arg(4 << 20)->Arg(32 << 20)->MeasureProcessCPUTime();
 BENCHMARK(copy_batched)->Arg(16)->Arg(256)->MeasureProcessCPUTime();
-BENCHMARK(attention_smollm2)->Args({2048, 1})->Args({8192, 1})->Args({8192, 2})->MeasureProcessCPUTime();
-BENCHMARK(attention_llama8b)->Args({8192, 1})->Args({8192, 2})->MeasureProcessCPUTime();
+BENCHMARK(attention_smollm2)->Args({2048, 1, 1})->Args({8192, 1, 1})->Args({8192, 2, 1})->MeasureProcessCPUTime();
+// 30 layers of 8K (180 MiB): the kernel streaming from memory, as in a decode step; wall time for the 2-thread split.
+BENCHMARK(attention_smollm2)->Name("attention_smollm2_30_layers")->Args({8192, 1, 30})->Args({8192, 2, 30})->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(attention_llama8b)->Args({8192, 1, 1})->Args({8192, 2, 1})->MeasureProcessCPUTime();
 BENCHMARK(plain_memcpy)->Name("memcpy_kv")->Arg(8192 * 768)->Arg(8192 * 4096)->MeasureProcessCPUTime();
+// memcpy of a 180 MiB buffer (what 30 layers of 8K context hold): the machine's streaming rate, same run.
+BENCHMARK(plain_memcpy)->Name("memcpy_kv_30_layers")->Arg(30 * 8192 * 768)->MeasureProcessCPUTime()->UseRealTime();
 BENCHMARK(fence_roundtrip)->MeasureProcessCPUTime();
 BENCHMARK(fence_bookkeeping)->MeasureProcessCPUTime();
 

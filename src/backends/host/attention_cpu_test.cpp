@@ -1,0 +1,238 @@
+// attention_cpu_test.cpp — the CPU attention kernel on its own: a query row's
+// output is the same bits however the work is cut.
+//
+// The same queries over the same scattered pages are computed as one prefill
+// chunk (tiles of 8 queries), as chunks of other sizes, one query at a time
+// (a decode step), with each query's page list cut into 2 or 3 parts (the
+// decode split over threads, merged in page order by finish_attention_split),
+// and in two passes over the pages carrying the running state. Every output
+// must equal the one-chunk output bit for bit (memcmp), and the one-chunk
+// output must agree with the fp64 reference. Shapes: the smollm2 one (f16,
+// 3 kv × 64, 9 q heads), a bf16 one with 4 q heads per kv head, an f32 one
+// with head_dim 40 (the kernels' tails). The process runs the kernel build its
+// CPU gets; ctest runs it a second time with ACTIVEKV_HOST_KERNEL=portable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backends/host/attention_cpu.hpp"
+
+namespace activekv::host {
+namespace {
+
+struct Case {
+  const char* name;
+  AttentionShape shape;
+  std::uint32_t page_tokens;
+  std::uint32_t context;   // tokens in the pages
+  std::uint32_t first;     // position of the first query
+  std::uint32_t queries;   // consecutive positions first, first + 1, ...
+};
+
+std::uint16_t f32_to_bf16(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+std::uint16_t f32_to_f16(float x) {  // normal values of modest range only (the test's)
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+  const std::uint32_t mantissa = (bits >> 13) & 0x3ffu;
+  if (exponent <= 0) return static_cast<std::uint16_t>(sign);
+  return static_cast<std::uint16_t>(sign | (static_cast<std::uint32_t>(exponent) << 10) | mantissa);
+}
+
+class Fixture {
+ public:
+  explicit Fixture(const Case& c) : c_(c) {
+    const AttentionShape& s = c.shape;
+    const std::uint32_t pages = (c.context + c.page_tokens - 1) / c.page_tokens;
+    const std::uint64_t page_bytes = std::uint64_t{c.page_tokens} * s.row_bytes();
+    arena_.assign(pages * page_bytes + 4096, std::byte{0});
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<std::uint32_t> slots(pages);
+    std::iota(slots.begin(), slots.end(), 0u);
+    std::shuffle(slots.begin(), slots.end(), rng);  // pages scattered, as in a pool
+    for (std::uint32_t p = 0; p < pages; ++p) {
+      const std::uint32_t tokens = std::min(c.page_tokens, c.context - p * c.page_tokens);
+      table_.push_back(AttentionPage{slots[p] * page_bytes, p * c.page_tokens, tokens});
+    }
+    const std::uint32_t elements = 2 * s.kv_heads * s.head_dim;
+    for (const AttentionPage& page : table_) {
+      for (std::uint32_t r = 0; r < page.tokens; ++r) {
+        std::byte* row = arena_.data() + page.arena_offset + r * s.row_bytes();
+        for (std::uint32_t e = 0; e < elements; ++e) {
+          const float x = normal(rng);
+          if (s.dtype == DType::f32) {
+            std::memcpy(row + 4 * e, &x, 4);
+          } else {
+            const std::uint16_t h = s.dtype == DType::f16 ? f32_to_f16(x) : f32_to_bf16(x);
+            std::memcpy(row + 2 * e, &h, 2);
+          }
+        }
+      }
+    }
+    queries_.resize(std::size_t{c.queries} * s.q_heads * s.head_dim);
+    for (float& x : queries_) x = 2.0f * normal(rng);
+    limits_.batch_pages_max = static_cast<std::uint32_t>(2 * table_.size());
+    limits_.batch_queries_max = c.queries;
+    limits_.batch_tasks_max = 4;
+    limits_.q_heads_max = s.q_heads;
+    limits_.head_dim_max = s.head_dim;
+    job_.reserve(limits_);
+    scratch_.reserve(limits_);
+    split_.reserve(limits_, 2, 64ull << 20);
+  }
+
+  std::size_t row_floats() const { return std::size_t{c_.shape.q_heads} * c_.shape.head_dim; }
+
+  // Queries [q0, q0 + n) over pages [p0, p1) in one job cut `parts` ways (1: tiles).
+  // state: nullptr, or [n][q_heads][2 + dim] loaded (load) and stored.
+  std::vector<float> run(std::uint32_t q0, std::uint32_t n, std::uint32_t parts, std::uint32_t p0, std::uint32_t p1,
+                         float* state = nullptr, bool load = false, bool write_output = true) {
+    std::vector<float> out(n * row_floats(), -1.0f);
+    std::vector<std::uint32_t> positions(n);
+    for (std::uint32_t i = 0; i < n; ++i) positions[i] = c_.first + q0 + i;
+    // One task per query when the job is split (the decode layout), else one task.
+    std::vector<AttentionTask> tasks;
+    std::vector<AttentionPage> pages;
+    if (parts > 1) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        tasks.push_back(AttentionTask{static_cast<std::uint32_t>(pages.size()), p1 - p0, i, 1});
+        pages.insert(pages.end(), table_.begin() + p0, table_.begin() + p1);
+      }
+    } else {
+      tasks.push_back(AttentionTask{0, p1 - p0, 0, n});
+      pages.assign(table_.begin() + p0, table_.begin() + p1);
+    }
+    AttentionBatch batch;
+    batch.shape = c_.shape;
+    batch.tasks = tasks;
+    batch.pages = pages;
+    batch.query_positions = positions;
+    batch.queries = std::span<const float>(queries_.data() + q0 * row_floats(), n * row_floats());
+    batch.output = out;
+    batch.write_output = write_output;
+    if (state != nullptr) {
+      batch.state = std::span<float>(state, std::size_t{n} * c_.shape.q_heads * (2 + c_.shape.head_dim));
+      batch.load_state = load;
+      batch.store_state = true;
+    }
+    job_.assign(batch);
+    if (parts > 1) {
+      EXPECT_TRUE(job_.can_split(parts, split_));
+      job_.page_parts = parts;
+    }
+    for (std::uint32_t u = 0; u < job_.units(); ++u) run_attention_units(arena_.data(), job_, u, u + 1, scratch_, &split_);
+    if (parts > 1) finish_attention_split(job_, split_, nullptr);
+    return out;
+  }
+
+  std::vector<float> reference() {
+    std::vector<float> out(c_.queries * row_floats());
+    std::vector<std::uint32_t> positions(c_.queries);
+    for (std::uint32_t i = 0; i < c_.queries; ++i) positions[i] = c_.first + i;
+    const AttentionTask task{0, static_cast<std::uint32_t>(table_.size()), 0, c_.queries};
+    AttentionBatch batch;
+    batch.shape = c_.shape;
+    batch.tasks = std::span<const AttentionTask>(&task, 1);
+    batch.pages = table_;
+    batch.query_positions = positions;
+    batch.queries = queries_;
+    batch.output = out;
+    attention_reference(arena_.data(), batch, out);
+    return out;
+  }
+
+  std::uint32_t pages() const { return static_cast<std::uint32_t>(table_.size()); }
+
+ private:
+  Case c_;
+  std::vector<std::byte> arena_;
+  std::vector<AttentionPage> table_;
+  std::vector<float> queries_;
+  MemoryRequest limits_;
+  AttentionJob job_;
+  AttentionScratch scratch_;
+  AttentionSplit split_;
+};
+
+bool same_bits(const std::vector<float>& a, const float* b, std::size_t n) {
+  return std::memcmp(a.data(), b, n * sizeof(float)) == 0;
+}
+
+const Case cases[] = {
+    {"smollm2_f16", {9, 3, 64, DType::f16, 0.125f}, 16, 300, 260, 37},
+    {"gqa4_bf16", {8, 2, 32, DType::bf16, 0.17677669f}, 16, 150, 120, 29},
+    {"dim40_f32", {6, 3, 40, DType::f32, 0.15811388f}, 32, 120, 70, 45},
+};
+
+class AttentionCpuKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionCpuKernel, APrefillChunkEqualsTheFp64Reference) {
+  Fixture f(GetParam());
+  const std::vector<float> chunk = f.run(0, GetParam().queries, 1, 0, f.pages());
+  const std::vector<float> ref = f.reference();
+  double worst = 0.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(double{chunk[i]} - ref[i]));
+  EXPECT_LT(worst, 2e-5) << "worst |kernel - fp64 reference|";
+}
+
+TEST_P(AttentionCpuKernel, EveryQueryRowIsTheSameBitsInAnyChunkAndAsADecodeStep) {
+  const Case& c = GetParam();
+  Fixture f(c);
+  const std::vector<float> whole = f.run(0, c.queries, 1, 0, f.pages());
+  const std::size_t row = f.row_floats();
+  // Chunks of other sizes (tiles of 8 then fall on other queries).
+  for (const std::uint32_t size : {1u, 3u, 5u, 8u, 13u}) {
+    for (std::uint32_t q0 = 0; q0 < c.queries; q0 += size) {
+      const std::uint32_t n = std::min(size, c.queries - q0);
+      const std::vector<float> part = f.run(q0, n, 1, 0, f.pages());
+      EXPECT_TRUE(same_bits(part, whole.data() + q0 * row, n * row)) << "chunk of " << size << " at query " << q0;
+    }
+  }
+  // Decode steps: one query, its page list whole or cut in 2 or 3 parts over threads.
+  for (std::uint32_t q = 0; q < c.queries; q += 4) {
+    for (const std::uint32_t parts : {2u, 3u}) {
+      const std::vector<float> step = f.run(q, 1, parts, 0, f.pages());
+      EXPECT_TRUE(same_bits(step, whole.data() + q * row, row)) << "query " << q << " split in " << parts;
+    }
+  }
+  // Two split queries in one job (two contexts decoding together).
+  const std::vector<float> pair = f.run(c.queries - 2, 2, 2, 0, f.pages());
+  EXPECT_TRUE(same_bits(pair, whole.data() + (c.queries - 2) * row, 2 * row));
+}
+
+TEST_P(AttentionCpuKernel, PassesOverThePagesCarryingStateEqualOnePass) {
+  const Case& c = GetParam();
+  Fixture f(c);
+  const std::vector<float> whole = f.run(0, c.queries, 1, 0, f.pages());
+  const std::size_t row = f.row_floats();
+  for (const std::uint32_t cut : {1u, f.pages() / 2, f.pages() - 1}) {
+    std::vector<float> state(std::size_t{c.queries} * c.shape.q_heads * (2 + c.shape.head_dim));
+    (void)f.run(0, c.queries, 1, 0, cut, state.data(), false, false);
+    const std::vector<float> second = f.run(0, c.queries, 1, cut, f.pages(), state.data(), true);
+    EXPECT_TRUE(same_bits(second, whole.data(), c.queries * row)) << "passes cut at page " << cut;
+    // The same passes for one query decoded with its pages split over threads.
+    std::vector<float> one(std::size_t{c.shape.q_heads} * (2 + c.shape.head_dim));
+    const std::uint32_t q = c.queries - 1;
+    (void)f.run(q, 1, 2, 0, cut, one.data(), false, false);
+    const std::vector<float> step = f.run(q, 1, 2, cut, f.pages(), one.data(), true);
+    EXPECT_TRUE(same_bits(step, whole.data() + q * row, row)) << "split passes cut at page " << cut;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCpuKernel, ::testing::ValuesIn(cases),
+                         [](const ::testing::TestParamInfo<Case>& param_info) { return std::string(param_info.param.name); });
+
+}  // namespace
+}  // namespace activekv::host
