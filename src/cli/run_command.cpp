@@ -30,7 +30,6 @@
 #include "serve/trace.hpp"
 
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-#include "engine/model_path.hpp"
 #include "serve/engine_step_engine.hpp"
 #endif
 
@@ -90,14 +89,10 @@ Result<std::unique_ptr<serve::StepEngine>> make_engine(const RunOptions& o, cons
     return make_error(ErrorCode::invalid_argument, "--engine", fmt::format("unknown engine \"{}\" (model or fake)", o.engine));
   }
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-  std::string path = c.model;
-  if (path.empty()) {
-    auto found = engine::find_default_model();
-    if (!found) return found.error();
-    path = *found;
-  }
-  *model_name = path;
-  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, path, o.backend});
+  auto path = model_path(c);
+  if (!path) return path.error();
+  *model_name = *path;
+  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, *path, o.backend});
   if (!e) return e.error();
   return std::unique_ptr<serve::StepEngine>(std::move(e).value());
 #else

@@ -9,6 +9,10 @@
 #include "activekv/size.hpp"
 #include "cli/machine_memory.hpp"
 
+#ifdef ACTIVEKV_SERVE_HAS_ENGINE
+#include "engine/model_path.hpp"
+#endif
+
 namespace activekv::cli {
 
 bool given(const CLI::Option* option) { return option != nullptr && option->count() > 0; }
@@ -115,6 +119,15 @@ Result<serve::FakeEngineConfig> fake_engine_config(const serve::RunConfig& c) {
   fc.row_bytes = 768;
   fc.prefix_reuse = c.prefix_reuse;
   return fc;
+}
+
+Result<std::string> model_path(const serve::RunConfig& c) {
+  if (!c.model.empty()) return c.model;
+#ifdef ACTIVEKV_SERVE_HAS_ENGINE
+  return engine::find_default_model();
+#else
+  return make_error(ErrorCode::unsupported, "--engine", "this build has no model engine (src/engine); use --engine fake");
+#endif
 }
 
 }  // namespace activekv::cli

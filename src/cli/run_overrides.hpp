@@ -71,4 +71,7 @@ Status check_pools_fit_machine(const RunOverrides& o, const serve::RunConfig& c)
 // a history slot per 64 MiB of host pool (at most max_seqs), pages of 768-byte rows.
 Result<serve::FakeEngineConfig> fake_engine_config(const serve::RunConfig& c);
 
+// The model file the real engine loads: the configuration's (or --model's), else the default model.
+Result<std::string> model_path(const serve::RunConfig& c);
+
 }  // namespace activekv::cli

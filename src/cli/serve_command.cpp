@@ -31,7 +31,6 @@
 #include "testing/alloc_counter.hpp"
 
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-#include "engine/model_path.hpp"
 #include "gguf/gguf.hpp"
 #include "serve/engine_step_engine.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -108,20 +107,17 @@ Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
     return make_error(ErrorCode::invalid_argument, "--engine", fmt::format("unknown engine \"{}\" (model or fake)", o.engine));
   }
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-  std::string path = c.model;
-  if (path.empty()) {
-    auto found = engine::find_default_model();
-    if (!found) return found.error();
-    path = *found;
-  }
-  auto file = gguf::File::open(path);
+  auto path = model_path(c);
+  if (!path) return path.error();
+  // The engine first: it checks the file and the model's values, with run's messages.
+  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, *path, o.backend});
+  if (!e) return e.error();
+  auto file = gguf::File::open(*path);
   if (!file) return file.error();
   auto chat = tokenizer::ChatTemplate::from_gguf(*file);
   if (!chat) return chat.error();
-  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, path, o.backend});
-  if (!e) return e.error();
   l.engine = std::move(e).value();
-  l.frontend.model_name = std::filesystem::path(path).stem().string();
+  l.frontend.model_name = std::filesystem::path(*path).stem().string();
   l.frontend.render_chat = [chat = std::move(chat).value()](const std::vector<server::ApiMessage>& messages) {
     std::vector<tokenizer::ChatMessage> m;
     m.reserve(messages.size());
