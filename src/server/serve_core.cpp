@@ -23,6 +23,7 @@ struct ServeCore::Slot {
   std::vector<std::int32_t> output;  // reserved to the max context
   serve::Submission submission{};
   bool cancel_requested = false;
+  bool stopped_by_string = false;  // ended by the client's stop string: counted as finished, not cancelled
   Progress progress{};
   double last_token_s = -1;
   // For explain(): copied by the engine thread.
@@ -124,6 +125,7 @@ Result<Ticket> ServeCore::submit(const SubmitSpec& spec) {
   s.output.clear();
   s.submission = serve::Submission{s.prompt, spec.max_tokens, spec.sampling, spec.stop_tokens};
   s.cancel_requested = false;
+  s.stopped_by_string = false;
   s.progress = Progress{};
   s.last_token_s = -1;
   s.state = serve::RequestState::queued;
@@ -150,12 +152,17 @@ Progress ServeCore::wait(const Ticket& ticket, std::vector<std::int32_t>* out, s
   return p;
 }
 
-void ServeCore::cancel(const Ticket& ticket) {
+void ServeCore::cancel(const Ticket& ticket) { request_end(ticket, false); }
+
+void ServeCore::stop_at_string(const Ticket& ticket) { request_end(ticket, true); }
+
+void ServeCore::request_end(const Ticket& ticket, bool stopped_by_string) {
   std::lock_guard lock(mu_);
   Slot& s = slots_[ticket.slot];
   AK_ASSERT(s.serial == ticket.serial && s.phase != Slot::Phase::free, "ServeCore::cancel: a released ticket");
   if (s.cancel_requested || s.phase == Slot::Phase::ended) return;
   s.cancel_requested = true;
+  s.stopped_by_string = stopped_by_string;
   cancels_[(cancel_head_ + cancel_count_) % cancels_.size()] = ticket.slot;
   ++cancel_count_;
   engine_cv_.notify_one();
@@ -236,7 +243,7 @@ void ServeCore::publish() {
       s.ended_s = r.ended_s;
       switch (r.state) {
         case serve::RequestState::finished: ++stats_.finished; break;
-        case serve::RequestState::cancelled: ++stats_.cancelled; break;
+        case serve::RequestState::cancelled: ++(s.stopped_by_string ? stats_.finished : stats_.cancelled); break;
         default: ++stats_.rejected; break;
       }
       stats_.prompt_tokens += r.prompt_tokens;

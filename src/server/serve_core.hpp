@@ -93,6 +93,10 @@ class ServeCore {
   // ended, or `timeout` passes; appends the new tokens to *out.
   Progress wait(const Ticket& ticket, std::vector<std::int32_t>* out, std::chrono::milliseconds timeout);
   void cancel(const Ticket& ticket);
+  // The client's stop string appeared in the text: the request ends as cancel() ends it (its
+  // pages and history return through the fenced path), but it is counted as finished, since
+  // the client gets its text and finish_reason "stop".
+  void stop_at_string(const Ticket& ticket);
   // The handler is done with the slot (after the end, or after cancel): reused from now on.
   void release(const Ticket& ticket);
   void count_bad_request();
@@ -118,6 +122,7 @@ class ServeCore {
   struct Slot;
   ServeCore(serve::StepEngine& engine, serve::Clock& clock, const ServeCoreSettings& settings);
   void loop();
+  void request_end(const Ticket& ticket, bool stopped_by_string);
   void publish();                        // under mu_
   void sample_pages();                   // engine thread, outside the counted window
   std::string busy_reason() const;       // under mu_

@@ -138,6 +138,31 @@ TEST_F(ServeCoreTest, AFullQueueIsRefusedWithTheReasonAndTooLongAtOnce) {
   EXPECT_EQ(m.heap_allocations_after_warmup, 0u);
 }
 
+TEST_F(ServeCoreTest, AStopStringEndsTheRequestAndCountsItAsFinished) {
+  serve::FakeEngineConfig f = fake();
+  f.wall_sleep_s = 0.002;
+  serve::FakeEngine engine(f);
+  serve::WallClock clock;
+  auto core = ServeCore::create(engine, clock, ServeCoreSettings{config(), 1});
+  ASSERT_TRUE(core.ok());
+  (*core)->start();
+  const std::vector<std::int32_t> prompt(8, 3);
+  auto stopped = (*core)->submit(SubmitSpec{prompt, 200, {}, {-1, -1}});
+  auto cancelled = (*core)->submit(SubmitSpec{prompt, 200, {}, {-1, -1}});
+  ASSERT_TRUE(stopped.ok() && cancelled.ok());
+  while ((*core)->metrics().generation_tokens < 4) std::this_thread::sleep_for(1ms);
+  (*core)->stop_at_string(*stopped);  // what the HTTP adapter does when the text holds a stop string
+  (*core)->cancel(*cancelled);        // a client that went away
+  Progress p;
+  run_to_end(**core, *stopped, &p);
+  run_to_end(**core, *cancelled, &p);
+  (*core)->drain(1.0);
+  EXPECT_TRUE(engine.all_returned());  // both ended through the fenced cancel path
+  const MetricsSnapshot m = (*core)->metrics();
+  EXPECT_EQ(m.finished, 1u);
+  EXPECT_EQ(m.cancelled, 1u);
+}
+
 TEST_F(ServeCoreTest, DrainCancelsWhatOutlivesTheGracePeriod) {
   serve::FakeEngineConfig f = fake();
   f.wall_sleep_s = 0.005;

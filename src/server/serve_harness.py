@@ -1,7 +1,7 @@
 """serve_harness.py — start `activekv serve` on a free loopback port, talk to it, stop it (for the tests).
 
 The server is started with --port 0 (the kernel picks a free port on
-127.0.0.1) and the port is read from its "listening on" line. stop() sends
+127.0.0.1; or the port given) and the port is read from its "listening on" line. stop() sends
 SIGTERM and returns the exit code and everything it printed.
 """
 import http.client
@@ -9,14 +9,15 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
 
 
 class Server:
-    def __init__(self, binary, args, ready_timeout=120):
-        self.proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+    def __init__(self, binary, args, ready_timeout=120, port=0):
+        self.proc = subprocess.Popen([binary, "serve", "--host", "127.0.0.1", "--port", str(port), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
         self.port = None
@@ -55,6 +56,13 @@ class Server:
         code = self.proc.wait(timeout=timeout)
         self._reader.join(timeout=5)
         return code, "".join(self.lines)
+
+
+def free_port():
+    """A loopback port free now (for a test that must know the port before the server says it listens)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def binary_from_argv(argv):

@@ -71,7 +71,7 @@ def one_request(server, rng, results, lock):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
     conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     res = conn.getresponse()
-    outcome = None
+    outcome, cached = None, 0
     rid = res.getheader("X-Request-Id")
     if res.status == 429:
         err = json.loads(res.read())
@@ -87,7 +87,8 @@ def one_request(server, rng, results, lock):
         check(u["completion_tokens"] == max_tokens, f"{doc['id']}: {u['completion_tokens']} tokens, asked {max_tokens}")
         check(u["prompt_tokens"] == prompt_tokens, f"{doc['id']}: prompt_tokens {u['prompt_tokens']} != {prompt_tokens}")
         check(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], "total_tokens")
-        check(u["prompt_tokens_details"]["cached_tokens"] == 0, "cached_tokens")
+        cached = u["prompt_tokens_details"]["cached_tokens"]
+        check(0 <= cached < u["prompt_tokens"], f"{doc['id']}: cached_tokens {cached} of {u['prompt_tokens']}")
         check(doc["choices"][0]["finish_reason"] == "length", "finish_reason")
         check(doc["id"] == rid, "X-Request-Id differs from the body's id")
         outcome = "completed"
@@ -117,10 +118,12 @@ def one_request(server, rng, results, lock):
             check(finish == "length", f"{rid}: finish_reason {finish}")
             check(usage is not None and usage["completion_tokens"] == max_tokens, f"{rid}: usage {usage}")
             check(usage is not None and usage["prompt_tokens"] == prompt_tokens, f"{rid}: prompt tokens {usage}")
+            cached = usage["prompt_tokens_details"]["cached_tokens"] if usage else 0
+            check(0 <= cached < prompt_tokens, f"{rid}: cached_tokens {cached} of {prompt_tokens}")
             outcome = "completed"
     conn.close()
     with lock:
-        results.append((outcome, rid))
+        results.append((outcome, rid, cached))
 
 
 def load(server):
@@ -133,7 +136,7 @@ def load(server):
                 one_request(server, rng, results, lock)
             except Exception as e:  # noqa: BLE001 — a lost request is a failure to report, not to hide
                 with lock:
-                    results.append((f"exception {e!r}", None))
+                    results.append((f"exception {e!r}", None, 0))
 
     t0 = time.time()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
@@ -143,20 +146,20 @@ def load(server):
         t.join()
     elapsed = time.time() - t0
     counts = {}
-    for outcome, _ in results:
+    for outcome, _, _ in results:
         counts[outcome] = counts.get(outcome, 0) + 1
     print(f"load: {len(results)} requests in {elapsed:.1f} s: {counts}", flush=True)
     check(len(results) == CLIENTS * PER_CLIENT, "a request is missing")
     check(set(counts) <= {"completed", "429", "disconnected"}, f"unexpected outcomes {counts}")
-    ids = [rid for outcome, rid in results if outcome != "429"]
+    ids = [rid for outcome, rid, _ in results if outcome != "429"]
     check(len(ids) == len(set(ids)), "an id was answered twice")
     check(counts.get("completed", 0) >= 100, "too few requests completed to mean anything")
     check(counts.get("429", 0) >= 1, "the bounded queue never pushed back (the test should overflow it)")
     check(counts.get("disconnected", 0) >= 3, "too few clients disconnected")
-    return counts
+    return counts, sum(cached for _, _, cached in results)
 
 
-def check_metrics(server, counts):
+def check_metrics(server, counts, cached_tokens):
     # Cancellation after a disconnect is asynchronous: wait until everything has ended.
     deadline = time.time() + 30
     while True:
@@ -182,6 +185,10 @@ def check_metrics(server, counts):
         check(f"activekv_{name}" in m and m[f"activekv_{name}"] >= 0, f"{name} missing")
     check(m["activekv_d2h_bytes_total"] > 0, "no bytes written back during the load")
     check(m["activekv_quarantines_total"] == 0, "quarantines during a clean load")
+    for name in ["prefix_reused_tokens_total", "retained_histories", "retained_dropped_total"]:
+        check(f"activekv_{name}" in m and m[f"activekv_{name}"] >= 0, f"{name} missing")
+    check(m["activekv_prefix_reused_tokens_total"] >= cached_tokens,
+          "clients were told of more cached tokens than /metrics counts as reused")
     check(m["activekv_device_allocations_after_warmup"] == 0, "device allocations after warm-up")
     check(m["activekv_heap_allocations_after_warmup"] == 0, "heap allocations after warm-up on the step path")
     check(m["activekv_prompt_tokens_total"] > 20 * counts.get("completed", 0), "prompt tokens total too small")
@@ -191,6 +198,59 @@ def check_metrics(server, counts):
         check(count > 0, f"histogram {h} is empty")
         check(m.get(f"activekv_{h}_bucket{{le=+Inf}}") == count, f"histogram {h}: +Inf bucket != count")
         check(m.get(f"activekv_{h}_sum", -1) >= 0, f"histogram {h}: negative sum")
+
+
+def complete(server, body):
+    status, _, payload = server.request("POST", "/v1/completions", body)
+    check(status == 200, f"completion {body}: status {status} {payload[:200]!r}")
+    return json.loads(payload) if status == 200 else None
+
+
+def check_reuse(server):
+    """A follow-up that repeats a finished request's prompt adopts its retained prefix: cached_tokens > 0,
+    equal to what /metrics counts as reused, and the text is the same as the first time."""
+    prompt = "".join(random.Random(7).choice("klmnopqrst ") for _ in range(300))
+    body = {"prompt": prompt, "max_tokens": 12, "temperature": 0}
+    first = complete(server, body)
+    before = metrics(server)
+    second = complete(server, body)
+    after = metrics(server)
+    if not first or not second:
+        return
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    reused = after["activekv_prefix_reused_tokens_total"] - before["activekv_prefix_reused_tokens_total"]
+    print(f"reuse: first cached {first['usage']['prompt_tokens_details']['cached_tokens']}, second cached {cached}, "
+          f"/metrics reused +{reused:.0f}", flush=True)
+    check(cached > 0, f"a repeated prompt reused nothing: {second['usage']}")
+    check(cached == reused, f"cached_tokens {cached} != activekv_prefix_reused_tokens_total increase {reused}")
+    check(cached < second["usage"]["prompt_tokens"], "the whole prompt was reused (the last page is recomputed)")
+    check(second["choices"][0]["text"] == first["choices"][0]["text"], "the reused turn's text differs")
+    check(after["activekv_retained_histories"] >= 0 and after["activekv_retained_dropped_total"] >= 0,
+          "retained history gauges missing")
+
+
+def check_stop_string_counts_as_finished(server):
+    """A request ended by a stop string: the client gets finish_reason "stop", /metrics counts it finished."""
+    body = {"prompt": "stop string probe " * 4, "max_tokens": 40, "temperature": 0}
+    full = complete(server, body)
+    if not full:
+        return
+    text = full["choices"][0]["text"]
+    # The fake engine's tokens are bytes, not all of them text: cut at a printable ASCII character.
+    stop = next((ch for ch in text[1:] if ch.isascii() and ch.isalnum() and text.find(ch) > 0), "")
+    check(stop != "", f"no stop string to cut at in {text!r}")
+    if not stop:
+        return
+    before = metrics(server)
+    cut = complete(server, {**body, "stop": [stop]})
+    after = metrics(server)
+    if not cut:
+        return
+    check(cut["choices"][0]["finish_reason"] == "stop" and cut["choices"][0]["text"] == text[:text.find(stop)],
+          f"stop {stop!r}: {cut['choices'][0]}")
+    finished = after["activekv_requests_total{outcome=finished}"] - before["activekv_requests_total{outcome=finished}"]
+    cancelled = after["activekv_requests_total{outcome=cancelled}"] - before["activekv_requests_total{outcome=cancelled}"]
+    check(finished == 1 and cancelled == 0, f"a stop string counted finished +{finished}, cancelled +{cancelled}")
 
 
 def check_bad_requests(server):
@@ -295,8 +355,10 @@ def main():
     server = Server(binary, ["--engine", "fake", "--fake-step-ms", "1", "--max-queue", "30", "--grace", "0.3",
                              "--http-threads", "96"])
     try:
-        counts = load(server)
-        check_metrics(server, counts)
+        counts, cached_tokens = load(server)
+        check_metrics(server, counts, cached_tokens)
+        check_reuse(server)
+        check_stop_string_counts_as_finished(server)
         check_bad_requests(server)
         check_explain(server)
         check_shutdown(server)

@@ -15,15 +15,55 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve_harness import Server, binary_from_argv
+from serve_harness import Server, binary_from_argv, free_port
 
 PROMPT = "What is the capital of France? Answer in one sentence."
+FOLLOW_UP = "And of Germany?"
 MAX_TOKENS = 24
 failures = []
+
+
+def metric_values(server):
+    body = server.request("GET", "/metrics")[2].decode()
+    return {s.name + str(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(body) for s in f.samples}
+
+
+def start_watching_health(binary, args):
+    """Starts the server on a port chosen here and polls /health from the first moment: the statuses seen in order."""
+    port, seen, stop = free_port(), [], threading.Event()
+
+    def poll():
+        import http.client
+        while not stop.is_set():
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/health")
+                status = conn.getresponse().status
+                conn.close()
+                if not seen or seen[-1] != status:
+                    seen.append(status)
+                if status == 200:
+                    return
+            except OSError:
+                pass  # not bound yet
+            time.sleep(0.005)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    server = Server(binary, args, port=port)
+    poller.join(timeout=10)
+    stop.set()
+    return server, seen
+
+
+def conversation(first_reply):
+    return [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": first_reply},
+            {"role": "user", "content": FOLLOW_UP}]
 
 
 def check(cond, what):
@@ -39,7 +79,10 @@ def main():
     reference = reference[:-1] if reference.endswith("\n") else reference  # generate ends with a newline
     print("generate:", repr(reference), flush=True)
 
-    server = Server(binary, ["--max-queue", "4", "--grace", "5"])
+    server, health = start_watching_health(binary, ["--max-queue", "4", "--grace", "5"])
+    print("/health while starting:", health, flush=True)
+    check(health[:1] == [503] and health[-1:] == [200], f"/health while the model loads then ready: {health}")
+    follow_up = None
     try:
         client = openai.OpenAI(base_url=server.url("/v1"), api_key="not-needed", max_retries=0, timeout=300)
         model = client.models.list().data[0].id
@@ -51,6 +94,21 @@ def main():
         check(chat.id.startswith("chatcmpl-"), f"id {chat.id}")
         check(chat.usage.prompt_tokens > 0 and chat.usage.completion_tokens > 0, f"usage {chat.usage}")
         check(chat.usage.prompt_tokens_details.cached_tokens == 0, "cached_tokens")
+
+        # Turn 2 of the conversation, right after turn 1: it adopts turn 1's retained history. (Later
+        # requests with turn 1's prompt would adopt it in turn, and the stop-string one, which ends
+        # through the cancel path, drops it.)
+        before = metric_values(server)
+        follow_up = client.chat.completions.create(model=model, messages=conversation(text), temperature=0, max_tokens=12)
+        after = metric_values(server)
+        cached = follow_up.usage.prompt_tokens_details.cached_tokens
+        reused = after["activekv_prefix_reused_tokens_total[]"] - before["activekv_prefix_reused_tokens_total[]"]
+        print(f"follow-up: {follow_up.choices[0].message.content!r}, cached {cached} of "
+              f"{follow_up.usage.prompt_tokens}, /metrics reused +{reused:.0f}", flush=True)
+        check(cached > 0, f"the follow-up turn reused nothing: {follow_up.usage}")
+        check(cached == reused, f"cached_tokens {cached} != activekv_prefix_reused_tokens_total increase {reused}")
+        check(after["activekv_retained_histories[]"] >= 0 and after["activekv_retained_dropped_total[]"] >= 0,
+              "retained history metrics missing")
 
         pieces, usage, finish, ids = [], None, None, set()
         stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
@@ -122,11 +180,8 @@ def main():
         print("load:", results, flush=True)
         check(len(results) == 12 and "empty" not in results, f"load results {results}")
 
-        import time
         for _ in range(100):
-            body = server.request("GET", "/metrics")[2].decode()
-            m = {s.name + str(sorted(s.labels.items())): s.value
-                 for f in text_string_to_metric_families(body) for s in f.samples}
+            m = metric_values(server)
             if m["activekv_requests_running[]"] == 0 and m["activekv_requests_waiting[]"] == 0:
                 break
             time.sleep(0.1)
@@ -143,6 +198,29 @@ def main():
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
+
+    # The same follow-up turn on a server without prefix reuse: the same text, nothing cached.
+    if follow_up is not None:
+        plain = Server(binary, ["--no-prefix-reuse"])
+        try:
+            client = openai.OpenAI(base_url=plain.url("/v1"), api_key="not-needed", max_retries=0, timeout=300)
+            model = client.models.list().data[0].id
+            first = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPT}],
+                                                   temperature=0, max_tokens=MAX_TOKENS).choices[0].message.content
+            again = client.chat.completions.create(model=model, messages=conversation(first), temperature=0,
+                                                   max_tokens=12)
+            print(f"follow-up without reuse: {again.choices[0].message.content!r}, cached "
+                  f"{again.usage.prompt_tokens_details.cached_tokens}", flush=True)
+            check(again.choices[0].message.content == follow_up.choices[0].message.content,
+                  "the follow-up turn's text differs with --no-prefix-reuse")
+            check(again.usage.prompt_tokens == follow_up.usage.prompt_tokens, "prompt_tokens differ without reuse")
+            check(again.usage.prompt_tokens_details.cached_tokens == 0, "--no-prefix-reuse still reported cached tokens")
+            check(metric_values(plain)["activekv_prefix_reused_tokens_total[]"] == 0, "--no-prefix-reuse still reused")
+            code, _ = plain.stop()
+            check(code == 0, f"--no-prefix-reuse server: exit code {code}")
+        finally:
+            if plain.proc.poll() is None:
+                plain.proc.kill()
     if failures:
         print(f"{len(failures)} failures")
         return 1

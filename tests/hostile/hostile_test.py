@@ -127,6 +127,8 @@ def make_inputs(tmp):
     text("config_context_past_model", cfg.replace('"max_context": 256', '"max_context": 4096') % "")
     text("config_host_huge", cfg.replace('"64MiB"', '"131072TiB"') % "")
     text("config_arrival_inf", cfg % ', "arrival_scale": 1e308')
+    text("config_max_queue_huge", cfg % ', "max_queue": 5000')
+    text("config_grace_negative", cfg % ', "shutdown_grace_s": -1')
     p["dir"] = tmp
     here = os.path.dirname(os.path.abspath(__file__))
     found = subprocess.run([os.path.join(here, "..", "..", "scripts", "find-model.sh")], capture_output=True, text=True)
@@ -297,6 +299,53 @@ def cases(p):
         bad(5, "--scenario unknown", ["sim", "--scenario", "nope"], "--scenario"),
         bad(5, "unknown flag", ["sim", "--nope"], "--nope"),
         bad(6, "--out is a file", sim + ["--out", "/dev/null"], "/dev/null"),
+    ]
+    # serve: every refusal comes before the server listens (or, for the model, right after it bound and
+    # before it says it listens); --port 0 asks for any free port, so a case the server wrongly accepts
+    # shows as a time-out, never as a clash with another test.
+    srv = ["serve", "--port", "0"]
+    fsrv = srv + ["--engine", "fake"]
+    msrv = srv + ["--config", p["config_tiny"]]
+    c["serve"] = [
+        bad(5, "--port 70000", fsrv[:2] + ["70000", "--engine", "fake"], "--port", "70000"),
+        bad(5, "--port -1", fsrv[:2] + ["-1", "--engine", "fake"], "--port"),
+        bad(5, "syntax: --port abc", fsrv[:2] + ["abc", "--engine", "fake"], "--port"),
+        bad(5, "--host 256.1.1.1", fsrv + ["--host", "256.1.1.1"], "256.1.1.1"),
+        bad(5, "--max-queue -1", fsrv + ["--max-queue", "-1"], "--max-queue", "-1"),
+        bad(5, "--max-queue 5000", fsrv + ["--max-queue", "5000"], "--max-queue", "5000"),
+        bad(5, "syntax: --max-queue abc", fsrv + ["--max-queue", "abc"], "--max-queue"),
+        bad(5, "--grace nan", fsrv + ["--grace", "nan"], "--grace"),
+        bad(5, "--grace inf", fsrv + ["--grace", "inf"], "--grace"),
+        bad(5, "--grace -1", fsrv + ["--grace", "-1"], "--grace"),
+        bad(5, "--grace 1e9", fsrv + ["--grace", "1e9"], "--grace"),
+        bad(5, "--http-threads 1", fsrv + ["--http-threads", "1"], "--http-threads"),
+        bad(5, "--http-threads 2^32-1", fsrv + ["--http-threads", str(U32_MAX)], "--http-threads"),
+        bad(5, "--fake-step-ms nan", fsrv + ["--fake-step-ms", "nan"], "--fake-step-ms"),
+        bad(5, "--fake-step-ms -1", fsrv + ["--fake-step-ms", "-1"], "--fake-step-ms"),
+        bad(5, "--max-seqs 0", fsrv + ["--max-seqs", "0"], "--max-seqs"),
+        bad(5, "--max-seqs 2^32-1", fsrv + ["--max-seqs", str(U32_MAX)], "--max-seqs"),
+        bad(5, "--threads 0", fsrv + ["--threads", "0"], "--threads"),
+        bad(5, "--threads 65", msrv + ["--model", tiny, "--threads", "65"], "--threads", "65"),
+        bad(5, "--step-tokens 0", fsrv + ["--step-tokens", "0"], "--step-tokens"),
+        bad(5, "--prefill-chunk 0", fsrv + ["--prefill-chunk", "0"], "--prefill-chunk"),
+        bad(5, "--engine unknown", srv + ["--engine", "nope"], "--engine"),
+        bad(5, "unknown flag", fsrv + ["--nope"], "--nope"),
+        bad(2, "--host-pool 131072TiB", msrv + ["--model", tiny, "--host-pool", "131072TiB"], "--host-pool"),
+        bad(2, "host_pool 131072TiB in the config", srv + ["--model", tiny, "--config", p["config_host_huge"]], "host_pool"),
+        bad(2, "--device-pool 1TiB on the host backend", msrv + ["--model", tiny, "--device-pool", "1TiB"], "--device-pool"),
+        bad(3, "--device-pool 64TiB on the fake engine (pages past 2^32)", fsrv + ["--device-pool", "64TiB"], "--device-pool",
+            "2^32"),
+        bad(2, "/dev/zero as --config", fsrv + ["--config", "/dev/zero"], "--config", "/dev/zero"),
+        bad(2, "directory as --config", fsrv + ["--config", p["dir"]], "--config", "directory"),
+        bad(2, "missing --config", fsrv + ["--config", os.path.join(p["dir"], "nope")], "--config"),
+        bad(4, "config nested 100000 deep", fsrv + ["--config", p["config_deep"]], "config_deep", "nest"),
+        bad(5, "max_queue 5000 in the config", fsrv + ["--config", p["config_max_queue_huge"]], "max_queue", "5000"),
+        bad(5, "shutdown_grace_s -1 in the config", fsrv + ["--config", p["config_grace_negative"]], "shutdown_grace_s"),
+        bad(1, "block_count 2^32-1", msrv + ["--model", p["layers_huge"]], "llama.block_count", "4294967295"),
+        bad(1, "vocabulary and token_embd disagree", msrv + ["--model", p["vocab_short"]], "tokenizer.ggml.tokens"),
+        bad(6, "model context_length 2^32-1", msrv + ["--model", p["context_huge"]], "llama.context_length"),
+        bad(6, "directory as --model", msrv + ["--model", p["dir"]], "--model"),
+        bad(6, "/dev/zero as --model", msrv + ["--model", "/dev/zero"], "--model"),
     ]
     c["swarm"] = [
         bad(3, "--seeds 2^64-1 (the end wraps)", ["swarm", "--seeds", str(2**64 - 1)], "--seeds"),
