@@ -33,9 +33,7 @@ for s in $STAGES; do
     tsan)
       stage "tsan: backend and runtime tests"
       cmake --preset tsan >/dev/null
-      cmake --build --preset tsan -- -j"$JOBS" backend_lease_test backend_host_test backend_conformance_test \
-        opencl_backend_test runtime_element_codec_test runtime_reference_kv_test runtime_kv_runtime_test \
-        runtime_kv_runtime_fault_test runtime_kv_runtime_property_test
+      cmake --build --preset tsan -- -j"$JOBS" tests_backend tests_runtime
       TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" ctest --preset tsan -j"$JOBS" -L "backend|runtime" -LE cuda
       ;;
     fuzz)
