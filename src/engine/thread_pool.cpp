@@ -46,6 +46,7 @@ void ThreadPool::run(Task task, void* context) noexcept {
   task_ = task;
   context_ = context;
   pending_.store(threads_ - 1, std::memory_order_release);
+  static_generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   task(context, 0, threads_);
@@ -128,8 +129,10 @@ void ThreadPool::worker(std::uint32_t index) noexcept {
     seen = now;
     if (stopping_.load(std::memory_order_acquire)) return;
     // Only a chunked region can end before this worker looks at it: its claims
-    // carry the generation, so a late worker finds nothing to claim.
-    if ((next_chunk_.load(std::memory_order_acquire) >> 32) == (now & 0xffffffffu)) {
+    // carry the generation, so a late worker finds nothing to claim. Whether
+    // `now` is static is read from static_generation_, never from the state of
+    // the chunked regions, which may already belong to a later one.
+    if (static_generation_.load(std::memory_order_acquire) != now) {
       run_claimed(now, index);
       continue;
     }

@@ -74,6 +74,11 @@ class ThreadPool {
   std::atomic<std::uint32_t> pending_{0};     // workers still running the current region
   std::atomic<bool> stopping_{false};
   std::atomic<bool> parked_{false};           // set by park(), cleared by run()
+  // The generation of the latest static region (run()). A worker that wakes for
+  // generation g runs the static task only when g is this one: a static region
+  // stays current until every worker finished it, but a chunked region may have
+  // ended, and later ones begun, before a late worker looks at it.
+  std::atomic<std::uint64_t> static_generation_{0};
   // Chunked regions: claims are (generation << 32 | next chunk), so a worker
   // that wakes after its region ended can never claim a chunk of a later one.
   bool claim(std::uint64_t generation, std::uint32_t* chunk) noexcept;

@@ -87,6 +87,29 @@ TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
   }
 }
 
+// A worker that wakes for a chunked region after it ended must not mistake the
+// next chunked region for a static one (it once ran a null task here): back-to-
+// back one-chunk regions, which the caller usually finishes alone, on a fresh
+// pool that has never run a static region, then static regions between them.
+TEST(ThreadPool, ALateWorkerNeverTakesAChunkedRegionForAStaticOne) {
+  for (int round = 0; round < 4; ++round) {
+    ThreadPool pool(3);
+    std::atomic<std::uint64_t> chunks_run{0};
+    std::atomic<std::uint64_t> static_runs{0};
+    for (int i = 0; i < 20000; ++i) {
+      pool.run_chunks([](void* c, std::uint32_t, std::uint32_t, std::uint32_t) {
+        static_cast<std::atomic<std::uint64_t>*>(c)->fetch_add(1);
+      }, &chunks_run, 1);
+      if (round >= 2 && i % 7 == 0) {
+        pool.run([](void* c, std::uint32_t, std::uint32_t) { static_cast<std::atomic<std::uint64_t>*>(c)->fetch_add(1); },
+                 &static_runs);
+      }
+    }
+    EXPECT_EQ(chunks_run.load(), 20000u);
+    EXPECT_EQ(static_runs.load(), round >= 2 ? 3u * ((20000u + 6u) / 7u) : 0u);
+  }
+}
+
 TEST(ThreadPool, RegionsAllocateNothing) {
   ThreadPool pool(2);
   std::atomic<std::uint64_t> sum{0};
