@@ -2,9 +2,11 @@
 #include "tier/redis_fixture.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +45,12 @@ bool RedisServer::start(std::uint16_t port) {
   const std::string port_text = std::to_string(port_);
   pid_ = fork();
   if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // a test that aborts takes its server with it
+    const int null_fd = open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) {
+      dup2(null_fd, 1);
+      dup2(null_fd, 2);
+    }
     execlp("redis-server", "redis-server", "--port", port_text.c_str(), "--bind", "127.0.0.1", "--save", "",
            "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
     _exit(127);

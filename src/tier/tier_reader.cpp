@@ -6,7 +6,8 @@
 namespace activekv::tier {
 
 void read_tier_chain(TierStore& store, TierCounters& counters, std::uint64_t model_identity, const Geometry& geometry,
-                     std::uint32_t block_tokens, std::span<const std::uint64_t> chain, TierChainRead& out) {
+                     std::uint32_t block_tokens, std::span<const std::uint64_t> chain, TierChainRead& out,
+                     std::uint32_t first_block) {
   out.blocks = 0;
   out.stopped_by = TierBlockCheck::ok;
   out.keys.resize(chain.size());
@@ -14,7 +15,7 @@ void read_tier_chain(TierStore& store, TierCounters& counters, std::uint64_t mod
   const std::size_t present = store.get_chain(out.keys, out.values);
   std::uint32_t accepted = 0;
   for (; accepted < present; ++accepted) {
-    const TierBlockIdentity id{model_identity, geometry, block_tokens, accepted, chain[accepted]};
+    const TierBlockIdentity id{model_identity, geometry, block_tokens, first_block + accepted, chain[accepted]};
     const std::span<const std::byte> value(reinterpret_cast<const std::byte*>(out.values[accepted].data()),
                                            out.values[accepted].size());
     const TierBlockCheck check = decode_tier_block(value, id, nullptr);

@@ -26,9 +26,10 @@ struct TierChainRead {
   TierBlockCheck stopped_by = TierBlockCheck::ok;  // why the run ended early when a value was refused
 };
 
-// block i of the chain covers tokens [i × block_tokens, (i + 1) × block_tokens).
+// chain[i] is block first_block + i, covering tokens [(first_block + i) × block_tokens, … + block_tokens).
 void read_tier_chain(TierStore& store, TierCounters& counters, std::uint64_t model_identity, const Geometry& geometry,
-                     std::uint32_t block_tokens, std::span<const std::uint64_t> chain, TierChainRead& out);
+                     std::uint32_t block_tokens, std::span<const std::uint64_t> chain, TierChainRead& out,
+                     std::uint32_t first_block = 0);
 
 // The payload (rows, layer-major) of accepted block i.
 std::span<const std::byte> tier_chain_payload(const TierChainRead& read, std::uint32_t block) noexcept;
