@@ -40,6 +40,10 @@ struct Explanation {
   std::uint32_t adopted_pages = 0;
   bool adopted_copied = false;
   std::uint64_t adopted_from_request = 0;
+  // The shared KV tier (filled by the KV runtime): logical pages [tier_pages_first, tier_pages_end)
+  // of every layer were restored from the tier (docs/TIER.md); equal when none were.
+  std::uint32_t tier_pages_first = 0;
+  std::uint32_t tier_pages_end = 0;
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

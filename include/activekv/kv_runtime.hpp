@@ -58,6 +58,7 @@
 #include "activekv/budget.hpp"
 #include "activekv/explain.hpp"
 #include "activekv/geometry.hpp"
+#include "activekv/kv_tier.hpp"
 #include "activekv/memory_plan.hpp"
 #include "activekv/result.hpp"
 
@@ -87,6 +88,10 @@ struct KvRuntimeSettings {
   // is emptied when its context leaves (configuration key prefix_reuse, --no-prefix-reuse).
   bool prefix_reuse = false;
   std::uint64_t model_identity = 0;      // seeds the prefix hashes (0: the geometry's)
+  // The shared KV tier (docs/TIER.md; null: none). Not owned: it outlives the runtime. Admission
+  // restores the prompt's blocks past the local prefix from it; finish_retaining offers the
+  // history's whole blocks to it.
+  KvTierPort* tier = nullptr;
 };
 
 using ContextId = ContextHandle;
@@ -126,6 +131,9 @@ struct KvCounters {
   std::uint64_t retained_kept = 0;            // finished histories kept as retained prefixes
   std::uint64_t retained_dropped = 0;         // retained prefixes dropped or cut short (admission needed the history, cancel, retire)
   std::uint64_t retained_histories = 0;       // a level: histories holding a retained prefix now
+  // The shared KV tier (docs/TIER.md):
+  std::uint64_t tier_restores = 0;            // admissions that restored blocks from the tier
+  std::uint64_t tier_restored_tokens = 0;     // prompt tokens restored from the tier instead of prefilled
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
   std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)

@@ -39,6 +39,8 @@ void RunOverrides::add_to(CLI::App& sub) {
   sub.add_flag("--no-prefix-reuse", no_prefix_reuse,
                "Empty each history when its request ends: follow-ups prefill their whole conversation "
                "(configuration key prefix_reuse)");
+  sub.add_option("--kv-tier", kv_tier,
+                 "Share finished histories through a KV tier on Redis, redis://host:port (configuration key kv_tier)");
 }
 
 std::string RunOverrides::config_source() const { return config.empty() ? "configs/default.json" : config; }
@@ -70,6 +72,7 @@ Result<serve::RunConfig> load_run_config(const RunOverrides& o, const std::funct
   if (given(o.step_tokens_given)) c.step_tokens = o.step_tokens;
   if (given(o.prefill_chunk_given)) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
   if (o.no_prefix_reuse) c.prefix_reuse = false;
+  if (!o.kv_tier.empty()) c.kv_tier = o.kv_tier;
   if (!o.model.empty()) c.model = o.model;
   if (more) {
     if (Status s = more(c); !s) return s.error();

@@ -45,6 +45,7 @@ struct RunOverrides {
   std::uint32_t step_tokens = 0;
   std::uint32_t prefill_chunk_tokens = 0;
   bool no_prefix_reuse = false;
+  std::string kv_tier;  // --kv-tier: the shared KV tier, redis://host:port (docs/TIER.md)
   CLI::Option* max_seqs_given = nullptr;
   CLI::Option* threads_given = nullptr;
   CLI::Option* step_tokens_given = nullptr;

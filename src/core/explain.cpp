@@ -88,6 +88,10 @@ std::string explanation_text(const Explanation& e) {
                        e.adopted_pages - 1, e.adopted_from_request,
                        e.adopted_copied ? "copied from a running context" : "adopted in place");
   }
+  if (e.tier_pages_end > e.tier_pages_first) {
+    out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
+                       e.tier_pages_first, e.tier_pages_end - 1);
+  }
   out += fmt::format("  staged each step: {} pages (not resident; copied through the tiles)\n", e.pages_staged_per_step);
   out += fmt::format("decisions in step {}:\n", e.step);
   if (e.decisions.empty()) out += "  (none)\n";
@@ -116,6 +120,8 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["adopted_pages"] = e.adopted_pages;
   j["adopted_copied"] = e.adopted_copied;
   j["adopted_from_request"] = e.adopted_from_request;
+  j["tier_pages_first"] = e.tier_pages_first;
+  j["tier_pages_end"] = e.tier_pages_end;
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {
     runs.push_back({{"layer", r.layer}, {"logical_first", r.logical_first}, {"pages", r.pages}, {"reason", r.reason},

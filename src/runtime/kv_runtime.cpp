@@ -54,6 +54,9 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   retained_generation_.assign(budgets_.slots(), 0);
   retained_request_.assign(budgets_.slots(), 0);
   adoption_.assign(budgets_.slots(), Adoption{});
+  tier_ = settings.tier;
+  tier_segments_.resize(g.dense_layers);
+  tier_csegments_.resize(g.dense_layers);
   if (settings.prefix_reuse) {
     std::uint64_t identity = settings.model_identity;
     if (identity == 0) {

@@ -35,6 +35,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   if (result.outcome == AdmitOutcome::admitted) {
     slot_faulted_[result.handle.slot] = 0;
     reused_tokens = settle_admission(result.handle, match);
+    if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens);
   }
   return result;
 }
@@ -98,6 +99,36 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
   return c.length_tokens;
 }
 
+// The shared tier (docs/TIER.md): the prompt's whole blocks past the `reused` tokens the host pool
+// gave, while at least one prompt token is left to prefill. Between steps: no copy is in flight
+// into this history (it was just admitted), so the port writes its rows directly.
+std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt,
+                                               std::uint32_t reused) noexcept {
+  const std::uint32_t B = tier_->block_tokens();
+  const std::uint32_t P = plan_.arena.page_tokens;
+  AK_ASSERT(B > 0 && B % P == 0, "kv tier: a block is a whole number of pages");
+  if (prompt.size() <= B) return reused;
+  const auto blocks_end = static_cast<std::uint32_t>(
+      std::min<std::size_t>((prompt.size() - 1) / B, plan_.host.max_context_tokens / B));
+  const std::uint32_t first_block = reused / B;
+  if (blocks_end <= first_block || std::uint64_t{blocks_end} * B <= reused) return reused;
+  const std::span<std::byte> host = backend_.host_pool();
+  for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+    tier_segments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
+  }
+  const std::uint32_t end = tier_->restore(prompt, first_block, blocks_end, tier_segments_);
+  AK_ASSERT(end >= first_block && end <= blocks_end, "kv tier: a restore ends inside the blocks asked for");
+  const std::uint32_t length = end * B;
+  if (length <= reused) return reused;
+  ContextState& c = budgets_.context(slot);
+  c.length_tokens = length;
+  adoption_[slot].tier_pages_first = reused / P;
+  adoption_[slot].tier_pages_end = length / P;
+  ++counters_.tier_restores;
+  counters_.tier_restored_tokens += length - reused;
+  return length;
+}
+
 void KvRuntimeImpl::drop_retained(std::uint32_t slot, Reason reason) noexcept {
   if (prefix_ == nullptr || prefix_->pages(slot) == 0) return;
   record_prefix(DecisionKind::drop_retained, reason, slot, prefix_->pages(slot));
@@ -137,6 +168,13 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
   const std::uint32_t slot = context.slot;
   const std::uint32_t length = budgets_.context(slot).length_tokens;
   const std::size_t usable = std::min<std::size_t>(tokens.size(), length);
+  if (tier_ != nullptr && !history_quarantined(slot) && slot_faulted_[slot] == 0) {
+    const std::span<const std::byte> host = backend_.host_pool();
+    for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+      tier_csegments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
+    }
+    tier_->offer(tokens.first(usable), tier_csegments_);
+  }
   if (prefix_ == nullptr || usable < plan_.arena.page_tokens || history_quarantined(slot) || slot_faulted_[slot] != 0) {
     leave(context, /*finished=*/true);
     return;
@@ -216,6 +254,8 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.adopted_pages = a.pages;
   e.adopted_copied = a.copied;
   e.adopted_from_request = a.from_request;
+  e.tier_pages_first = a.tier_pages_first;
+  e.tier_pages_end = a.tier_pages_end;
   return e;
 }
 

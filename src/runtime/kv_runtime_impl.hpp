@@ -274,7 +274,13 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint32_t pages = 0;             // logical pages 0 .. pages − 1 of every layer came from a retained prefix
     bool copied = false;                 // copied from a running context's history (else adopted in place)
     std::uint64_t from_request = 0;      // the request whose history held them
+    std::uint32_t tier_pages_first = 0;  // pages [tier_pages_first, tier_pages_end) were restored from the tier
+    std::uint32_t tier_pages_end = 0;
   };
+  KvTierPort* tier_ = nullptr;
+  std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
+  std::vector<std::span<const std::byte>> tier_csegments_;  // [dense layers] the same, read-only
+  std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
   std::unique_ptr<runtime::PrefixIndex> prefix_;
   std::vector<std::uint32_t> retained_generation_;  // per slot: the context generation the retained prefix belongs to
   std::vector<std::uint64_t> retained_request_;     // per slot: the request that wrote it

@@ -18,6 +18,16 @@ std::uint64_t mix(std::uint64_t x) noexcept {
 
 }  // namespace
 
+std::uint64_t prefix_chain_root(std::uint64_t model_identity) noexcept {
+  return mix(model_identity ^ 0x70726566697821ull);
+}
+
+std::uint64_t prefix_chain_page(std::uint64_t parent, const std::int32_t* page, std::uint32_t page_tokens) noexcept {
+  std::uint64_t h = mix(parent);
+  for (std::uint32_t i = 0; i < page_tokens; ++i) h = mix(h ^ static_cast<std::uint32_t>(page[i]));
+  return h;
+}
+
 Result<PrefixIndex> PrefixIndex::create(const PrefixIndexConfig& config) {
   if (config.slots == 0) return make_error(ErrorCode::invalid_argument, "slots", "a prefix index needs at least one history");
   if (config.page_tokens == 0) return make_error(ErrorCode::invalid_argument, "--page-tokens", "page tokens must be positive");
@@ -26,7 +36,7 @@ Result<PrefixIndex> PrefixIndex::create(const PrefixIndexConfig& config) {
   }
   PrefixIndex index;
   index.config_ = config;
-  index.root_ = mix(config.model_identity ^ 0x70726566697821ull);
+  index.root_ = prefix_chain_root(config.model_identity);
   index.pages_.assign(config.slots, 0);
   index.stamp_.assign(config.slots, 0);
   index.hashes_.assign(std::size_t{config.slots} * config.pages_per_history, 0);
@@ -36,9 +46,7 @@ Result<PrefixIndex> PrefixIndex::create(const PrefixIndexConfig& config) {
 }
 
 std::uint64_t PrefixIndex::chain(std::uint64_t parent, const std::int32_t* page) const noexcept {
-  std::uint64_t h = mix(parent);
-  for (std::uint32_t i = 0; i < config_.page_tokens; ++i) h = mix(h ^ static_cast<std::uint32_t>(page[i]));
-  return h;
+  return prefix_chain_page(parent, page, config_.page_tokens);
 }
 
 void PrefixIndex::retain(std::uint32_t slot, std::span<const std::int32_t> tokens, std::uint64_t stamp) noexcept {

@@ -29,6 +29,12 @@
 
 namespace activekv::runtime {
 
+// The chain itself, shared with the KV tier (src/tier/), whose block keys are
+// the hash of a block's last page: prefix_chain_root(model identity), then
+// prefix_chain_page(parent, page) for each page of page_tokens tokens.
+std::uint64_t prefix_chain_root(std::uint64_t model_identity) noexcept;
+std::uint64_t prefix_chain_page(std::uint64_t parent, const std::int32_t* page, std::uint32_t page_tokens) noexcept;
+
 struct PrefixIndexConfig {
   std::uint32_t slots = 0;               // host histories
   std::uint32_t page_tokens = 0;         // P

@@ -1,5 +1,6 @@
 // engine_step_engine.cpp — the model, the KV runtime and the backend behind StepEngine.
 #include "serve/engine_step_engine.hpp"
+#include "tier/redis_tier.hpp"
 
 #include <fmt/format.h>
 
@@ -32,7 +33,8 @@ AdmitOutcome outcome_of(Reason reason) {
 }  // namespace
 
 struct EngineStepEngine::Parts {
-  std::unique_ptr<Backend> backend;          // destroyed last
+  std::unique_ptr<tier::RedisTier> tier;     // the shared KV tier (null: none); outlives the runtime
+  std::unique_ptr<Backend> backend;          // destroyed last but the tier
   std::unique_ptr<KvRuntime> runtime;
   std::unique_ptr<engine::Engine> engine;    // destroyed first
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
@@ -108,6 +110,24 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
   identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();
   kvs.model_identity = identity == 0 ? 1 : identity;
+  if (!c.kv_tier.empty()) {
+    auto store = tier::parse_tier_url(c.kv_tier, "kv_tier (--kv-tier)");
+    if (!store) return store.error();
+    tier::RedisTierSettings ts;
+    ts.store = std::move(store).value();
+    ts.store.connect_timeout_ms = c.kv_tier_timeout_ms;
+    ts.store.command_timeout_ms = c.kv_tier_timeout_ms;
+    ts.block_tokens = c.kv_tier_block_tokens;
+    ts.write_queue_blocks = c.kv_tier_write_queue;
+    ts.page_tokens = memory.page_tokens;
+    ts.max_context_tokens = memory.max_context_tokens;
+    ts.model_identity = kvs.model_identity;
+    ts.geometry = memory.geometry;
+    auto t = tier::RedisTier::create(ts);
+    if (!t) return t.error();
+    parts->tier = std::move(t).value();
+    kvs.tier = parts->tier.get();
+  }
 
   BackendOptions options;
   options.compute_threads = c.threads;  // the host backend's attention kernel threads (the engine's pool waits meanwhile)
@@ -278,6 +298,17 @@ EngineCounters EngineStepEngine::counters() const {
   c.retained_kept = k.retained_kept;
   c.retained_dropped = k.retained_dropped;
   c.retained_histories = k.retained_histories;
+  c.tier_restored_tokens = k.tier_restored_tokens;
+  if (p.tier != nullptr) {
+    const tier::TierCounters& t = p.tier->counters();
+    c.tier_hits = t.hits.load(std::memory_order_relaxed);
+    c.tier_misses = t.misses.load(std::memory_order_relaxed);
+    c.tier_errors = t.errors.load(std::memory_order_relaxed);
+    c.tier_refused = t.refused.load(std::memory_order_relaxed);
+    c.tier_bytes_read = t.bytes_read.load(std::memory_order_relaxed);
+    c.tier_bytes_written = t.bytes_written.load(std::memory_order_relaxed);
+    c.tier_dropped_writes = t.dropped_writes.load(std::memory_order_relaxed);
+  }
   return c;
 }
 

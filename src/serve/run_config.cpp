@@ -61,7 +61,7 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "comment"};
+                                        "kv_tier", "comment"};
 
 bool is_known(std::string_view key) {
   for (const char* k : known_fields) {
@@ -103,7 +103,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier)");
     }
   }
   RunConfig config;
@@ -131,6 +131,32 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
   if (object.contains("prefix_reuse")) {
     if (!object["prefix_reuse"].is_boolean()) return field_error(source, "prefix_reuse", "must be true or false");
     config.prefix_reuse = object["prefix_reuse"].get<bool>();
+  }
+  if (object.contains("kv_tier")) {
+    const json& t = object["kv_tier"];
+    if (t.is_string()) {
+      config.kv_tier = t.get<std::string>();
+    } else if (t.is_object()) {
+      for (const auto& [key, value] : t.items()) {
+        (void)value;
+        if (key != "url" && key != "block_tokens" && key != "timeout_ms" && key != "write_queue") {
+          return field_error(source, "kv_tier." + key, "unknown setting (known: url, block_tokens, timeout_ms, write_queue)");
+        }
+      }
+      if (!t.contains("url") || !t["url"].is_string()) return field_error(source, "kv_tier.url", "must be a redis://host:port string");
+      config.kv_tier = t["url"].get<std::string>();
+      json tier = t;
+      for (Status s : {read_count(tier, "block_tokens", config.kv_tier_block_tokens, source, false, 1),
+                       read_count(tier, "timeout_ms", config.kv_tier_timeout_ms, source, false, 1),
+                       read_count(tier, "write_queue", config.kv_tier_write_queue, source, false, 1)}) {
+        if (!s) return s.error();
+      }
+    } else {
+      return field_error(source, "kv_tier", "must be a redis://host:port string or an object with url, block_tokens, timeout_ms, write_queue");
+    }
+    if (config.kv_tier.rfind("redis://", 0) != 0) {
+      return field_error(source, "kv_tier", "the KV tier is a redis://host:port address, for example redis://127.0.0.1:6379");
+    }
   }
   if (object.contains("arrival_scale")) {
     if (!object["arrival_scale"].is_number()) return field_error(source, "arrival_scale", "must be a number >= 0");

@@ -31,6 +31,12 @@ struct RunConfig {
   bool stop_at_eos = true;                 // end a request at the end-of-sequence token
   double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
   bool prefix_reuse = true;                // a finished history stays as a retained prefix; a follow-up adopts it
+  // The shared KV tier (docs/TIER.md): key kv_tier, "redis://host:port" or
+  // {"url": …, "block_tokens": …, "timeout_ms": …, "write_queue": …}; --kv-tier sets the url.
+  std::string kv_tier;                     // empty: no tier
+  std::uint32_t kv_tier_block_tokens = 256;  // tokens per stored block (a whole number of pages)
+  std::uint32_t kv_tier_timeout_ms = 500;    // connect and command timeout: a slower store is a miss
+  std::uint32_t kv_tier_write_queue = 8;     // blocks waiting to be written; more are dropped (counted)
   // `activekv serve` only (docs/SERVE.md):
   std::uint32_t max_queue = 16;            // requests waiting beyond the running ones; more get 429
   double shutdown_grace_s = 10.0;          // SIGINT/SIGTERM: let what runs finish this long, then cancel

@@ -99,6 +99,15 @@ struct EngineCounters {
   std::uint64_t retained_kept = 0;        // finished histories kept as retained prefixes
   std::uint64_t retained_dropped = 0;     // retained prefixes dropped (admission took the history, cancel)
   std::uint64_t retained_histories = 0;   // a level: histories holding a retained prefix now
+  // The shared KV tier (docs/TIER.md); all 0 without one:
+  std::uint64_t tier_restored_tokens = 0; // prompt tokens restored from the tier instead of prefilled
+  std::uint64_t tier_hits = 0;            // blocks read and accepted
+  std::uint64_t tier_misses = 0;          // lookups that stopped short (absent, refused or failed)
+  std::uint64_t tier_errors = 0;          // connection, timeout and protocol failures
+  std::uint64_t tier_refused = 0;         // values read but refused (checksum, version, model, geometry)
+  std::uint64_t tier_bytes_read = 0;
+  std::uint64_t tier_bytes_written = 0;
+  std::uint64_t tier_dropped_writes = 0;  // blocks not written: the queue was full or the store failed
 };
 
 // What the memory plan promised; the report sets peaks against it.

@@ -63,6 +63,16 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "retained_kept_total", "Finished histories kept as retained prefixes", d(c.retained_kept), "counter");
   gauge(out, "retained_dropped_total", "Retained prefixes dropped (admission needed the history, or cancel)",
         d(c.retained_dropped), "counter");
+  gauge(out, "tier_hits_total", "KV tier blocks read and accepted", d(c.tier_hits), "counter");
+  gauge(out, "tier_misses_total", "KV tier lookups that stopped short (absent, refused or failed)", d(c.tier_misses), "counter");
+  gauge(out, "tier_errors_total", "KV tier connection, timeout and protocol failures", d(c.tier_errors), "counter");
+  gauge(out, "tier_refused_total", "KV tier values refused (checksum, version, model, geometry)", d(c.tier_refused), "counter");
+  gauge(out, "tier_bytes_read_total", "Bytes read from the KV tier", d(c.tier_bytes_read), "counter");
+  gauge(out, "tier_bytes_written_total", "Bytes written to the KV tier", d(c.tier_bytes_written), "counter");
+  gauge(out, "tier_dropped_writes_total", "KV tier blocks not written (queue full or store failed)", d(c.tier_dropped_writes),
+        "counter");
+  gauge(out, "tier_restored_tokens_total", "Prompt tokens restored from the KV tier instead of prefilled",
+        d(c.tier_restored_tokens), "counter");
   fmt::format_to(std::back_inserter(out),
                  "# HELP activekv_requests_total Requests by how they ended\n# TYPE activekv_requests_total counter\n"
                  "activekv_requests_total{{outcome=\"finished\"}} {}\nactivekv_requests_total{{outcome=\"cancelled\"}} {}\n"

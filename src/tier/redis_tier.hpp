@@ -1,0 +1,67 @@
+// redis_tier.hpp — the KV runtime's tier port (kv_tier.hpp) on Redis: restore by a pipelined read, offer by write-behind.
+//
+// restore() runs on the caller's thread (the runtime's admission, between
+// steps): one pipelined GET of the prompt's block keys past the local prefix,
+// every value checked (tier_block.hpp) before a row is copied; bounded by the
+// command timeout, and after a failure by the back-off (a miss at once).
+// offer() copies each whole block not yet known to be in the tier into a free
+// write-behind slot (write_behind.hpp) and returns; the worker thread SETs it.
+// "Known to be in the tier" is a direct-mapped table of recent chain hashes
+// (written or restored here), so a conversation's prefix is not written again
+// every turn; a forgotten entry only costs one redundant SET.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "activekv/geometry.hpp"
+#include "activekv/kv_tier.hpp"
+#include "activekv/result.hpp"
+#include "tier/tier_reader.hpp"
+#include "tier/tier_store.hpp"
+#include "tier/write_behind.hpp"
+
+namespace activekv::tier {
+
+struct RedisTierSettings {
+  TierStoreConfig store;                   // from kv_tier's url and timeouts
+  std::uint32_t block_tokens = 256;        // a whole number of page_tokens
+  std::uint32_t write_queue_blocks = 8;    // write-behind slots; more blocks than this in flight are dropped
+  std::uint32_t page_tokens = 0;           // the runtime's page size (the prefix chain's unit)
+  std::uint32_t max_context_tokens = 0;
+  std::uint64_t model_identity = 0;
+  Geometry geometry{};
+};
+
+class RedisTier final : public KvTierPort {
+ public:
+  // Refuses a block that is not a whole number of pages, naming kv_tier.block_tokens.
+  static Result<std::unique_ptr<RedisTier>> create(const RedisTierSettings& settings);
+
+  std::uint32_t block_tokens() const noexcept override { return settings_.block_tokens; }
+  std::uint32_t restore(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
+                        std::span<const std::span<std::byte>> layer_segments) override;
+  void offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments) override;
+
+  const TierCounters& counters() const noexcept { return counters_; }
+  void drain() { writer_->drain(); }  // tests, shutdown
+
+ private:
+  explicit RedisTier(const RedisTierSettings& settings) : settings_(settings), reader_(settings.store, &counters_) {}
+  bool known(std::uint64_t chain_hash) const noexcept;
+  void remember(std::uint64_t chain_hash) noexcept;
+
+  RedisTierSettings settings_;
+  TierCounters counters_;
+  TierStore reader_;
+  std::unique_ptr<WriteBehind> writer_;
+  std::vector<std::uint64_t> chain_;     // [max_context / block_tokens] scratch
+  std::vector<std::uint64_t> known_;     // direct-mapped: recent chain hashes in the tier (0: empty)
+  std::vector<std::span<const std::byte>> block_layers_;  // [dense layers] scratch
+  TierChainRead read_;
+};
+
+}  // namespace activekv::tier

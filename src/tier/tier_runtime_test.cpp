@@ -1,0 +1,295 @@
+// tier_runtime_test.cpp — two KV runtimes ("two servers") sharing one Redis through RedisTier.
+//
+// The rows are a function of the tokens before them, as a model's are (the same
+// construction as runtime/prefix_reuse_test.cpp): a context that restores a
+// prefix from the tier must hold exactly the rows it would have written itself,
+// and its attention outputs must match the contiguous reference.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "activekv/backend.hpp"
+#include "activekv/explain.hpp"
+#include "activekv/kv_runtime.hpp"
+#include "runtime/reference_kv.hpp"
+#include "tier/redis_fixture.hpp"
+#include "tier/redis_tier.hpp"
+
+namespace activekv {
+namespace {
+
+using runtime::ReferenceKv;
+using tier::testing::RedisServer;
+
+constexpr float reference_tolerance = 2e-5f;
+constexpr std::uint32_t kPage = 4, kBlock = 8, kMaxContext = 64;
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+Geometry geometry() {
+  Geometry g;
+  g.dense_layers = 2;
+  g.kv_heads = 1;
+  g.head_dim = 8;
+  g.dtype = DType::f16;
+  return g;
+}
+
+// One "server": a tier port on the shared Redis and a runtime using it.
+struct Server {
+  std::unique_ptr<tier::RedisTier> tier;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<KvRuntime> rt;
+  Geometry g = geometry();
+  std::uint32_t q_heads = 2;
+};
+
+Server make_server(const std::string& url, std::uint32_t histories = 2) {
+  Server s;
+  tier::RedisTierSettings ts;
+  auto store = tier::parse_tier_url(url, "--kv-tier");
+  EXPECT_TRUE(store.ok());
+  ts.store = store.value();
+  ts.store.command_timeout_ms = 200;
+  ts.store.backoff_ms_min = 50;
+  ts.block_tokens = kBlock;
+  ts.page_tokens = kPage;
+  ts.max_context_tokens = kMaxContext;
+  ts.model_identity = 77;
+  ts.geometry = s.g;
+  auto t = tier::RedisTier::create(ts);
+  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().describe());
+  s.tier = std::move(t).value();
+
+  KvRuntimeSettings settings;
+  MemorySettings& m = settings.memory;
+  m.geometry = s.g;
+  m.page_tokens = kPage;
+  m.tile_tokens = 2 * kPage;
+  m.tiles = 2;
+  m.max_context_tokens = kMaxContext;
+  m.max_seqs = histories;
+  m.chunk_tokens = 2 * kPage;
+  m.host_pool_bytes = std::uint64_t{histories} * s.g.dense_layers * kMaxContext * s.g.row_bytes();
+  const std::uint64_t floor_pages = std::uint64_t{s.g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, kPage));
+  const std::uint64_t pages = floor_pages * histories + 8;
+  m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
+                        pages * kPage * s.g.row_bytes();
+  settings.q_heads = s.q_heads;
+  settings.prefix_reuse = true;
+  settings.tier = s.tier.get();
+  BackendOptions options;
+  options.deterministic = true;
+  auto backend = make_backend("host", options);
+  EXPECT_TRUE(backend.ok());
+  s.backend = std::move(backend).value();
+  auto rt = KvRuntime::create(settings, *s.backend);
+  EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
+  s.rt = std::move(rt).value();
+  return s;
+}
+
+struct Sequence {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::uint64_t> prefix_hash;
+  void push(std::int32_t t) {
+    tokens.push_back(t);
+    prefix_hash.push_back(mix((prefix_hash.empty() ? 0x1234 : prefix_hash.back()) ^ static_cast<std::uint32_t>(t)));
+  }
+};
+
+Sequence sequence_of(std::uint32_t n, std::uint64_t seed) {
+  Sequence s;
+  for (std::uint32_t i = 0; i < n; ++i) s.push(static_cast<std::int32_t>(mix(seed * 7919 + i) % 30000));
+  return s;
+}
+
+void rows_of(const Sequence& s, std::uint32_t layer, std::uint32_t first, std::uint32_t n, std::size_t row_floats,
+             std::vector<float>& k, std::vector<float>& v) {
+  k.resize(n * row_floats);
+  v.resize(n * row_floats);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint64_t h = mix(s.prefix_hash[first + i] ^ (std::uint64_t{layer} << 40));
+    for (std::size_t j = 0; j < row_floats; ++j) {
+      const std::uint64_t x = mix(h + j);
+      k[i * row_floats + j] = static_cast<float>(static_cast<std::int64_t>(x % 2001) - 1000) / 500.0f;
+      v[i * row_floats + j] = static_cast<float>(static_cast<std::int64_t>((x >> 20) % 2001) - 1000) / 500.0f;
+    }
+  }
+}
+
+// Feeds tokens [from, to) of s to c in chunks; outputs compared with the reference over every row of s.
+void prefill(Server& sv, ContextId c, const Sequence& s, std::uint32_t from, std::uint32_t to) {
+  const std::size_t row_floats = std::size_t{sv.g.kv_heads} * sv.g.head_dim;
+  const std::size_t qe = std::size_t{sv.q_heads} * sv.g.head_dim;
+  ReferenceKv ref(sv.g, sv.q_heads, kPage);
+  const std::uint32_t r = ref.open();
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sv.g.dense_layers && from > 0; ++l) {
+    rows_of(s, l, 0, from, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), from);
+  }
+  for (std::uint32_t at = from; at < to;) {
+    const std::uint32_t n = std::min(2 * kPage, to - at);
+    const StepEntry e{c, n};
+    ASSERT_TRUE(sv.rt->begin_step({&e, 1}).ok());
+    std::vector<float> q(n * qe), out(n * qe), want(n * qe);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(mix(i + at * 77) % 1000) / 1000.0f - 0.5f;
+    for (std::uint32_t l = 0; l < sv.g.dense_layers; ++l) {
+      rows_of(s, l, at, n, row_floats, k, v);
+      ASSERT_TRUE(sv.rt->write_kv(l, k.data(), v.data()).ok());
+      ASSERT_TRUE(sv.rt->attend(l, q.data(), out.data()).ok());
+      ref.append(r, l, k.data(), v.data(), n);
+      ref.attend(r, l, q.data(), n, at, want.data());
+      for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(out[i], want[i], reference_tolerance) << "layer " << l;
+    }
+    ASSERT_TRUE(sv.rt->end_step().ok());
+    at += n;
+  }
+}
+
+// Every host row of c below `length` equals the row the model writes for s.
+void expect_rows(Server& sv, ContextId c, const Sequence& s, std::uint32_t length) {
+  const std::size_t row_floats = std::size_t{sv.g.kv_heads} * sv.g.head_dim;
+  ReferenceKv encoded(sv.g, sv.q_heads, kPage);
+  const std::uint32_t r = encoded.open();
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sv.g.dense_layers; ++l) {
+    rows_of(s, l, 0, length, row_floats, k, v);
+    encoded.append(r, l, k.data(), v.data(), length);
+    for (std::uint32_t t = 0; t < length; ++t) {
+      ASSERT_EQ(std::memcmp(sv.rt->host_row(c, l, t).data(), encoded.encoded_row(r, l, t).data(), sv.g.row_bytes()), 0)
+          << "layer " << l << " token " << t;
+    }
+  }
+}
+
+class TierRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+    if (!RedisServer::available()) GTEST_SKIP() << "redis-server is not installed (scripts/install-deps.sh --test)";
+    ASSERT_TRUE(redis.start());
+  }
+  RedisServer redis;
+};
+
+TEST_F(TierRuntime, AFollowUpOnAnotherServerRestoresTheFirstTurnFromTheTier) {
+  Server first = make_server(redis.url());
+  Server second = make_server(redis.url());
+  Sequence conversation = sequence_of(30, 1);
+  const std::uint32_t turn = 22;  // 2 whole blocks (16 tokens) + 6
+  std::uint32_t reused = 99;
+  auto a = first.rt->open_context(1, kMaxContext, std::span(conversation.tokens).first(turn), reused);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(reused, 0u);
+  prefill(first, a->handle, conversation, 0, turn);
+  first.rt->finish_retaining(a->handle, std::span(conversation.tokens).first(turn));
+  first.tier->drain();
+  EXPECT_EQ(first.tier->counters().writes.load(), 2u);
+  EXPECT_EQ(first.tier->counters().bytes_written.load(), 2 * tier::tier_block_bytes(first.g, kBlock));
+
+  // The follow-up (30 tokens) lands on the second server, which never saw the first turn.
+  auto b = second.rt->open_context(2, kMaxContext, conversation.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 16u);
+  EXPECT_EQ(second.rt->length(b->handle), 16u);
+  EXPECT_EQ(second.tier->counters().hits.load(), 2u);
+  EXPECT_EQ(second.tier->counters().misses.load(), 1u);  // block 2 was never written
+  EXPECT_EQ(second.rt->counters().tier_restores, 1u);
+  EXPECT_EQ(second.rt->counters().tier_restored_tokens, 16u);
+  expect_rows(second, b->handle, conversation, 16);
+  const Explanation e = second.rt->explain(b->handle);
+  EXPECT_EQ(e.tier_pages_first, 0u);
+  EXPECT_EQ(e.tier_pages_end, 4u);
+  EXPECT_NE(explanation_text(e).find("restored: pages 0..3 of every layer came from the shared KV tier"), std::string::npos)
+      << explanation_text(e);
+  prefill(second, b->handle, conversation, 16, 30);  // outputs checked against the reference over all 30 rows
+  second.rt->finish_retaining(b->handle, conversation.tokens);
+  second.tier->drain();
+  // 30 tokens: 3 whole blocks; 0 and 1 came from the tier, so only block 2 is written.
+  EXPECT_EQ(second.tier->counters().writes.load(), 1u);
+  EXPECT_EQ(second.rt->check(), nullptr);
+}
+
+TEST_F(TierRuntime, ALocalPrefixIsExtendedFromTheTierPastIt) {
+  Server first = make_server(redis.url());
+  Server second = make_server(redis.url());
+  Sequence conversation = sequence_of(40, 2);
+  std::uint32_t reused = 0;
+  // The second server holds the first 12 tokens (3 pages) locally.
+  auto local = second.rt->open_context(1, kMaxContext, std::span(conversation.tokens).first(12), reused);
+  ASSERT_TRUE(local.ok());
+  prefill(second, local->handle, conversation, 0, 12);
+  second.rt->finish_retaining(local->handle, std::span(conversation.tokens).first(12));
+  second.tier->drain();
+  // The first server runs 33 tokens: block 0 comes from the second server's write, then 4 blocks in the tier.
+  auto a = first.rt->open_context(2, kMaxContext, std::span(conversation.tokens).first(33), reused);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(reused, 8u);
+  prefill(first, a->handle, conversation, reused, 33);
+  first.rt->finish_retaining(a->handle, std::span(conversation.tokens).first(33));
+  first.tier->drain();
+  // On the second server: 12 tokens adopted locally, blocks 1..3 from the tier (tokens 8..32).
+  auto b = second.rt->open_context(3, kMaxContext, conversation.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(reused, 32u);
+  EXPECT_EQ(second.rt->counters().prefix_reused_tokens, 12u);
+  EXPECT_EQ(second.rt->counters().tier_restored_tokens, 20u);
+  const Explanation e = second.rt->explain(b->handle);
+  EXPECT_EQ(e.adopted_pages, 3u);
+  EXPECT_EQ(e.tier_pages_first, 3u);
+  EXPECT_EQ(e.tier_pages_end, 8u);
+  expect_rows(second, b->handle, conversation, 32);
+  prefill(second, b->handle, conversation, 32, 40);
+  second.rt->finish(b->handle);
+  EXPECT_EQ(second.rt->check(), nullptr);
+}
+
+TEST_F(TierRuntime, WithTheStoreDownEveryRequestPrefillsAndTheErrorsAreCounted) {
+  Server first = make_server(redis.url());
+  Sequence conversation = sequence_of(30, 3);
+  std::uint32_t reused = 0;
+  auto a = first.rt->open_context(1, kMaxContext, std::span(conversation.tokens).first(22), reused);
+  ASSERT_TRUE(a.ok());
+  prefill(first, a->handle, conversation, 0, 22);
+  first.rt->finish_retaining(a->handle, std::span(conversation.tokens).first(22));
+  first.tier->drain();
+  redis.stop();
+  Server second = make_server(redis.url());
+  auto b = second.rt->open_context(2, kMaxContext, conversation.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(reused, 0u);
+  EXPECT_GE(second.tier->counters().errors.load(), 1u);
+  EXPECT_EQ(second.tier->counters().misses.load(), 1u);
+  prefill(second, b->handle, conversation, 0, 30);
+  second.rt->finish_retaining(b->handle, conversation.tokens);
+  second.tier->drain();
+  EXPECT_EQ(second.tier->counters().writes.load(), 0u);
+  EXPECT_EQ(second.tier->counters().dropped_writes.load(), 3u);  // the SETs failed: dropped, counted
+  EXPECT_EQ(second.rt->check(), nullptr);
+}
+
+TEST(RedisTierSettings, ABlockThatIsNotWholePagesIsRefusedByName) {
+  tier::RedisTierSettings ts;
+  ts.store.host = "127.0.0.1";
+  ts.block_tokens = 6;
+  ts.page_tokens = 4;
+  ts.max_context_tokens = 64;
+  ts.geometry = geometry();
+  auto t = tier::RedisTier::create(ts);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().setting, "kv_tier.block_tokens");
+  ts.block_tokens = 128;
+  EXPECT_FALSE(tier::RedisTier::create(ts).ok());
+}
+
+}  // namespace
+}  // namespace activekv
