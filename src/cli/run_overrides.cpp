@@ -11,6 +11,7 @@
 
 #ifdef ACTIVEKV_SERVE_HAS_ENGINE
 #include "engine/model_path.hpp"
+#include "tier/tier_store.hpp"
 #endif
 
 namespace activekv::cli {
@@ -76,6 +77,16 @@ Result<serve::RunConfig> load_run_config(const RunOverrides& o, const std::funct
   if (!o.model.empty()) c.model = o.model;
   if (more) {
     if (Status s = more(c); !s) return s.error();
+  }
+  if (!c.kv_tier.empty()) {  // checked here, so no engine can start with a tier it would ignore or fail to parse
+    const std::string setting = !o.kv_tier.empty() ? std::string("--kv-tier") : o.config_source() + ": kv_tier";
+    if (o.engine == "fake") {
+      return make_error(ErrorCode::invalid_argument, setting,
+                        "the fake engine holds no KV to share through a tier: drop the tier, or use --engine model");
+    }
+#ifdef ACTIVEKV_SERVE_HAS_ENGINE
+    if (auto address = tier::parse_tier_url(c.kv_tier, setting); !address) return address.error();
+#endif
   }
   if (c.threads > threads_max) {
     return make_error(ErrorCode::invalid_argument, o.config_source() + ": threads",

@@ -228,6 +228,10 @@ def cases(p):
         bad(4, "trace field nested 100000 deep", ["run", "--engine", "fake", "--trace", p["trace_deep_field"]], "trace_deep_field:1"),
         bad(4, "config nested 100000 deep", ["run", "--engine", "fake", "--config", p["config_deep"]], "config_deep", "nest"),
         bad(4, "config value nested 50000 deep", ["run", "--engine", "fake", "--config", p["config_deep_value"]], "config_deep_value"),
+        bad(5, "--kv-tier not a redis address", run + ["--kv-tier", "x"], "--kv-tier", "redis://"),
+        bad(5, "--kv-tier port past 65535", run + ["--kv-tier", "redis://127.0.0.1:99999999999"], "--kv-tier", "port"),
+        bad(5, "--kv-tier without a host", run + ["--kv-tier", "redis://:6379"], "--kv-tier", "host"),
+        bad(5, "--kv-tier with the fake engine", fake + ["--kv-tier", "redis://127.0.0.1:6379"], "--kv-tier", "fake"),
         bad(5, "--arrival-scale nan", fake + ["--arrival-scale", "nan"], "--arrival-scale"),
         bad(5, "--arrival-scale -5", fake + ["--arrival-scale", "-5"], "--arrival-scale"),
         bad(5, "--arrival-scale inf", fake + ["--arrival-scale", "inf"], "--arrival-scale", "finite"),
@@ -307,6 +311,7 @@ def cases(p):
     fsrv = srv + ["--engine", "fake"]
     msrv = srv + ["--config", p["config_tiny"]]
     c["serve"] = [
+        bad(5, "--kv-tier not a redis address", fsrv + ["--kv-tier", "x"], "--kv-tier"),
         bad(5, "--port 70000", fsrv[:2] + ["70000", "--engine", "fake"], "--port", "70000"),
         bad(5, "--port -1", fsrv[:2] + ["-1", "--engine", "fake"], "--port"),
         bad(5, "syntax: --port abc", fsrv[:2] + ["abc", "--engine", "fake"], "--port"),
