@@ -42,6 +42,20 @@ const char* fence_outcome_name(FenceOutcome outcome) noexcept;
 
 constexpr bool is_resolved(FenceOutcome outcome) noexcept { return outcome != FenceOutcome::pending; }
 
+// Worse outcomes win when outcomes combine: unknown > failed > pending > signalled.
+constexpr int fence_outcome_severity(FenceOutcome outcome) noexcept {
+  switch (outcome) {
+    case FenceOutcome::signalled: return 0;
+    case FenceOutcome::pending: return 1;
+    case FenceOutcome::failed: return 2;
+    case FenceOutcome::unknown: return 3;
+  }
+  return 3;
+}
+constexpr FenceOutcome worse_outcome(FenceOutcome a, FenceOutcome b) noexcept {
+  return fence_outcome_severity(a) >= fence_outcome_severity(b) ? a : b;
+}
+
 // A handle into a backend's fence table. Plain data: copying it does not keep
 // the slot alive; Backend::retain_fence / release_fence do (as clRetainEvent).
 struct Fence {

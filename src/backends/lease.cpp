@@ -43,17 +43,6 @@ namespace {
 
 std::uint32_t next_generation(std::uint32_t generation) { return generation == UINT32_MAX ? 1 : generation + 1; }
 
-// Worse outcomes win: unknown > failed > pending > signalled.
-int severity(FenceOutcome outcome) {
-  switch (outcome) {
-    case FenceOutcome::signalled: return 0;
-    case FenceOutcome::pending: return 1;
-    case FenceOutcome::failed: return 2;
-    case FenceOutcome::unknown: return 3;
-  }
-  return 3;
-}
-
 bool overlaps(std::uint64_t a, std::uint64_t a_bytes, std::uint64_t b, std::uint64_t b_bytes) {
   return a < b + b_bytes && b < a + a_bytes;
 }
@@ -70,7 +59,7 @@ FenceOutcome settle_fences(Backend& backend, Fence* fences, std::uint32_t* count
       backend.release_fence(fence);
       continue;
     }
-    if (severity(outcome) > severity(worst)) {
+    if (fence_outcome_severity(outcome) > fence_outcome_severity(worst)) {
       worst = outcome;
       if (!backend.fence_queue(fence, worst_queue)) *worst_queue = QueueKind::compute;
     }
