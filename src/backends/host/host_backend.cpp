@@ -5,6 +5,8 @@
 // after mutex_, never before. A threaded worker copies its command out under
 // mutex_, runs it unlocked (payload arrays stay put until the command
 // retires), then marks it done and retires finished commands from the head.
+// The virtual clock is in host_backend_clock.cpp, the seeded draws and faults
+// in host_backend_faults.cpp.
 #include "backends/host/host_backend.hpp"
 
 #include <algorithm>
@@ -19,12 +21,9 @@ namespace activekv::host {
 
 namespace {
 
-constexpr std::uint32_t attention_jobs_in_flight = 4;
-constexpr std::uint64_t run_here_copy_bytes = 256 << 10;  // uploads/downloads an idle queue's caller runs itself  // attention calls enqueued and not retired
-constexpr std::uint32_t region_ring_batches = 4;       // region ring = this many maximal batches
-constexpr std::uint64_t duration_ticks_max = 100;      // deterministic: 1..100 ticks per command
-
-double unit_interval(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+constexpr std::uint32_t attention_jobs_in_flight = 4;     // attention calls enqueued and not retired
+constexpr std::uint64_t run_here_copy_bytes = 256 << 10;  // uploads/downloads an idle queue's caller runs itself
+constexpr std::uint32_t region_ring_batches = 4;          // region ring = this many maximal batches
 
 }  // namespace
 
@@ -216,45 +215,6 @@ Status HostBackend::push_waits(Queue& q, std::span<const Fence> waits) {
     command.awaited = fence;
   }
   return Status::success();
-}
-
-void HostBackend::fail_next_copy(CopyDirection direction) {
-  std::lock_guard lock(mutex_);
-  AK_ASSERT(options_.deterministic, "fail_next_copy() needs the deterministic host backend");
-  fail_next_copy_[static_cast<std::size_t>(direction)] = true;
-}
-
-void HostBackend::draw(Command& command, bool is_copy) {
-  if (!options_.deterministic) return;
-  const FaultRates& rates = options_.faults;
-  command.duration = 1 + rng_() % duration_ticks_max;
-  const double late = unit_interval(rng_);
-  const double kind = unit_interval(rng_);
-  command.effect_on_unknown = (rng_() & 1) != 0;
-  command.torn_fraction = rng_() % 1000;
-  if (command.kind == Kind::wait) return;
-  if (late < rates.late_fence) {
-    command.duration += rates.late_ticks;
-    ++faults_.late;
-  }
-  if (command.kind == Kind::marker) return;
-  double edge = is_copy ? rates.failed_copy : 0.0;
-  if (kind < edge) {
-    command.fault = Fault::failed_copy;
-    ++faults_.failed_copies;
-    return;
-  }
-  edge += rates.failed_fence;
-  if (kind < edge) {
-    command.fault = Fault::failed_fence;
-    ++faults_.failed_fences;
-    return;
-  }
-  edge += rates.unknown_fence;
-  if (kind < edge) {
-    command.fault = Fault::unknown_fence;
-    ++faults_.unknown_fences;
-  }
 }
 
 Fence HostBackend::open_fence(Queue& q, Command& command) {
@@ -655,36 +615,6 @@ Status HostBackend::do_hold_queue(QueueKind kind, bool hold) {
   }
   if (!options_.deterministic) queue(kind).work.notify_all();
   return Status::success();
-}
-
-void HostBackend::lose_device() {
-  std::lock_guard lock(mutex_);
-  if (options_.deterministic) {
-    for (Queue& q : queues_) {
-      for (std::uint64_t p = q.head; p < q.tail; ++p) {
-        Command& command = q.ring[p % q.ring.size()];
-        std::uint64_t due;
-        if (command.done || command.kind == Kind::wait || command.kind == Kind::marker || command.kind == Kind::attention) continue;
-        if (!eligible_at(q, p, &due) || due - command.duration > now_) continue;  // not started yet
-        apply_copy(q, command, rng_() % 1000);
-        ++faults_.torn_copies;
-      }
-    }
-    for (Queue& q : queues_) {
-      for (std::uint64_t p = q.head; p < q.tail; ++p) {
-        Command& command = q.ring[p % q.ring.size()];
-        if (command.done) continue;
-        if (command.fence.recorded()) resolved_at_[command.fence.slot] = now_;
-        command.done = true;
-        command.done_at = now_;
-        command.outcome = FenceOutcome::unknown;
-      }
-    }
-  }
-  mark_lost();
-  if (options_.deterministic) {
-    for (Queue& q : queues_) retire(q);
-  }
 }
 
 // ---- factory ----------------------------------------------------------------------------
