@@ -300,6 +300,10 @@ HttpServer::HttpServer(const HttpSettings& settings)
   s.new_task_queue = [threads] { return new IoThreadPool(threads); };
   s.set_payload_max_length(settings.limits.body_bytes_max * 4);
   s.set_keep_alive_timeout(2);
+  // Small SSE chunks go out at once: without TCP_NODELAY, Nagle holds a token chunk until the
+  // client acknowledges the previous chunk, which a delayed ACK can put off by up to 40 ms.
+  // Linux copies the option from the listening socket to every accepted one.
+  s.set_tcp_nodelay(true);
   State* st = state_.get();
 
   s.Post("/v1/chat/completions",
