@@ -79,6 +79,8 @@ struct Exchange {
   bool finished = false;
   Progress progress{};
   std::size_t hold_back = 0;         // longest stop string - 1: not streamed until it cannot start a stop string
+  std::chrono::steady_clock::time_point received{};  // the handler's start: the request read and parsed by httplib
+  bool text_written = false;         // the first chunk with text has gone out (its time is on /metrics)
 
   // Finds a stop string in the text; truncates there. True when one was found.
   bool apply_stop_strings() {
@@ -148,6 +150,7 @@ struct Exchange {
 };
 
 void handle_completion(State& st, const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  const auto received = std::chrono::steady_clock::now();
   if (!st.ready.load()) return send_error(res, 503, "server_error", "", "the model is still loading; retry shortly");
   ServeCore& core = *st.core;
   auto parsed = parse_api_request(req.body, kind, st.limits);
@@ -158,6 +161,7 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
   }
   auto ex = std::make_shared<Exchange>();
   ex->state = &st;
+  ex->received = received;
   ex->request = std::move(parsed).value();
   ApiRequest& r = ex->request;
   if (!r.model.empty() && r.model != st.frontend.model_name) {
@@ -265,6 +269,11 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
           ex->sent = std::max(ex->sent, ready);
           const json delta = ex->request.kind == ApiKind::chat ? json{{"content", piece}} : json(piece);
           if (!piece.empty() && !send(ex->chunk(delta, nullptr))) return false;
+          if (!piece.empty() && !ex->text_written) {
+            ex->text_written = true;
+            ex->state->core->observe_http_ttft(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - ex->received).count());
+          }
         }
         if (!ended) return true;
         ex->finish_and_release();

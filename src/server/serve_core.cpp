@@ -110,7 +110,7 @@ Result<Ticket> ServeCore::submit(const SubmitSpec& spec) {
                                   "tokens (shorten the prompt or lower max_tokens)",
                                   spec.prompt.size(), spec.max_tokens, spec.prompt.size() + spec.max_tokens, max_context_));
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (closed_) return make_error(ErrorCode::unsupported, "server", "the server is shutting down");
   if (in_use_ == slot_count_) {
     ++stats_.refused_queue_full;
@@ -137,8 +137,10 @@ Result<Ticket> ServeCore::submit(const SubmitSpec& spec) {
   ++intake_count_;
   ++in_use_;
   if (first_submit_s_ < 0) first_submit_s_ = clock_.now_s();
-  engine_cv_.notify_one();
-  return Ticket{i, s.serial};
+  const Ticket ticket{i, s.serial};
+  lock.unlock();
+  engine_cv_.notify_one();  // outside the lock: the engine thread wakes to a free mutex
+  return ticket;
 }
 
 Progress ServeCore::wait(const Ticket& ticket, std::vector<std::int32_t>* out, std::chrono::milliseconds timeout) {
@@ -179,6 +181,11 @@ void ServeCore::release(const Ticket& ticket) {
 void ServeCore::count_bad_request() {
   std::lock_guard lock(mu_);
   ++stats_.bad_requests;
+}
+
+void ServeCore::observe_http_ttft(double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.http_ttft.observe(seconds);
 }
 
 void ServeCore::count_queue_full() {
@@ -308,7 +315,6 @@ void ServeCore::loop() {
     const std::uint64_t step_before = testing::heap_allocations_outside_io();
     Status status = sched.advance();
     const std::uint64_t step_heap = testing::heap_allocations_outside_io() - step_before;
-    sample_pages();
     lock.lock();
     stats_.heap_allocations_after_warmup += step_heap;
     if (!status) {
@@ -330,6 +336,14 @@ void ServeCore::loop() {
       exit_ = true;
       break;
     }
+    // The step's tokens reach their waiters now, before the pages are sampled: sampling
+    // builds an explanation per context, and a first token should not wait for it.
+    const std::uint64_t publish_before = testing::heap_allocations_outside_io();
+    publish();
+    stats_.heap_allocations_after_warmup += testing::heap_allocations_outside_io() - publish_before;
+    lock.unlock();
+    sample_pages();
+    lock.lock();
   }
 }
 

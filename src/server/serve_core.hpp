@@ -101,6 +101,8 @@ class ServeCore {
   void release(const Ticket& ticket);
   void count_bad_request();
   void count_queue_full();
+  // The HTTP adapter's time to first token (request handed to it, to the first token's chunk written).
+  void observe_http_ttft(double seconds);
 
   std::uint32_t max_context_tokens() const noexcept { return max_context_; }
   std::uint32_t slots() const noexcept { return slot_count_; }

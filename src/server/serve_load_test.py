@@ -193,7 +193,8 @@ def check_metrics(server, counts, cached_tokens):
     check(m["activekv_heap_allocations_after_warmup"] == 0, "heap allocations after warm-up on the step path")
     check(m["activekv_prompt_tokens_total"] > 20 * counts.get("completed", 0), "prompt tokens total too small")
     check(m["activekv_generation_tokens_total"] >= 4 * counts.get("completed", 0), "generation tokens total too small")
-    for h in ["time_to_first_token_seconds", "inter_token_latency_seconds", "queue_time_seconds", "e2e_latency_seconds"]:
+    for h in ["time_to_first_token_seconds", "inter_token_latency_seconds", "queue_time_seconds", "e2e_latency_seconds",
+              "http_time_to_first_token_seconds"]:
         count = m.get(f"activekv_{h}_count", 0)
         check(count > 0, f"histogram {h} is empty")
         check(m.get(f"activekv_{h}_bucket{{le=+Inf}}") == count, f"histogram {h}: +Inf bucket != count")
