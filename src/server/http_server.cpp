@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "server/io_thread_pool.hpp"
+#include "server/peer_socket.hpp"
 #include "testing/alloc_counter.hpp"
 
 namespace activekv::server {
@@ -219,12 +220,24 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
   res.set_header("X-Request-Id", ex->id);
 
   if (!r.stream) {
+    // httplib tells of a closed connection only on a write, and this answer is written once, at
+    // the end: while the request runs, its socket (found once it has run a while) is peeked at,
+    // and a client that has gone cancels the request as a stream's disconnect does.
+    int socket = -2;  // not looked up yet; -1: not found
+    bool client_gone = false;
     while (!ex->step(std::chrono::milliseconds(200))) {
+      if (client_gone) continue;
+      if (socket == -2) socket = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+      if (socket >= 0 && peer_closed(socket)) {
+        client_gone = true;
+        core.cancel(ex->ticket);
+      }
     }
     ex->finish_and_release();
     if (ex->progress.state == serve::RequestState::cancelled && !ex->stopped_by_string) {
       return send_error(res, 503, "server_error", "",
-                        "the request was cancelled before it finished (the server is shutting down)");
+                        client_gone ? "the client closed the connection; the request was cancelled"
+                                    : "the request was cancelled before it finished (the server is shutting down)");
     }
     json choice = {{"index", 0}, {"finish_reason", ex->finish_reason()}, {"logprobs", nullptr}};
     if (kind == ApiKind::chat) {
