@@ -29,6 +29,9 @@ counts; with --requests 1 each is that request's own figure); run and client
 are medians. `http - sched` and `client - sched` are the time the server adds
 to the same requests (one prefill each, so the step time cancels out);
 `client - run` compares two processes' prefills and carries their noise.
+After the timed requests, the first prompt is sent once more, alone: its
+prefix is reused, the prefill is short, and the same three figures are printed
+for it (from the /metrics sums before and after it).
 """
 import argparse
 import http.client
@@ -87,38 +90,49 @@ def mean_of(values, name):
     return values[f"activekv_{name}_sum"] / count if count else float("nan")
 
 
+def stream_request(port, text, max_tokens):
+    """One streamed completion on a connection opened and used once (GET /health) before it is timed."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    body = json.dumps({"prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                       "stream_options": {"include_usage": True}})
+    conn.request("GET", "/health")
+    conn.getresponse().read()
+    return conn, body
+
+
+def read_stream(conn, body):
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    res = conn.getresponse()
+    first, text, usage = None, [], None
+    for raw in res:
+        line = raw.decode().strip()
+        if line == "data: [DONE]":
+            break
+        if not line.startswith("data: "):
+            continue
+        doc = json.loads(line[6:])
+        if doc.get("usage"):
+            usage = doc["usage"]
+        elif doc["choices"] and doc["choices"][0]["text"]:
+            if first is None:
+                first = time.perf_counter() - t0
+            text.append(doc["choices"][0]["text"])
+    t_end = time.perf_counter()
+    res.read()
+    conn.close()
+    return t0, t_end, first, "".join(text), usage
+
+
 def serve_once(binary, config, texts, max_tokens):
     server = Server(binary, ["--config", config, "--max-queue", str(len(texts))])
     results = [None] * len(texts)
     start = threading.Barrier(len(texts) + 1)
 
     def client(i):
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
-        body = json.dumps({"prompt": texts[i], "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                           "stream_options": {"include_usage": True}})
-        conn.request("GET", "/health")  # the connection is open and kept alive before the timed request
-        conn.getresponse().read()
+        conn, body = stream_request(server.port, texts[i], max_tokens)
         start.wait()
-        t0 = time.perf_counter()
-        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-        res = conn.getresponse()
-        first, text, usage = None, [], None
-        for raw in res:
-            line = raw.decode().strip()
-            if line == "data: [DONE]":
-                break
-            if not line.startswith("data: "):
-                continue
-            doc = json.loads(line[6:])
-            if doc.get("usage"):
-                usage = doc["usage"]
-            elif doc["choices"] and doc["choices"][0]["text"]:
-                if first is None:
-                    first = time.perf_counter() - t0
-                text.append(doc["choices"][0]["text"])
-        results[i] = (t0, time.perf_counter(), first, "".join(text), usage["completion_tokens"])
-        res.read()
-        conn.close()
+        results[i] = read_stream(conn, body)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(texts))]
     for t in threads:
@@ -127,13 +141,27 @@ def serve_once(binary, config, texts, max_tokens):
     for t in threads:
         t.join()
     sums = metric_sums(server.port)
+    # The first prompt once more, alone: its prefix is reused, so its prefill is short and what
+    # the server adds weighs more (before TCP_NODELAY, Nagle held this first token 20-40 ms).
+    conn, body = stream_request(server.port, texts[0], max_tokens)
+    again = read_stream(conn, body)
+    sums_again = metric_sums(server.port)
     server.stop()
     t_begin = min(r[0] for r in results)
     t_end = max(r[1] for r in results)
-    tokens = sum(r[4] for r in results)
+    tokens = sum(r[4]["completion_tokens"] for r in results)
+
+    def delta(name):
+        after = sums_again.get(f"activekv_{name}_sum")  # absent from a build without the metric
+        return float("nan") if after is None else after - sums.get(f"activekv_{name}_sum", 0)
+
     return {"tps": tokens / (t_end - t_begin), "client": statistics.median(r[2] for r in results),
             "sched": mean_of(sums, "time_to_first_token_seconds"),
-            "http": mean_of(sums, "http_time_to_first_token_seconds"), "outputs": [r[3] for r in results]}
+            "http": mean_of(sums, "http_time_to_first_token_seconds"), "outputs": [r[3] for r in results],
+            "again": {"client": again[2], "sched": delta("time_to_first_token_seconds"),
+                      "http": delta("http_time_to_first_token_seconds"),
+                      "cached": again[4]["prompt_tokens_details"]["cached_tokens"],
+                      "same": again[3] == results[0][3]}}
 
 
 def main():
@@ -163,6 +191,7 @@ def main():
         same = run_out == srv["outputs"]
         row = {"run_tps": run_tps, "srv_tps": srv["tps"], "ratio": srv["tps"] / run_tps, "run": run_ttft,
                "sched": srv["sched"], "http": srv["http"], "client": srv["client"]}
+        row.update({f"again_{key}": srv["again"][key] for key in ("client", "sched", "http")})
         rows.append(row)
         ms = {key: row[key] * 1e3 for key in ("run", "sched", "http", "client")}
         print(f"round {k + 1}: run {run_tps:.1f} tok/s | serve {srv['tps']:.1f} tok/s | ratio {row['ratio']:.3f} | "
@@ -170,6 +199,10 @@ def main():
               f"client {ms['client']:.2f} | http-sched {ms['http'] - ms['sched']:+.2f}, "
               f"client-sched {ms['client'] - ms['sched']:+.2f}, client-run {ms['client'] - ms['run']:+.2f} | "
               f"outputs equal: {same} | load {os.getloadavg()[0]:.1f}", flush=True)
+        g = {key: srv["again"][key] * 1e3 for key in ("client", "sched", "http")}
+        print(f"  repeated first prompt ({srv['again']['cached']} tokens reused, same text: {srv['again']['same']}): "
+              f"TTFT ms: sched {g['sched']:.2f}, http {g['http']:.2f}, client {g['client']:.2f} | "
+              f"http-sched {g['http'] - g['sched']:+.2f}, client-sched {g['client'] - g['sched']:+.2f}", flush=True)
         if not same:
             for i, (x, y) in enumerate(zip(run_out, srv["outputs"])):
                 if x != y:
@@ -185,6 +218,10 @@ def main():
     print(f"median added TTFT ms: http - sched {med(lambda r: r['http'] - r['sched']) * 1e3:+.2f} (the server's HTTP "
           f"layer and intake), client - sched {med(lambda r: r['client'] - r['sched']) * 1e3:+.2f} (as a client sees "
           f"it), client - run {med(lambda r: r['client'] - r['run']) * 1e3:+.2f} (two processes' prefills)")
+    print(f"repeated first prompt, median TTFT ms: sched {med(lambda r: r['again_sched']) * 1e3:.2f}, client "
+          f"{med(lambda r: r['again_client']) * 1e3:.2f}; added: http - sched "
+          f"{med(lambda r: r['again_http'] - r['again_sched']) * 1e3:+.2f}, client - sched "
+          f"{med(lambda r: r['again_client'] - r['again_sched']) * 1e3:+.2f}")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ Result<std::unique_ptr<ServeCore>> ServeCore::create(serve::StepEngine& engine, 
     core->slots_[i].output.reserve(core->max_context_);
   }
   core->intake_.resize(core->slot_count_);
+  core->pages_scratch_.resize(core->slot_count_);
   core->cancels_.resize(core->slot_count_);
   core->ttft_samples_.reserve(latency_samples_max);
   core->itl_samples_.reserve(latency_samples_max);
@@ -265,17 +266,23 @@ void ServeCore::publish() {
 
 void ServeCore::sample_pages() {
   // Instrumentation: the real engine builds an explanation to answer pages(), so this runs
-  // outside the counted window, at most every pages_sample_interval_s.
+  // outside the counted window, at most every pages_sample_interval_s. The pages are read
+  // without the lock (the engine is the engine thread's), then copied in under it: a handler
+  // just woken by publish() does not wait on the lock while explanations are built.
   const double now_s = clock_.now_s();
   if (last_pages_sample_s_ >= 0 && now_s - last_pages_sample_s_ < pages_sample_interval_s) return;
   last_pages_sample_s_ = now_s;
   const serve::Scheduler& sched = *scheduler_;
+  for (std::uint32_t i = 0; i < slot_count_; ++i) {
+    const serve::RequestRecord& r = sched.requests()[i];
+    const bool running = r.state == serve::RequestState::prefill || r.state == serve::RequestState::decode;
+    pages_scratch_[i] = running ? std::optional<serve::ContextPages>(engine_.pages(r.context)) : std::nullopt;
+  }
   std::uint32_t resident = 0, borrowed = 0;
   std::lock_guard lock(mu_);
   for (std::uint32_t i = 0; i < slot_count_; ++i) {
-    const serve::RequestRecord& r = sched.requests()[i];
-    if (r.state != serve::RequestState::prefill && r.state != serve::RequestState::decode) continue;
-    const serve::ContextPages p = engine_.pages(r.context);
+    if (!pages_scratch_[i]) continue;
+    const serve::ContextPages& p = *pages_scratch_[i];
     resident += p.held;
     borrowed += p.held > p.target ? p.held - p.target : 0;
     slots_[i].pages = p;

@@ -152,6 +152,7 @@ class ServeCore {
   std::uint64_t running_max_ = 0;
   std::uint64_t peak_host_bytes_ = 0, peak_device_bytes_ = 0;
   double last_pages_sample_s_ = -1;
+  std::vector<std::optional<serve::ContextPages>> pages_scratch_;  // engine thread only: sampled before the lock
   double first_submit_s_ = -1, last_end_s_ = 0;
   std::vector<double> ttft_samples_, itl_samples_;  // reserved; for the end-of-run percentiles
   std::thread thread_;
