@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "server/io_thread_pool.hpp"
+#include "server/peer_socket.hpp"
 #include "testing/alloc_counter.hpp"
 
 namespace activekv::server {
@@ -79,6 +80,8 @@ struct Exchange {
   bool finished = false;
   Progress progress{};
   std::size_t hold_back = 0;         // longest stop string - 1: not streamed until it cannot start a stop string
+  std::chrono::steady_clock::time_point received{};  // the handler's start: the request read and parsed by httplib
+  bool text_written = false;         // the first chunk with text has gone out (its time is on /metrics)
 
   // Finds a stop string in the text; truncates there. True when one was found.
   bool apply_stop_strings() {
@@ -148,6 +151,7 @@ struct Exchange {
 };
 
 void handle_completion(State& st, const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  const auto received = std::chrono::steady_clock::now();
   if (!st.ready.load()) return send_error(res, 503, "server_error", "", "the model is still loading; retry shortly");
   ServeCore& core = *st.core;
   auto parsed = parse_api_request(req.body, kind, st.limits);
@@ -158,6 +162,7 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
   }
   auto ex = std::make_shared<Exchange>();
   ex->state = &st;
+  ex->received = received;
   ex->request = std::move(parsed).value();
   ApiRequest& r = ex->request;
   if (!r.model.empty() && r.model != st.frontend.model_name) {
@@ -215,12 +220,24 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
   res.set_header("X-Request-Id", ex->id);
 
   if (!r.stream) {
+    // httplib tells of a closed connection only on a write, and this answer is written once, at
+    // the end: while the request runs, its socket (found once it has run a while) is peeked at,
+    // and a client that has gone cancels the request as a stream's disconnect does.
+    int socket = -2;  // not looked up yet; -1: not found
+    bool client_gone = false;
     while (!ex->step(std::chrono::milliseconds(200))) {
+      if (client_gone) continue;
+      if (socket == -2) socket = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+      if (socket >= 0 && peer_closed(socket)) {
+        client_gone = true;
+        core.cancel(ex->ticket);
+      }
     }
     ex->finish_and_release();
     if (ex->progress.state == serve::RequestState::cancelled && !ex->stopped_by_string) {
       return send_error(res, 503, "server_error", "",
-                        "the request was cancelled before it finished (the server is shutting down)");
+                        client_gone ? "the client closed the connection; the request was cancelled"
+                                    : "the request was cancelled before it finished (the server is shutting down)");
     }
     json choice = {{"index", 0}, {"finish_reason", ex->finish_reason()}, {"logprobs", nullptr}};
     if (kind == ApiKind::chat) {
@@ -265,6 +282,11 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
           ex->sent = std::max(ex->sent, ready);
           const json delta = ex->request.kind == ApiKind::chat ? json{{"content", piece}} : json(piece);
           if (!piece.empty() && !send(ex->chunk(delta, nullptr))) return false;
+          if (!piece.empty() && !ex->text_written) {
+            ex->text_written = true;
+            ex->state->core->observe_http_ttft(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - ex->received).count());
+          }
         }
         if (!ended) return true;
         ex->finish_and_release();
@@ -300,6 +322,10 @@ HttpServer::HttpServer(const HttpSettings& settings)
   s.new_task_queue = [threads] { return new IoThreadPool(threads); };
   s.set_payload_max_length(settings.limits.body_bytes_max * 4);
   s.set_keep_alive_timeout(2);
+  // Small SSE chunks go out at once: without TCP_NODELAY, Nagle holds a token chunk until the
+  // client acknowledges the previous chunk, which a delayed ACK can put off by up to 40 ms.
+  // Linux copies the option from the listening socket to every accepted one.
+  s.set_tcp_nodelay(true);
   State* st = state_.get();
 
   s.Post("/v1/chat/completions",

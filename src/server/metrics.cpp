@@ -83,6 +83,9 @@ std::string render_metrics(const MetricsSnapshot& m) {
   histogram(out, "inter_token_latency_seconds", "Between a request's consecutive tokens", m.inter_token);
   histogram(out, "queue_time_seconds", "From joining the queue to admission", m.queue);
   histogram(out, "e2e_latency_seconds", "From submission to the request's end", m.e2e);
+  histogram(out, "http_time_to_first_token_seconds",
+            "Streamed requests: from the HTTP handler's start (request read) to the first token's chunk written",
+            m.http_ttft);
   return out;
 }
 

@@ -39,6 +39,7 @@ struct MetricsSnapshot {
   std::uint64_t prompt_tokens = 0, generation_tokens = 0;
   std::uint64_t finished = 0, cancelled = 0, rejected = 0, refused_queue_full = 0, bad_requests = 0;
   Histogram ttft, inter_token, queue, e2e;
+  Histogram http_ttft;  // streamed requests: the HTTP handler's start to the first token's chunk written
   bool ready = false;
 };
 

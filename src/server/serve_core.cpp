@@ -71,6 +71,7 @@ Result<std::unique_ptr<ServeCore>> ServeCore::create(serve::StepEngine& engine, 
     core->slots_[i].output.reserve(core->max_context_);
   }
   core->intake_.resize(core->slot_count_);
+  core->pages_scratch_.resize(core->slot_count_);
   core->cancels_.resize(core->slot_count_);
   core->ttft_samples_.reserve(latency_samples_max);
   core->itl_samples_.reserve(latency_samples_max);
@@ -110,7 +111,7 @@ Result<Ticket> ServeCore::submit(const SubmitSpec& spec) {
                                   "tokens (shorten the prompt or lower max_tokens)",
                                   spec.prompt.size(), spec.max_tokens, spec.prompt.size() + spec.max_tokens, max_context_));
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (closed_) return make_error(ErrorCode::unsupported, "server", "the server is shutting down");
   if (in_use_ == slot_count_) {
     ++stats_.refused_queue_full;
@@ -137,8 +138,10 @@ Result<Ticket> ServeCore::submit(const SubmitSpec& spec) {
   ++intake_count_;
   ++in_use_;
   if (first_submit_s_ < 0) first_submit_s_ = clock_.now_s();
-  engine_cv_.notify_one();
-  return Ticket{i, s.serial};
+  const Ticket ticket{i, s.serial};
+  lock.unlock();
+  engine_cv_.notify_one();  // outside the lock: the engine thread wakes to a free mutex
+  return ticket;
 }
 
 Progress ServeCore::wait(const Ticket& ticket, std::vector<std::int32_t>* out, std::chrono::milliseconds timeout) {
@@ -179,6 +182,11 @@ void ServeCore::release(const Ticket& ticket) {
 void ServeCore::count_bad_request() {
   std::lock_guard lock(mu_);
   ++stats_.bad_requests;
+}
+
+void ServeCore::observe_http_ttft(double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.http_ttft.observe(seconds);
 }
 
 void ServeCore::count_queue_full() {
@@ -258,17 +266,23 @@ void ServeCore::publish() {
 
 void ServeCore::sample_pages() {
   // Instrumentation: the real engine builds an explanation to answer pages(), so this runs
-  // outside the counted window, at most every pages_sample_interval_s.
+  // outside the counted window, at most every pages_sample_interval_s. The pages are read
+  // without the lock (the engine is the engine thread's), then copied in under it: a handler
+  // just woken by publish() does not wait on the lock while explanations are built.
   const double now_s = clock_.now_s();
   if (last_pages_sample_s_ >= 0 && now_s - last_pages_sample_s_ < pages_sample_interval_s) return;
   last_pages_sample_s_ = now_s;
   const serve::Scheduler& sched = *scheduler_;
+  for (std::uint32_t i = 0; i < slot_count_; ++i) {
+    const serve::RequestRecord& r = sched.requests()[i];
+    const bool running = r.state == serve::RequestState::prefill || r.state == serve::RequestState::decode;
+    pages_scratch_[i] = running ? std::optional<serve::ContextPages>(engine_.pages(r.context)) : std::nullopt;
+  }
   std::uint32_t resident = 0, borrowed = 0;
   std::lock_guard lock(mu_);
   for (std::uint32_t i = 0; i < slot_count_; ++i) {
-    const serve::RequestRecord& r = sched.requests()[i];
-    if (r.state != serve::RequestState::prefill && r.state != serve::RequestState::decode) continue;
-    const serve::ContextPages p = engine_.pages(r.context);
+    if (!pages_scratch_[i]) continue;
+    const serve::ContextPages& p = *pages_scratch_[i];
     resident += p.held;
     borrowed += p.held > p.target ? p.held - p.target : 0;
     slots_[i].pages = p;
@@ -308,7 +322,6 @@ void ServeCore::loop() {
     const std::uint64_t step_before = testing::heap_allocations_outside_io();
     Status status = sched.advance();
     const std::uint64_t step_heap = testing::heap_allocations_outside_io() - step_before;
-    sample_pages();
     lock.lock();
     stats_.heap_allocations_after_warmup += step_heap;
     if (!status) {
@@ -330,6 +343,14 @@ void ServeCore::loop() {
       exit_ = true;
       break;
     }
+    // The step's tokens reach their waiters now, before the pages are sampled: sampling
+    // builds an explanation per context, and a first token should not wait for it.
+    const std::uint64_t publish_before = testing::heap_allocations_outside_io();
+    publish();
+    stats_.heap_allocations_after_warmup += testing::heap_allocations_outside_io() - publish_before;
+    lock.unlock();
+    sample_pages();
+    lock.lock();
   }
 }
 

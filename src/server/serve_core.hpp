@@ -101,6 +101,8 @@ class ServeCore {
   void release(const Ticket& ticket);
   void count_bad_request();
   void count_queue_full();
+  // The HTTP adapter's time to first token (request handed to it, to the first token's chunk written).
+  void observe_http_ttft(double seconds);
 
   std::uint32_t max_context_tokens() const noexcept { return max_context_; }
   std::uint32_t slots() const noexcept { return slot_count_; }
@@ -150,6 +152,7 @@ class ServeCore {
   std::uint64_t running_max_ = 0;
   std::uint64_t peak_host_bytes_ = 0, peak_device_bytes_ = 0;
   double last_pages_sample_s_ = -1;
+  std::vector<std::optional<serve::ContextPages>> pages_scratch_;  // engine thread only: sampled before the lock
   double first_submit_s_ = -1, last_end_s_ = 0;
   std::vector<double> ttft_samples_, itl_samples_;  // reserved; for the end-of-run percentiles
   std::thread thread_;

@@ -3,7 +3,8 @@
 
 1. Load: 40 concurrent clients send 320 requests on loopback, streamed and
    not, prompts of 20 to 3,000 tokens (the fake engine's tokens are bytes);
-   about one streamed request in six disconnects after three chunks. Every
+   about one streamed request in six disconnects after three chunks (and
+   one non-streamed request's client leaves while it runs). Every
    request completes with exactly max_tokens tokens, is cancelled by its
    client, or gets a deliberate 429 (Retry-After, a message saying why);
    none is lost and no id is answered twice. The counters agree.
@@ -193,7 +194,8 @@ def check_metrics(server, counts, cached_tokens):
     check(m["activekv_heap_allocations_after_warmup"] == 0, "heap allocations after warm-up on the step path")
     check(m["activekv_prompt_tokens_total"] > 20 * counts.get("completed", 0), "prompt tokens total too small")
     check(m["activekv_generation_tokens_total"] >= 4 * counts.get("completed", 0), "generation tokens total too small")
-    for h in ["time_to_first_token_seconds", "inter_token_latency_seconds", "queue_time_seconds", "e2e_latency_seconds"]:
+    for h in ["time_to_first_token_seconds", "inter_token_latency_seconds", "queue_time_seconds", "e2e_latency_seconds",
+              "http_time_to_first_token_seconds"]:
         count = m.get(f"activekv_{h}_count", 0)
         check(count > 0, f"histogram {h} is empty")
         check(m.get(f"activekv_{h}_bucket{{le=+Inf}}") == count, f"histogram {h}: +Inf bucket != count")
@@ -251,6 +253,30 @@ def check_stop_string_counts_as_finished(server):
     finished = after["activekv_requests_total{outcome=finished}"] - before["activekv_requests_total{outcome=finished}"]
     cancelled = after["activekv_requests_total{outcome=cancelled}"] - before["activekv_requests_total{outcome=cancelled}"]
     check(finished == 1 and cancelled == 0, f"a stop string counted finished +{finished}, cancelled +{cancelled}")
+
+
+def check_nonstreamed_disconnect(server):
+    """A non-streamed request whose client closes the connection is cancelled, not run to its end."""
+    before = metrics(server)
+    body = json.dumps({"prompt": "a long answer nobody waits for", "max_tokens": 4000, "temperature": 0})
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    time.sleep(0.4)  # running now: 4,000 steps of at least 1 ms are 4 s or more
+    sock.close()
+    t0 = time.time()
+    while time.time() - t0 < 10:
+        m = metrics(server)
+        if m["activekv_requests_running"] == 0 and m["activekv_requests_waiting"] == 0:
+            break
+        time.sleep(0.05)
+    took = time.time() - t0
+    cancelled = m["activekv_requests_total{outcome=cancelled}"] - before["activekv_requests_total{outcome=cancelled}"]
+    finished = m["activekv_requests_total{outcome=finished}"] - before["activekv_requests_total{outcome=finished}"]
+    print(f"non-streamed disconnect: cancelled +{cancelled:.0f}, finished +{finished:.0f}, ended {took:.2f} s after "
+          f"the close", flush=True)
+    check(cancelled == 1 and finished == 0,
+          f"a non-streamed request whose client left: cancelled +{cancelled}, finished +{finished}")
 
 
 def check_bad_requests(server):
@@ -359,6 +385,7 @@ def main():
         check_metrics(server, counts, cached_tokens)
         check_reuse(server)
         check_stop_string_counts_as_finished(server)
+        check_nonstreamed_disconnect(server)
         check_bad_requests(server)
         check_explain(server)
         check_shutdown(server)
