@@ -82,6 +82,11 @@ inline float exp_sum(float* x, std::uint32_t n, float m) {
   return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
+// x[i] = exp(x[i]) for the 16 values of a merge's scales.
+inline void exp16(float* x) {
+  for (std::uint32_t i = 0; i < 16; ++i) x[i] = std::exp(x[i]);
+}
+
 // acc[h][:] += p[h][r] · v[r][:] for r < n, rows in order.
 inline void values(float* acc, const float* p, const std::byte* v, std::uint64_t stride, DType dtype, std::uint32_t n,
                    std::uint32_t dim, std::uint32_t heads) {
