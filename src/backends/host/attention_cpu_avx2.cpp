@@ -194,6 +194,20 @@ inline float exp_sum(float* x, std::uint32_t n, float m) {
   return _mm_cvtss_f32(half);
 }
 
+// max(x[0], …, x[n-1]), 1 ≤ n ≤ 16 (max is exact: any order gives the same value).
+inline float tile_max(const float* x, std::uint32_t n) {
+  if (n == 16) {
+    __m256 m = _mm256_max_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+  float m = x[0];
+  for (std::uint32_t r = 1; r < n; ++r) m = std::max(m, x[r]);
+  return m;
+}
+
 // x[i] = exp(x[i]) for the 16 values of a merge's scales (exp8 per lane: each
 // value's result is independent of its neighbours).
 inline void exp16(float* x) {
@@ -201,16 +215,17 @@ inline void exp16(float* x) {
   _mm256_storeu_ps(x + 8, exp8(_mm256_loadu_ps(x + 8)));
 }
 
-// acc[h][:] += p[h][r] · v[r][:] for r < n: per element one FMA per row, rows in
+// acc[h][:] += p[h][r] · v[r][:] for r < n (acc taken as 0 when `fresh`: the
+// same sums as from a zeroed acc): per element one FMA per row, rows in
 // order. A V chunk of 16 elements is loaded once for HB (≤ 4) heads of the group.
 template <DType D, std::uint32_t HB>
 inline void values_heads(float* acc, const float* p, const std::byte* v, std::uint64_t stride, std::uint32_t n,
-                         std::uint32_t d, std::uint32_t dim) {
+                         std::uint32_t d, std::uint32_t dim, bool fresh) {
   constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
   __m256 a[HB][2];
   for (std::uint32_t g = 0; g < HB; ++g) {
-    a[g][0] = _mm256_loadu_ps(acc + std::size_t{g} * dim + d);
-    a[g][1] = _mm256_loadu_ps(acc + std::size_t{g} * dim + d + 8);
+    a[g][0] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + std::size_t{g} * dim + d);
+    a[g][1] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + std::size_t{g} * dim + d + 8);
   }
   for (std::uint32_t r = 0; r < n; ++r) {
     const std::byte* vr = v + r * stride + std::size_t{d} * eb;
@@ -229,7 +244,7 @@ inline void values_heads(float* acc, const float* p, const std::byte* v, std::ui
 
 template <DType D>
 inline void values_impl(float* acc, const float* p, const std::byte* v, std::uint64_t stride, std::uint32_t n,
-                        std::uint32_t dim, std::uint32_t heads) {
+                        std::uint32_t dim, std::uint32_t heads, bool fresh) {
   constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
   std::uint32_t d = 0;
   for (; d + 16 <= dim; d += 16) {
@@ -237,16 +252,16 @@ inline void values_impl(float* acc, const float* p, const std::byte* v, std::uin
       float* a = acc + std::size_t{h0} * dim;
       const float* ph = p + std::size_t{h0} * 16;
       switch (std::min<std::uint32_t>(4, heads - h0)) {
-        case 1: values_heads<D, 1>(a, ph, v, stride, n, d, dim); break;
-        case 2: values_heads<D, 2>(a, ph, v, stride, n, d, dim); break;
-        case 3: values_heads<D, 3>(a, ph, v, stride, n, d, dim); break;
-        default: values_heads<D, 4>(a, ph, v, stride, n, d, dim); break;
+        case 1: values_heads<D, 1>(a, ph, v, stride, n, d, dim, fresh); break;
+        case 2: values_heads<D, 2>(a, ph, v, stride, n, d, dim, fresh); break;
+        case 3: values_heads<D, 3>(a, ph, v, stride, n, d, dim, fresh); break;
+        default: values_heads<D, 4>(a, ph, v, stride, n, d, dim, fresh); break;
       }
     }
   }
   for (; d < dim; ++d) {  // a head_dim not a multiple of 16
     for (std::uint32_t g = 0; g < heads; ++g) {
-      float x = acc[std::size_t{g} * dim + d];
+      float x = fresh ? 0.0f : acc[std::size_t{g} * dim + d];
       for (std::uint32_t r = 0; r < n; ++r) {
         float w;
         portable::widen(v + r * stride + std::size_t{d} * eb, D, 1, &w);
@@ -267,11 +282,11 @@ inline void scores(const float* q, const std::byte* k, std::uint64_t stride, DTy
 }
 
 inline void values(float* acc, const float* p, const std::byte* v, std::uint64_t stride, DType dtype, std::uint32_t n,
-                   std::uint32_t dim, std::uint32_t heads) {
+                   std::uint32_t dim, std::uint32_t heads, bool fresh) {
   switch (dtype) {
-    case DType::f16: return values_impl<DType::f16>(acc, p, v, stride, n, dim, heads);
-    case DType::bf16: return values_impl<DType::bf16>(acc, p, v, stride, n, dim, heads);
-    case DType::f32: return values_impl<DType::f32>(acc, p, v, stride, n, dim, heads);
+    case DType::f16: return values_impl<DType::f16>(acc, p, v, stride, n, dim, heads, fresh);
+    case DType::bf16: return values_impl<DType::bf16>(acc, p, v, stride, n, dim, heads, fresh);
+    case DType::f32: return values_impl<DType::f32>(acc, p, v, stride, n, dim, heads, fresh);
   }
 }
 

@@ -9,7 +9,10 @@
 //                                                   (rows at `stride` bytes), 0 for n ≤ r < 16
 //   exp_sum(x, n, m)                                x[r] = exp(x[r] − m) for r < n, 0 after; the sum
 //   exp16(x)                                        x[i] = exp(x[i]), i < 16, each lane on its own
-//   values(acc, p, v, stride, dtype, n, dim, heads) acc[h][:] += p[h][r] · v[r][:] for r < n, in row order
+//   values(acc, p, v, stride, dtype, n, dim, heads, fresh)
+//                                                   acc[h][:] += p[h][r] · v[r][:] for r < n, in row order
+//                                                   (from acc = 0 when fresh)
+//   tile_max(x, n)                                  max of x[0..n)
 //
 // K and V are read either straight from the page (its dtype) or, when several
 // queries share a tile, from an fp32 copy widened once for all of them. The
@@ -104,7 +107,8 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
     pm[i] = minus_infinity;
     ps[i] = 0.0f;
   }
-  std::fill(pacc, pacc + std::size_t{count} * shape.q_heads * dim, 0.0f);
+  // pacc needs no zeroing: the first tile's values() start from 0 for every
+  // query that sees the page (the others' pacc is never read).
   // The next page's bytes, a share before each kv head (a burst of a whole page stalls on fill buffers).
   const std::uint64_t prefetch_share = next != nullptr ? (next_bytes / kv + 63) / 64 * 64 : 0;
   std::uint64_t prefetched = 0;
@@ -133,8 +137,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
         scores(q + h0 * dim, k_src + k * head_bytes, src_stride, src_type, n, dim, group, shape.scale, sc);
         for (std::uint32_t g = 0; g < group; ++g) {
           float* x = sc + std::size_t{g} * block_rows;
-          float block_max = x[0];
-          for (std::uint32_t r = 1; r < n; ++r) block_max = std::max(block_max, x[r]);
+          const float block_max = tile_max(x, n);
           const std::size_t h = h0 + g;
           const float m_new = std::max(pm[h], block_max);
           // e^(pm - m_new): exactly 0 on the first tile (pm = -inf), so not computed there.
@@ -146,7 +149,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
             for (std::uint32_t d = 0; d < dim; ++d) a[d] *= scale_old;
           }
         }
-        values(pacc + h0 * dim, sc, v_src + k * head_bytes, src_stride, src_type, n, dim, group);
+        values(pacc + h0 * dim, sc, v_src + k * head_bytes, src_stride, src_type, n, dim, group, first == 0);
       }
     }
   }
