@@ -73,29 +73,44 @@ inline __m256 reduce8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-// One row's dots for HB heads, head_dim a multiple of 16: each 16-element
-// block of K loaded once (two chunks, even and odd) for all HB heads; per
-// head the even chunks go to one FMA chain and the odd ones to another, in
-// order, the first of each a multiply. Then e + o.
-template <DType D, std::uint32_t HB>
-inline void row_dots(const float* q, const std::byte* kr, std::uint32_t dim, __m256* dots /* [HB], stride 16 */) {
+// The dots of R rows for HB heads, head_dim a multiple of 8: per (head, row)
+// one FMA chain over the 8-element chunks in order (the first a multiply),
+// so a dot's arithmetic is the same whatever R and HB. Per chunk the HB query
+// chunks stay in registers and each row's K chunk is loaded once for all HB
+// heads: R × HB independent chains, 3 + 4 loads per 12 FMAs at HB = 3, R = 4.
+template <DType D, std::uint32_t HB, std::uint32_t R>
+inline void rows_dots(const float* q, const std::byte* k, std::uint64_t stride, std::uint32_t dim, __m256 (*dots)[16],
+                      std::uint32_t r0) {
   constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
-  __m256 e[HB], o[HB];
+  __m256 acc[HB][R];
   {
-    const __m256 k0 = load8<D>(kr), k1 = load8<D>(kr + 8 * eb);
-    for (std::uint32_t g = 0; g < HB; ++g) {
-      e[g] = _mm256_mul_ps(_mm256_loadu_ps(q + std::size_t{g} * dim), k0);
-      o[g] = _mm256_mul_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + 8), k1);
+    __m256 qv[HB];
+    for (std::uint32_t g = 0; g < HB; ++g) qv[g] = _mm256_loadu_ps(q + std::size_t{g} * dim);
+    for (std::uint32_t r = 0; r < R; ++r) {
+      const __m256 kv = load8<D>(k + (r0 + r) * stride);
+      for (std::uint32_t g = 0; g < HB; ++g) acc[g][r] = _mm256_mul_ps(qv[g], kv);
     }
   }
-  for (std::uint32_t c = 16; c < dim; c += 16) {
-    const __m256 k0 = load8<D>(kr + c * eb), k1 = load8<D>(kr + (c + 8) * eb);
-    for (std::uint32_t g = 0; g < HB; ++g) {
-      e[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + c), k0, e[g]);
-      o[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + std::size_t{g} * dim + c + 8), k1, o[g]);
+  for (std::uint32_t c = 8; c < dim; c += 8) {
+    __m256 qv[HB];
+    for (std::uint32_t g = 0; g < HB; ++g) qv[g] = _mm256_loadu_ps(q + std::size_t{g} * dim + c);
+    for (std::uint32_t r = 0; r < R; ++r) {
+      const __m256 kv = load8<D>(k + (r0 + r) * stride + c * eb);
+      for (std::uint32_t g = 0; g < HB; ++g) acc[g][r] = _mm256_fmadd_ps(qv[g], kv, acc[g][r]);
     }
   }
-  for (std::uint32_t g = 0; g < HB; ++g) dots[g * 16] = _mm256_add_ps(e[g], o[g]);
+  for (std::uint32_t g = 0; g < HB; ++g)
+    for (std::uint32_t r = 0; r < R; ++r) dots[g][r0 + r] = acc[g][r];
+}
+
+// Rows [0, n) of one head batch: blocks of R rows, then single rows.
+template <DType D, std::uint32_t HB>
+inline void block_dots(const float* q, const std::byte* k, std::uint64_t stride, std::uint32_t n, std::uint32_t dim,
+                       __m256 (*dots)[16]) {
+  constexpr std::uint32_t R = HB <= 3 ? 4 : 2;
+  std::uint32_t r = 0;
+  for (; r + R <= n; r += R) rows_dots<D, HB, R>(q, k, stride, dim, dots, r);
+  for (; r < n; ++r) rows_dots<D, HB, 1>(q, k, stride, dim, dots, r);
 }
 
 // The same sums for any head_dim: chunks of 8 alternate between the two
@@ -126,7 +141,7 @@ inline __m256 row_dot_any(const float* qh, const std::byte* kr, std::uint32_t di
 }
 
 // out[h][r] = scale · q[h]·k[r] for r < n, 0 for n ≤ r < 16: per (head, row)
-// row_dots' (or row_dot_any's) vector, then reduce8's lane tree over 8 rows.
+// rows_dots' (or row_dot_any's) vector, then reduce8's lane tree over 8 rows.
 template <DType D>
 inline void scores_impl(const float* q, const std::byte* k, std::uint64_t stride, std::uint32_t n, std::uint32_t dim,
                         std::uint32_t heads, float scale, float* out) {
@@ -140,16 +155,17 @@ inline void scores_impl(const float* q, const std::byte* k, std::uint64_t stride
         for (std::uint32_t g = 0; g < hb; ++g) dots[g][r] = _mm256_setzero_ps();
         continue;
       }
-      const std::byte* kr = k + r * stride;
-      if (dim % 16 == 0) {
-        switch (hb) {
-          case 1: row_dots<D, 1>(qb, kr, dim, &dots[0][r]); break;
-          case 2: row_dots<D, 2>(qb, kr, dim, &dots[0][r]); break;
-          case 3: row_dots<D, 3>(qb, kr, dim, &dots[0][r]); break;
-          default: row_dots<D, 4>(qb, kr, dim, &dots[0][r]); break;
-        }
-      } else {
+      if (dim % 8 != 0) {
+        const std::byte* kr = k + r * stride;
         for (std::uint32_t g = 0; g < hb; ++g) dots[g][r] = row_dot_any<D>(qb + std::size_t{g} * dim, kr, dim);
+      }
+    }
+    if (dim % 8 == 0) {
+      switch (hb) {
+        case 1: block_dots<D, 1>(qb, k, stride, n, dim, dots); break;
+        case 2: block_dots<D, 2>(qb, k, stride, n, dim, dots); break;
+        case 3: block_dots<D, 3>(qb, k, stride, n, dim, dots); break;
+        default: block_dots<D, 4>(qb, k, stride, n, dim, dots); break;
       }
     }
     for (std::uint32_t g = 0; g < hb; ++g) {
@@ -178,16 +194,38 @@ inline float exp_sum(float* x, std::uint32_t n, float m) {
   return _mm_cvtss_f32(half);
 }
 
-// acc[h][:] += p[h][r] · v[r][:] for r < n: per element one FMA per row, rows in
+// max(x[0], …, x[n-1]), 1 ≤ n ≤ 16 (max is exact: any order gives the same value).
+inline float tile_max(const float* x, std::uint32_t n) {
+  if (n == 16) {
+    __m256 m = _mm256_max_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+  float m = x[0];
+  for (std::uint32_t r = 1; r < n; ++r) m = std::max(m, x[r]);
+  return m;
+}
+
+// x[i] = exp(x[i]) for the 16 values of a merge's scales (exp8 per lane: each
+// value's result is independent of its neighbours).
+inline void exp16(float* x) {
+  _mm256_storeu_ps(x, exp8(_mm256_loadu_ps(x)));
+  _mm256_storeu_ps(x + 8, exp8(_mm256_loadu_ps(x + 8)));
+}
+
+// acc[h][:] += p[h][r] · v[r][:] for r < n (acc taken as 0 when `fresh`: the
+// same sums as from a zeroed acc): per element one FMA per row, rows in
 // order. A V chunk of 16 elements is loaded once for HB (≤ 4) heads of the group.
 template <DType D, std::uint32_t HB>
 inline void values_heads(float* acc, const float* p, const std::byte* v, std::uint64_t stride, std::uint32_t n,
-                         std::uint32_t d, std::uint32_t dim) {
+                         std::uint32_t d, std::uint32_t dim, bool fresh) {
   constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
   __m256 a[HB][2];
   for (std::uint32_t g = 0; g < HB; ++g) {
-    a[g][0] = _mm256_loadu_ps(acc + std::size_t{g} * dim + d);
-    a[g][1] = _mm256_loadu_ps(acc + std::size_t{g} * dim + d + 8);
+    a[g][0] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + std::size_t{g} * dim + d);
+    a[g][1] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + std::size_t{g} * dim + d + 8);
   }
   for (std::uint32_t r = 0; r < n; ++r) {
     const std::byte* vr = v + r * stride + std::size_t{d} * eb;
@@ -206,7 +244,7 @@ inline void values_heads(float* acc, const float* p, const std::byte* v, std::ui
 
 template <DType D>
 inline void values_impl(float* acc, const float* p, const std::byte* v, std::uint64_t stride, std::uint32_t n,
-                        std::uint32_t dim, std::uint32_t heads) {
+                        std::uint32_t dim, std::uint32_t heads, bool fresh) {
   constexpr std::uint32_t eb = D == DType::f32 ? 4 : 2;
   std::uint32_t d = 0;
   for (; d + 16 <= dim; d += 16) {
@@ -214,16 +252,16 @@ inline void values_impl(float* acc, const float* p, const std::byte* v, std::uin
       float* a = acc + std::size_t{h0} * dim;
       const float* ph = p + std::size_t{h0} * 16;
       switch (std::min<std::uint32_t>(4, heads - h0)) {
-        case 1: values_heads<D, 1>(a, ph, v, stride, n, d, dim); break;
-        case 2: values_heads<D, 2>(a, ph, v, stride, n, d, dim); break;
-        case 3: values_heads<D, 3>(a, ph, v, stride, n, d, dim); break;
-        default: values_heads<D, 4>(a, ph, v, stride, n, d, dim); break;
+        case 1: values_heads<D, 1>(a, ph, v, stride, n, d, dim, fresh); break;
+        case 2: values_heads<D, 2>(a, ph, v, stride, n, d, dim, fresh); break;
+        case 3: values_heads<D, 3>(a, ph, v, stride, n, d, dim, fresh); break;
+        default: values_heads<D, 4>(a, ph, v, stride, n, d, dim, fresh); break;
       }
     }
   }
   for (; d < dim; ++d) {  // a head_dim not a multiple of 16
     for (std::uint32_t g = 0; g < heads; ++g) {
-      float x = acc[std::size_t{g} * dim + d];
+      float x = fresh ? 0.0f : acc[std::size_t{g} * dim + d];
       for (std::uint32_t r = 0; r < n; ++r) {
         float w;
         portable::widen(v + r * stride + std::size_t{d} * eb, D, 1, &w);
@@ -244,11 +282,11 @@ inline void scores(const float* q, const std::byte* k, std::uint64_t stride, DTy
 }
 
 inline void values(float* acc, const float* p, const std::byte* v, std::uint64_t stride, DType dtype, std::uint32_t n,
-                   std::uint32_t dim, std::uint32_t heads) {
+                   std::uint32_t dim, std::uint32_t heads, bool fresh) {
   switch (dtype) {
-    case DType::f16: return values_impl<DType::f16>(acc, p, v, stride, n, dim, heads);
-    case DType::bf16: return values_impl<DType::bf16>(acc, p, v, stride, n, dim, heads);
-    case DType::f32: return values_impl<DType::f32>(acc, p, v, stride, n, dim, heads);
+    case DType::f16: return values_impl<DType::f16>(acc, p, v, stride, n, dim, heads, fresh);
+    case DType::bf16: return values_impl<DType::bf16>(acc, p, v, stride, n, dim, heads, fresh);
+    case DType::f32: return values_impl<DType::f32>(acc, p, v, stride, n, dim, heads, fresh);
   }
 }
 

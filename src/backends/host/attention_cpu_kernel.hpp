@@ -8,7 +8,11 @@
 //                                                   out[h][r] = scale · q[h]·k[r] for rows r < n
 //                                                   (rows at `stride` bytes), 0 for n ≤ r < 16
 //   exp_sum(x, n, m)                                x[r] = exp(x[r] − m) for r < n, 0 after; the sum
-//   values(acc, p, v, stride, dtype, n, dim, heads) acc[h][:] += p[h][r] · v[r][:] for r < n, in row order
+//   exp16(x)                                        x[i] = exp(x[i]), i < 16, each lane on its own
+//   values(acc, p, v, stride, dtype, n, dim, heads, fresh)
+//                                                   acc[h][:] += p[h][r] · v[r][:] for r < n, in row order
+//                                                   (from acc = 0 when fresh)
+//   tile_max(x, n)                                  max of x[0..n)
 //
 // K and V are read either straight from the page (its dtype) or, when several
 // queries share a tile, from an fp32 copy widened once for all of them. The
@@ -40,16 +44,34 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
   return static_cast<std::uint32_t>(std::uint64_t{count} * part / parts);
 }
 
-// (m, s, acc) ← merge of (m, s, acc) and a page partial (pm, ps, pacc).
-// One out-of-line copy, so every caller runs the same instructions.
-[[gnu::noinline]] void merge_partial(float& m, float& s, float* acc, float pm, float ps, const float* pacc,
-                                     std::uint32_t dim) {
-  const float m_new = std::max(m, pm);
-  const float old_scale = std::exp(m - m_new);
-  const float page_scale = std::exp(pm - m_new);
-  s = s * old_scale + ps * page_scale;
-  for (std::uint32_t d = 0; d < dim; ++d) acc[d] = acc[d] * old_scale + pacc[d] * page_scale;
-  m = m_new;
+// (m, s, acc)[h] ← merge of (m, s, acc)[h] and a page partial (pm, ps, pacc)[h]
+// for the `heads` heads of one query (m, s, pm, ps contiguous per head; acc,
+// pacc `dim` per head). The two scales of 8 heads at a time go through exp16
+// together; each head's arithmetic is its own, whatever the head count. One
+// out-of-line copy, so every caller runs the same instructions.
+[[gnu::noinline]] void merge_partials(float* m, float* s, float* acc, const float* pm, const float* ps,
+                                      const float* pacc, std::uint32_t heads, std::uint32_t dim) {
+  for (std::uint32_t h0 = 0; h0 < heads; h0 += 8) {
+    const std::uint32_t n = std::min<std::uint32_t>(8, heads - h0);
+    float scale[16] = {};  // [0, 8): e^(m - M), [8, 16): e^(pm - M); unused lanes e^0
+    float m_new[8];
+    for (std::uint32_t i = 0; i < n; ++i) {
+      m_new[i] = std::max(m[h0 + i], pm[h0 + i]);
+      scale[i] = m[h0 + i] - m_new[i];
+      scale[8 + i] = pm[h0 + i] - m_new[i];
+    }
+    exp16(scale);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const std::uint32_t h = h0 + i;
+      const float old_scale = scale[i];
+      const float page_scale = scale[8 + i];
+      s[h] = s[h] * old_scale + ps[h] * page_scale;
+      float* a = acc + std::size_t{h} * dim;
+      const float* pa = pacc + std::size_t{h} * dim;
+      for (std::uint32_t d = 0; d < dim; ++d) a[d] = a[d] * old_scale + pa[d] * page_scale;
+      m[h] = m_new[i];
+    }
+  }
 }
 
 // The page partials of `count` queries over one page, all kv heads: pm, ps,
@@ -85,7 +107,8 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
     pm[i] = minus_infinity;
     ps[i] = 0.0f;
   }
-  std::fill(pacc, pacc + std::size_t{count} * shape.q_heads * dim, 0.0f);
+  // pacc needs no zeroing: the first tile's values() start from 0 for every
+  // query that sees the page (the others' pacc is never read).
   // The next page's bytes, a share before each kv head (a burst of a whole page stalls on fill buffers).
   const std::uint64_t prefetch_share = next != nullptr ? (next_bytes / kv + 63) / 64 * 64 : 0;
   std::uint64_t prefetched = 0;
@@ -114,11 +137,11 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
         scores(q + h0 * dim, k_src + k * head_bytes, src_stride, src_type, n, dim, group, shape.scale, sc);
         for (std::uint32_t g = 0; g < group; ++g) {
           float* x = sc + std::size_t{g} * block_rows;
-          float block_max = x[0];
-          for (std::uint32_t r = 1; r < n; ++r) block_max = std::max(block_max, x[r]);
+          const float block_max = tile_max(x, n);
           const std::size_t h = h0 + g;
           const float m_new = std::max(pm[h], block_max);
-          const float scale_old = std::exp(pm[h] - m_new);  // 0 for the first tile (pm = -inf)
+          // e^(pm - m_new): exactly 0 on the first tile (pm = -inf), so not computed there.
+          const float scale_old = first == 0 ? 0.0f : std::exp(pm[h] - m_new);
           ps[h] = ps[h] * scale_old + exp_sum(x, n, m_new);
           pm[h] = m_new;
           if (first != 0 && scale_old != 1.0f) {
@@ -126,7 +149,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
             for (std::uint32_t d = 0; d < dim; ++d) a[d] *= scale_old;
           }
         }
-        values(pacc + h0 * dim, sc, v_src + k * head_bytes, src_stride, src_type, n, dim, group);
+        values(pacc + h0 * dim, sc, v_src + k * head_bytes, src_stride, src_type, n, dim, group, first == 0);
       }
     }
   }
@@ -209,12 +232,13 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
                   more ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes());
     for (std::uint32_t j = 0; j < count; ++j) {
       if (visible_rows(page, positions[j]) == 0) continue;
-      for (std::uint32_t h = 0; h < heads; ++h) {
-        const std::size_t x = std::size_t{j} * heads + h;
-        merge_partial(m[x], s[x], acc + x * dim, scratch.page_m[x], scratch.page_s[x], scratch.page_acc.data() + x * dim,
-                      dim);
-        if (want_mass) scratch.log_mass[i * mass_stride + x] = scratch.page_m[x] + std::log(scratch.page_s[x]);
+      const std::size_t x = std::size_t{j} * heads;
+      if (want_mass) {
+        for (std::uint32_t h = 0; h < heads; ++h)
+          scratch.log_mass[i * mass_stride + x + h] = scratch.page_m[x + h] + std::log(scratch.page_s[x + h]);
       }
+      merge_partials(m + x, s + x, acc + x * dim, scratch.page_m.data() + x, scratch.page_s.data() + x,
+                     scratch.page_acc.data() + x * dim, heads, dim);
     }
   }
   finish_state(job, q0, count, m, s, acc);
@@ -249,13 +273,13 @@ inline void run_part(const std::byte* arena, const AttentionJob& job, std::uint3
     const AttentionPage& next = job.pages[i + 1 < end ? i + 1 : i];
     page_partials(arena + page.arena_offset, page, shape, q, &position, 1, scratch,
                   i + 1 < end ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes());
-    float* lm = split.log_mass.data() + std::size_t{i} * heads;
-    for (std::uint32_t h = 0; h < heads; ++h) lm[h] = scratch.page_m[h] + std::log(scratch.page_s[h]);
+    if (job.page_mass != nullptr) {  // log mass only for jobs that report page mass
+      float* lm = split.log_mass.data() + std::size_t{i} * heads;
+      for (std::uint32_t h = 0; h < heads; ++h) lm[h] = scratch.page_m[h] + std::log(scratch.page_s[h]);
+    }
     if (part == 0) {
-      for (std::uint32_t h = 0; h < heads; ++h) {
-        merge_partial(state[h], state[heads + h], state + 2 * heads + std::size_t{h} * dim, scratch.page_m[h],
-                      scratch.page_s[h], scratch.page_acc.data() + std::size_t{h} * dim, dim);
-      }
+      merge_partials(state, state + heads, state + 2 * heads, scratch.page_m.data(), scratch.page_s.data(),
+                     scratch.page_acc.data(), heads, dim);
     } else {
       float* rec = split.partials.data() + std::size_t{i} * record;
       std::memcpy(rec, scratch.page_m.data(), std::size_t{heads} * 4);
@@ -301,10 +325,7 @@ void finish_split(const AttentionJob& job, AttentionSplit& split, float* mass) {
          i < task.page_begin + task.page_count; ++i) {
       if (visible_rows(job.pages[i], position) == 0) continue;
       const float* rec = split.partials.data() + std::size_t{i} * record;
-      for (std::uint32_t h = 0; h < heads; ++h) {
-        merge_partial(m[h], s[h], acc + std::size_t{h} * dim, rec[h], rec[heads + h], rec + 2 * heads + std::size_t{h} * dim,
-                      dim);
-      }
+      merge_partials(m, s, acc, rec, rec + heads, rec + 2 * heads, heads, dim);
     }
     finish_state(job, query, 1, m, s, acc);
     if (mass != nullptr) {

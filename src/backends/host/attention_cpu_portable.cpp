@@ -82,11 +82,24 @@ inline float exp_sum(float* x, std::uint32_t n, float m) {
   return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
-// acc[h][:] += p[h][r] · v[r][:] for r < n, rows in order.
+// max(x[0], …, x[n-1]), 1 ≤ n ≤ 16.
+inline float tile_max(const float* x, std::uint32_t n) {
+  float m = x[0];
+  for (std::uint32_t r = 1; r < n; ++r) m = std::max(m, x[r]);
+  return m;
+}
+
+// x[i] = exp(x[i]) for the 16 values of a merge's scales.
+inline void exp16(float* x) {
+  for (std::uint32_t i = 0; i < 16; ++i) x[i] = std::exp(x[i]);
+}
+
+// acc[h][:] += p[h][r] · v[r][:] for r < n, rows in order (acc zeroed first when `fresh`).
 inline void values(float* acc, const float* p, const std::byte* v, std::uint64_t stride, DType dtype, std::uint32_t n,
-                   std::uint32_t dim, std::uint32_t heads) {
+                   std::uint32_t dim, std::uint32_t heads, bool fresh) {
   for (std::uint32_t h = 0; h < heads; ++h) {
     float* a = acc + std::size_t{h} * dim;
+    if (fresh) std::fill(a, a + dim, 0.0f);
     for (std::uint32_t r = 0; r < n; ++r) {
       const float pr = p[std::size_t{h} * 16 + r];
       for (std::uint32_t d = 0; d < dim; ++d) a[d] += pr * element(v + r * stride, dtype, d);

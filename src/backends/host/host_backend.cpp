@@ -431,16 +431,21 @@ void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t per
 
 void HostBackend::apply_attention(const Command& command, bool threaded) {
   AttentionJob& job = jobs_[command.job];
-  const std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
+  std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
   // Enough units for the threads: when queries are fewer than threads, cut
-  // each query's page list into parts (merged in page order afterwards).
+  // each query's page list into parts (merged in page order afterwards) —
+  // when the pages are enough to pay for waking a helper: below
+  // split_pages_min pages per query the call runs on this thread alone.
+  // Outputs are the same bits either way (attention_cpu.hpp).
+  constexpr std::size_t split_pages_min = 64;
   const auto queries = static_cast<std::uint32_t>(job.positions.size());
   job.page_parts = 1;
-  if (queries < threads && queries > 0) {
+  if (queries < threads && queries > 0 && job.pages.size() >= split_pages_min * queries) {
     const std::uint32_t parts = threads / queries;
     if (job.can_split(parts, split_)) job.page_parts = parts;
   }
   const std::uint32_t units = job.units();
+  if (units <= 1) threads = 1;  // one unit: no helper to wake (its page mass would be zeros)
   const std::size_t pages = job.pages.size();
   const bool mass = job.page_mass != nullptr;
   // A static split of the units over the threads, interleaved (later prefill

@@ -224,6 +224,53 @@ TEST(HostThreaded, DeviceLossReleasesWaitersAndRefusesWork) {
   EXPECT_FALSE(backend->record(QueueKind::h2d).ok());
 }
 
+// A decode call (one query) with 1 or 2 compute threads, below and above the
+// page count from which the backend splits a query's pages over its threads
+// (64): the same output bits either way.
+std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages) {
+  BackendOptions options;
+  options.compute_threads = threads;
+  auto backend = make(options);
+  const AttentionShape shape{8, 2, 32, DType::f16, 0.17677669f};
+  constexpr std::uint32_t page_tokens = 16;
+  const std::uint64_t page_bytes = page_tokens * shape.row_bytes();
+  std::byte* arena = backend->arena_host_view().data();
+  std::uint32_t lcg = 7;
+  for (std::uint64_t i = 0; i + 2 <= pages * page_bytes; i += 2) {
+    lcg = lcg * 1664525u + 1013904223u;
+    const auto h = static_cast<std::uint16_t>(0x3000 + (lcg >> 16) % 0x0c00);  // f16 in [0.125, 1)
+    std::memcpy(arena + i, &h, 2);
+  }
+  std::vector<AttentionPage> table(pages);
+  for (std::uint32_t k = 0; k < pages; ++k) table[k] = {(pages - 1 - k) * page_bytes, k * page_tokens, page_tokens};
+  std::vector<float> q(std::size_t{shape.q_heads} * shape.head_dim), out(q.size(), -1.0f);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.05f * static_cast<float>(i % 13) - 0.3f;
+  const std::uint32_t position = pages * page_tokens - 1;
+  const AttentionTask task{0, pages, 0, 1};
+  AttentionBatch batch;
+  batch.shape = shape;
+  batch.tasks = std::span<const AttentionTask>(&task, 1);
+  batch.pages = table;
+  batch.query_positions = std::span<const std::uint32_t>(&position, 1);
+  batch.queries = q;
+  batch.output = out;
+  const Result<Fence> fence = backend->attention(batch);
+  EXPECT_TRUE(fence.ok());
+  if (!fence.ok()) return out;
+  EXPECT_EQ(backend->wait_host(fence.value(), 10s).value(), FenceOutcome::signalled);
+  backend->release_fence(fence.value());
+  return out;
+}
+
+TEST(HostThreaded, ADecodeCallIsTheSameBitsOnOneOrTwoThreadsEitherSideOfTheSplitThreshold) {
+  for (const std::uint32_t pages : {40u, 100u}) {
+    const std::vector<float> one = decode_attention(1, pages);
+    const std::vector<float> two = decode_attention(2, pages);
+    EXPECT_NE(one[0], -1.0f) << pages << " pages: no output written";
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << pages << " pages";
+  }
+}
+
 TEST(HostBackendFactory, FaultsNeedTheDeterministicModeAndSaneRates) {
   BackendOptions options;
   options.faults.failed_fence = 0.1;
