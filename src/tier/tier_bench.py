@@ -6,7 +6,8 @@ the first turn on A (writes the blocks), then the same follow-up on B (restores
 them) and on C (prefills them). TTFT is the latency of a max_tokens=1 request
 (one prefill + one sampled token). Prints a table; figures go to docs/BENCHMARKS.md.
 
-usage: tier_bench.py path/to/activekv [sizes, default 1024,4096,8000]
+usage: tier_bench.py path/to/activekv [sizes, default 1024,4096,7900]
+       tier_bench.py --bandwidth      (the read bandwidth part alone, no model)
 """
 import json
 import os
@@ -96,9 +97,41 @@ def loopback_copy(nbytes):
     return dt
 
 
+def bandwidth_only(blocks=32, block_bytes=5_898_304):
+    # Without servers: `blocks` values the size of a default-model block (256 tokens × 30 layers ×
+    # 768 B + 64), then the same pipelined GET and loopback copy as after the TTFT table.
+    port = free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        keys = [b"akv:bench:%d" % i for i in range(blocks)]
+        value = os.urandom(block_bytes)
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            f = s.makefile("rb", buffering=0)
+            for k in keys:
+                s.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(k), k, len(value)) + value + b"\r\n")
+                f.readline()
+        get_s, got = [], 0
+        for _ in range(5):
+            t, got = pipelined_get(port, keys)
+            get_s.append(t)
+        copy_s = [loopback_copy(got) for _ in range(5)]
+        g, l = sorted(get_s)[2], sorted(copy_s)[2]
+        print(f"{blocks} values of {block_bytes / 1e6:.2f} MB: pipelined GET of all {got / 1e6:.0f} MB: {g:.3f} s = "
+              f"{got / g / 1e9:.2f} GB/s; loopback TCP copy of the same bytes: {l:.3f} s = {got / l / 1e9:.2f} GB/s "
+              f"(medians of 5; GET/loopback {g / l:.2f})")
+    finally:
+        redis.send_signal(signal.SIGTERM)
+        redis.wait()
+
+
 def main():
+    if "--bandwidth" in sys.argv[1:]:
+        bandwidth_only()
+        return
     binary = sys.argv[1]
-    sizes = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1024,4096,8000").split(",")]
+    sizes = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1024,4096,7900").split(",")]
     tmp = tempfile.mkdtemp(prefix="akv-tier-bench-")
     port = free_port()
     base = {"host_pool": "360MiB", "device_pool": "24MiB", "page_tokens": 16, "tile_tokens": 1024, "tiles": 4,
@@ -120,9 +153,14 @@ def main():
     try:
         print("| prompt tokens | restored (B) | TTFT restored s | TTFT prefilled (C) s | ratio | same token |")
         print("|---|---|---|---|---|---|")
+        _, probe, _, _ = timed(c, " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog."
+                                           for i in range(1000, 1040)))
+        per_line = probe / 40
         for n in sizes:
-            _, probe, _, _ = timed(c, " ".join(f"w{i}" for i in range(1000, 1100)))
-            prompt = " ".join(f"w{i}" for i in range(int((n - 8) * 100 / probe)))
+            # Lines of about the same token count each (probed once), a distinct number per line.
+            # Its own first words per size: neither B nor C holds any of it locally from an earlier row.
+            prompt = f"Size {n}. " + " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(
+                int((n - 12) / per_line)))
             timed(a, prompt)  # the first turn on A: writes its blocks
             time.sleep(2.0)
             follow = prompt + " Next."
