@@ -30,7 +30,7 @@ from serve_tier_test import free_port, redis_cli, metric  # noqa: E402
 def timed(server, prompt):
     t0 = time.perf_counter()
     status, _, body = server.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0},
-                                      timeout=600)
+                                      timeout=1800)
     dt = time.perf_counter() - t0
     assert status == 200, body[:200]
     r = json.loads(body)
