@@ -1,7 +1,9 @@
 // redis_tier.cpp — see redis_tier.hpp.
 #include "tier/redis_tier.hpp"
 
+#include <array>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -115,8 +117,9 @@ void RedisTier::offer(std::span<const std::int32_t> tokens, std::span<const std:
       block_layers_[l] = layer_segments[l].subspan(std::uint64_t{b} * layer_bytes, layer_bytes);
     }
     const TierBlockIdentity id{settings_.model_identity, g, B, b, chain_[b]};
-    const bool queued =
-        writer_->submit(tier_block_key(settings_.model_identity, g, chain_[b]), id, block_layers_, lease);
+    std::array<char, kTierKeyBytes> key;  // no allocation on the engine thread
+    const std::size_t n = tier_block_key_to(key, settings_.model_identity, g, chain_[b]);
+    const bool queued = writer_->submit(std::string_view(key.data(), n), id, block_layers_, lease);
     if (queued) remember(chain_[b]);
   }
 }

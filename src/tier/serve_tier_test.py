@@ -242,6 +242,9 @@ def main():
             if cached >= 2 * block:
                 break
         check(cached >= 2 * block, f"restarted: B restored from the tier again (cached_tokens {cached})")
+        for name, server in (("A", a), ("B", b)):
+            allocs = metric(server, "heap_allocations_after_warmup")
+            check(allocs == 0, f"{name}: no heap allocation on the engine thread's step path ({allocs})")
         print(f"B: hits {metric(b, 'tier_hits_total')}, misses {metric(b, 'tier_misses_total')}, "
               f"errors {metric(b, 'tier_errors_total')}, refused {metric(b, 'tier_refused_total')}, "
               f"bytes read {metric(b, 'tier_bytes_read_total')}, dropped writes {metric(b, 'tier_dropped_writes_total')}")
