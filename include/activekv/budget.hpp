@@ -244,6 +244,14 @@ class BudgetManager {
   // (no_usable_history). Returns false when already retired.
   bool retire_history(std::uint32_t slot) noexcept;
   bool history_retired(std::uint32_t slot) const noexcept { return retired_[slot] != 0; }
+  // A history a background reader still reads (the KV tier's write-behind, docs/TIER.md): held
+  // while its context runs, it does not return to the free list when the context leaves, so no
+  // admission can write into it, until release_history(). Invariant: free + running + retired +
+  // held (not retired) histories = slots.
+  void hold_history(std::uint32_t slot) noexcept;
+  void release_history(std::uint32_t slot) noexcept;  // back on the free list (unless retired); admits from the queue
+  bool history_held(std::uint32_t slot) const noexcept { return held_[slot] != 0; }
+  std::uint32_t histories_held() const noexcept { return held_count_; }
   // A free history that still holds a retained prefix (the runtime's prefix index) carries a
   // recency stamp > 0; admission takes such a history only when no other is free, the smallest
   // stamp first. The stamp is an ordering hint only: a retained history is a free history.
@@ -295,6 +303,8 @@ class BudgetManager {
   std::uint32_t free_slot_count_ = 0;
   std::vector<std::uint8_t> retired_;   // per slot: the history is out of use for good
   std::uint32_t retired_count_ = 0;
+  std::vector<std::uint8_t> held_;      // per slot: a background reader holds the history (hold_history)
+  std::uint32_t held_count_ = 0;        // held, left, and not retired: neither free nor running
   std::vector<std::uint64_t> retained_stamp_;  // per slot: > 0 while a free history holds a retained prefix
   std::vector<Waiting> queue_;                // FIFO ring, queue_max
   std::uint32_t queue_head_ = 0;

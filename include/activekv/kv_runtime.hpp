@@ -133,6 +133,7 @@ struct KvCounters {
   std::uint64_t retained_histories = 0;       // a level: histories holding a retained prefix now
   // The shared KV tier (docs/TIER.md):
   std::uint64_t tier_restores = 0;            // admissions that restored blocks from the tier
+  std::uint64_t tier_leases = 0;              // finished histories held while the tier's writer read them
   std::uint64_t tier_restored_tokens = 0;     // prompt tokens restored from the tier instead of prefilled
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
@@ -167,6 +168,17 @@ class KvRuntime {
                                            std::span<const std::int32_t> prompt, std::uint32_t& reused_tokens) = 0;
   // Requests admitted from the queue since the last call (after finish/cancel freed room).
   virtual std::uint32_t take_admitted(std::span<AdmitResult> out) = 0;
+  // The shared KV tier (docs/TIER.md), between steps; without a tier: true, nothing held.
+  // prepare_tier: gives back the histories the tier's writer finished reading, then starts (or
+  // checks) the background lookup of `prompt`'s whole blocks past its longest local prefix. True:
+  // open_context may run now (the lookup ended, or there is nothing to look up); false: the
+  // lookup runs, ask again (the request waits in admission; other contexts keep stepping).
+  virtual bool prepare_tier(std::span<const std::int32_t> prompt) = 0;
+  // Gives back the histories the tier's writer finished reading; returns how many are still held
+  // (finished contexts whose rows it still reads: neither free nor running).
+  virtual std::uint32_t release_tier_leases() = 0;
+  // Waits up to timeout_ms for the tier's lookup to end or a write to finish; false without a tier.
+  virtual bool wait_tier(std::uint32_t timeout_ms) = 0;
   // Returns the history and every page. Between steps only.
   virtual void finish(ContextId context) = 0;
   // As finish; with prefix reuse on, the history's full pages stay as a retained prefix indexed by
@@ -214,7 +226,8 @@ class KvRuntime {
   virtual std::uint32_t pages_quarantined() const = 0;
   virtual std::uint32_t histories_free() const = 0;
   // Host histories retired for good: a failed copy quarantined part of their host range.
-  // histories_free() + running contexts + histories_retired() = concurrency.
+  // histories_free() + running contexts + histories_retired() + histories held by the tier's
+  // writer (release_tier_leases) = concurrency.
   virtual std::uint32_t histories_retired() const = 0;
   // Staging tiles still usable (not quarantined). With none, every step is refused.
   virtual std::uint32_t tiles_usable() const = 0;

@@ -58,6 +58,7 @@ BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& 
   for (std::uint32_t i = 0; i < slots; ++i) free_slots_[i] = slots - 1 - i;  // slot 0 is used first
   free_slot_count_ = slots;
   retired_.assign(slots, 0);
+  held_.assign(slots, 0);
   retained_stamp_.assign(slots, 0);
   queue_.resize(std::max(1u, plan.queue_max));
   admitted_.resize(std::max(1u, slots));  // entries are running contexts (finish removes theirs)
@@ -218,6 +219,13 @@ bool BudgetManager::retire_history(std::uint32_t slot) noexcept {
   AK_ASSERT(slot < contexts_.size(), "retire_history of a slot outside the budget manager");
   AK_ASSERT(!contexts_[slot].running, "a running context's history is retired only after it is cancelled");
   if (retired_[slot] != 0) return false;
+  if (held_[slot] != 0 && !contexts_[slot].running) {  // held off the free list: retired when released
+    retired_[slot] = 1;
+    ++retired_count_;
+    --held_count_;
+    record(DecisionKind::retire, Reason::host_range_quarantined, slot, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0);
+    return true;
+  }
   // Out of the free list, keeping its order (slot 0 is used first).
   std::uint32_t kept = 0;
   for (std::uint32_t i = 0; i < free_slot_count_; ++i) {
@@ -229,6 +237,23 @@ bool BudgetManager::retire_history(std::uint32_t slot) noexcept {
   ++retired_count_;
   record(DecisionKind::retire, Reason::host_range_quarantined, slot, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0);
   return true;
+}
+
+void BudgetManager::hold_history(std::uint32_t slot) noexcept {
+  AK_ASSERT(slot < contexts_.size(), "hold_history of a slot outside the budget manager");
+  AK_ASSERT(contexts_[slot].running, "a history is held while its context runs, before it leaves");
+  held_[slot] = 1;
+}
+
+void BudgetManager::release_history(std::uint32_t slot) noexcept {
+  AK_ASSERT(slot < contexts_.size() && held_[slot] != 0, "release_history of a history that is not held");
+  held_[slot] = 0;
+  if (contexts_[slot].running) return;  // still running: it leaves as usual
+  if (retired_[slot] != 0) return;      // retired while held: stays out of use (counted as retired)
+  --held_count_;
+  free_slots_[free_slot_count_++] = slot;
+  admit_from_queue();
+  AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after release_history");
 }
 
 void BudgetManager::release_all(std::uint32_t slot) noexcept {
@@ -247,7 +272,11 @@ void BudgetManager::release_all(std::uint32_t slot) noexcept {
   floors_committed_ -= c.budget.floor_pages;
   c.running = false;
   --running_;
-  free_slots_[free_slot_count_++] = slot;
+  if (held_[slot] != 0) {
+    ++held_count_;  // a background reader still reads it: off the free list until release_history
+  } else {
+    free_slots_[free_slot_count_++] = slot;
+  }
   // A context admitted from the queue may finish before anyone took the news.
   std::uint32_t kept = 0;
   for (std::uint32_t i = 0; i < admitted_count_; ++i) {

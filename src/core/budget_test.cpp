@@ -197,6 +197,43 @@ TEST(Budget, ARetiredHistoryIsNeverAdmittedIntoAgain) {
   EXPECT_EQ(f.budgets.check(), nullptr);
 }
 
+TEST(Budget, AHeldHistoryStaysOffTheFreeListUntilReleased) {
+  MemorySettings s = small_settings(64, 2);
+  Fixture f(s);
+  const AdmitResult a = f.budgets.submit(1, 64);
+  const AdmitResult b = f.budgets.submit(2, 64);
+  ASSERT_EQ(a.outcome, AdmitOutcome::admitted);
+  ASSERT_EQ(b.outcome, AdmitOutcome::admitted);
+  // A background reader (the KV tier's writer) reads A's history: held before A leaves.
+  f.budgets.hold_history(a.handle.slot);
+  f.budgets.finish(a.handle);
+  EXPECT_TRUE(f.budgets.history_held(a.handle.slot));
+  EXPECT_EQ(f.budgets.histories_held(), 1u);
+  EXPECT_EQ(f.budgets.histories_free(), 0u);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  // A request waits; it is not admitted into the held history.
+  const AdmitResult c = f.budgets.submit(3, 64);
+  EXPECT_EQ(c.outcome, AdmitOutcome::queued);
+  EXPECT_EQ(c.reason, Reason::no_free_history);
+  AdmitResult admitted[2];
+  EXPECT_EQ(f.budgets.take_admitted(admitted), 0u);
+  // The reader is done: the history returns and the waiting request is admitted into it.
+  f.budgets.release_history(a.handle.slot);
+  EXPECT_EQ(f.budgets.histories_held(), 0u);
+  ASSERT_EQ(f.budgets.take_admitted(admitted), 1u);
+  EXPECT_EQ(admitted[0].handle.slot, a.handle.slot);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  // Held, then retired while held (a failed copy found later): it never returns.
+  f.budgets.hold_history(b.handle.slot);
+  f.budgets.finish(b.handle, /*retire=*/true);
+  EXPECT_TRUE(f.budgets.history_retired(b.handle.slot));
+  EXPECT_EQ(f.budgets.histories_held(), 0u);
+  f.budgets.release_history(b.handle.slot);
+  EXPECT_EQ(f.budgets.histories_free(), 0u);
+  EXPECT_EQ(f.budgets.histories_retired(), 1u);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
 TEST(Budget, ARunAtItsBudgetSlidesInPlace) {
   MemorySettings s = small_settings(24, 1);
   s.floor_pages = 6;

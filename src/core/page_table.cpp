@@ -278,11 +278,12 @@ const char* BudgetManager::check() const noexcept {
   const std::uint64_t in_use = static_cast<std::uint64_t>(pool.pages_owned()) + pool.pages_staging();
   if (assigned < in_use) return "a page in use belongs to no running context";
   if (assigned > in_use + pool.pages_quarantined()) return "a context holds a page that is free";
-  if (free_slot_count_ + running_ + retired_count_ != contexts_.size()) {
-    return "free + running + retired histories differ from the slots";
+  if (free_slot_count_ + running_ + retired_count_ + held_count_ != contexts_.size()) {
+    return "free + running + retired + held histories differ from the slots";
   }
   for (std::uint32_t i = 0; i < free_slot_count_; ++i) {
     if (retired_[free_slots_[i]] != 0) return "a retired history is on the free list";
+    if (held_[free_slots_[i]] != 0) return "a held history is on the free list";
   }
   return nullptr;
 }

@@ -13,12 +13,8 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
                                                 std::span<const std::int32_t> prompt, std::uint32_t& reused_tokens) {
   reused_tokens = 0;
   if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
-  // The longest retained prefix, leaving at least one prompt token to prefill (its logits).
-  runtime::PrefixMatch match;
-  if (prefix_ != nullptr && prompt.size() > plan_.arena.page_tokens) {
-    const auto pages_max = static_cast<std::uint32_t>((prompt.size() - 1) / plan_.arena.page_tokens);
-    match = prefix_->longest(prompt, pages_max);
-  }
+  if (tier_ != nullptr) release_tier_leases();
+  const runtime::PrefixMatch match = local_prefix(prompt);
   // In place only when the prompt takes the whole retained prefix (a conversation's follow-up):
   // adopting a shorter part in place would cut the rest of that history. Otherwise admission takes
   // another free history and the matched pages are copied (from a free or a running history).
@@ -38,6 +34,37 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens);
   }
   return result;
+}
+
+// The longest retained prefix, leaving at least one prompt token to prefill (its logits).
+runtime::PrefixMatch KvRuntimeImpl::local_prefix(std::span<const std::int32_t> prompt) const noexcept {
+  runtime::PrefixMatch match;
+  if (prefix_ != nullptr && prompt.size() > plan_.arena.page_tokens) {
+    const auto pages_max = static_cast<std::uint32_t>((prompt.size() - 1) / plan_.arena.page_tokens);
+    match = prefix_->longest(prompt, pages_max);
+  }
+  return match;
+}
+
+bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
+  if (tier_ == nullptr) return true;
+  release_tier_leases();
+  std::uint32_t first = 0, end = 0;
+  if (!tier_blocks(prompt, local_prefix(prompt).pages * plan_.arena.page_tokens, first, end)) return true;
+  return tier_->prepare(prompt, first, end);
+}
+
+std::uint32_t KvRuntimeImpl::release_tier_leases() {
+  if (tier_ == nullptr || budgets_.histories_held() == 0) return 0;
+  bool released = false;
+  for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {
+    if (budgets_.history_held(slot) && !budgets_.context(slot).running && !tier_->lease_held(slot)) {
+      budgets_.release_history(slot);  // may admit a queued request into it
+      released = true;
+    }
+  }
+  if (released) sweep_retained();  // a retained prefix in a history just taken is dropped
+  return budgets_.histories_held();
 }
 
 std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
@@ -106,12 +133,8 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
                                                std::uint32_t reused) noexcept {
   const std::uint32_t B = tier_->block_tokens();
   const std::uint32_t P = plan_.arena.page_tokens;
-  AK_ASSERT(B > 0 && B % P == 0, "kv tier: a block is a whole number of pages");
-  if (prompt.size() <= B) return reused;
-  const auto blocks_end = static_cast<std::uint32_t>(
-      std::min<std::size_t>((prompt.size() - 1) / B, plan_.host.max_context_tokens / B));
-  const std::uint32_t first_block = reused / B;
-  if (blocks_end <= first_block || std::uint64_t{blocks_end} * B <= reused) return reused;
+  std::uint32_t first_block = 0, blocks_end = 0;
+  if (!tier_blocks(prompt, reused, first_block, blocks_end)) return reused;
   const std::span<std::byte> host = backend_.host_pool();
   for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
     tier_segments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
@@ -127,6 +150,16 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
   ++counters_.tier_restores;
   counters_.tier_restored_tokens += length - reused;
   return length;
+}
+
+bool KvRuntimeImpl::tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
+                                std::uint32_t& end) const noexcept {
+  const std::uint32_t B = tier_->block_tokens();
+  AK_ASSERT(B > 0 && B % plan_.arena.page_tokens == 0, "kv tier: a block is a whole number of pages");
+  if (prompt.size() <= B) return false;
+  end = static_cast<std::uint32_t>(std::min<std::size_t>((prompt.size() - 1) / B, plan_.host.max_context_tokens / B));
+  first = reused / B;
+  return end > first && std::uint64_t{end} * B > reused;
 }
 
 void KvRuntimeImpl::drop_retained(std::uint32_t slot, Reason reason) noexcept {
@@ -173,7 +206,13 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
     for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
       tier_csegments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
     }
-    tier_->offer(tokens.first(usable), tier_csegments_);
+    tier_->offer(tokens.first(usable), tier_csegments_, slot);
+    // The writer reads these rows after this returns: the history stays off the free list until
+    // it has (release_tier_leases), so no admission can write into it meanwhile.
+    if (tier_->lease_held(slot)) {
+      budgets_.hold_history(slot);
+      ++counters_.tier_leases;
+    }
   }
   if (prefix_ == nullptr || usable < plan_.arena.page_tokens || history_quarantined(slot) || slot_faulted_[slot] != 0) {
     leave(context, /*finished=*/true);

@@ -168,6 +168,9 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
   std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
   std::uint32_t histories_free() const override { return budgets_.histories_free(); }
+  bool prepare_tier(std::span<const std::int32_t> prompt) override;
+  std::uint32_t release_tier_leases() override;
+  bool wait_tier(std::uint32_t timeout_ms) override { return tier_ != nullptr && tier_->wait(timeout_ms); }
   std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
   std::uint32_t tiles_usable() const override { return leases_.buffers() - leases_.count(LeaseState::quarantined); }
 
@@ -281,6 +284,10 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
   std::vector<std::span<const std::byte>> tier_csegments_;  // [dense layers] the same, read-only
   std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
+  // The prompt's whole blocks [first, end) the tier may give past `reused` local tokens; false: none.
+  bool tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
+                   std::uint32_t& end) const noexcept;
+  runtime::PrefixMatch local_prefix(std::span<const std::int32_t> prompt) const noexcept;
   std::unique_ptr<runtime::PrefixIndex> prefix_;
   std::vector<std::uint32_t> retained_generation_;  // per slot: the context generation the retained prefix belongs to
   std::vector<std::uint64_t> retained_request_;     // per slot: the request that wrote it

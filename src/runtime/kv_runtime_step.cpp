@@ -48,6 +48,7 @@ void KvRuntimeImpl::release_fence(Fence& fence) noexcept {
 Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   AK_ASSERT(!step_open_, "kv runtime: begin_step() while a step is open");
   StepScope scope(counters_);
+  if (tier_ != nullptr) release_tier_leases();  // histories the tier's writer finished reading
   if (stalled_) {
     return make_error(ErrorCode::backend, "--fence-timeout",
                       "an earlier step's work did not resolve within the fence timeout and may still touch the "

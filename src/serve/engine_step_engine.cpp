@@ -63,6 +63,7 @@ struct EngineStepEngine::Parts {
 EngineStepEngine::EngineStepEngine(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 EngineStepEngine::~EngineStepEngine() {
   if (parts_ == nullptr) return;
+  if (parts_->tier != nullptr) parts_->tier->drain();  // its writer reads the host pool: done before it goes
   parts_->engine.reset();  // the forward pass holds a reference into the runtime
   parts_->runtime.reset();
   parts_->backend.reset();
@@ -203,6 +204,14 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
     }
     return {AdmitOutcome::floor_does_not_fit, {}, 0};
   }
+  if (p.tier != nullptr) {
+    // The shared tier (docs/TIER.md): its lookup runs on its own thread; the head waits here,
+    // between steps, while running contexts step. A history its writer still reads is not free.
+    if (!p.runtime->prepare_tier(prompt)) return {AdmitOutcome::tier_pending, {}, 0};
+    if (p.runtime->histories_free() == 0 && p.runtime->release_tier_leases() > 0) {
+      return {AdmitOutcome::tier_pending, {}, 0};
+    }
+  }
   if (p.runtime->histories_free() == 0) return {AdmitOutcome::no_free_history, {}, 0};
   const std::uint64_t id = p.next_request_id++;
   std::uint32_t reused = 0;
@@ -223,6 +232,8 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
   AK_ASSERT(false, "EngineStepEngine::admit: the runtime refused a request that fits max context");
   return {AdmitOutcome::floor_does_not_fit, {}, 0};
 }
+
+void EngineStepEngine::wait_admission(std::uint32_t timeout_ms) { parts_->runtime->wait_tier(timeout_ms); }
 
 void EngineStepEngine::set_sampling(ContextHandle context, const SamplingSettings& sampling) {
   AK_ASSERT(context.index < parts_->samplers.size(), "EngineStepEngine::set_sampling: context index beyond the histories");
@@ -315,7 +326,11 @@ EngineCounters EngineStepEngine::counters() const {
 // Compared with what was allocated (the plan's concurrency: min(max_seqs, histories that fit)), never with
 // what the pool could hold: a pool larger than max_seqs histories is no leak.
 bool EngineStepEngine::all_returned() const {
-  const Parts& p = *parts_;
+  Parts& p = *parts_;
+  if (p.tier != nullptr) {  // histories the tier's writer read are given back once it is done
+    p.tier->drain();
+    p.runtime->release_tier_leases();
+  }
   return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
          p.runtime->check() == nullptr;
 }

@@ -127,6 +127,16 @@ void FakeEngine::drop_retained(Slot& s) {
 
 Admission FakeEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) {
   AK_ASSERT(tokens_max <= config_.max_context_tokens, "FakeEngine::admit: longer than max context");
+  if (config_.tier_pending_admits > 0) {  // as the real engine with a KV tier: its lookup runs first
+    if (prompt.data() != tier_prompt_) {
+      tier_prompt_ = prompt.data();
+      tier_left_ = config_.tier_pending_admits;
+    }
+    if (tier_left_ > 0) {
+      --tier_left_;
+      return {AdmitOutcome::tier_pending, {}, 0};
+    }
+  }
   if (live_ >= plan_.concurrency) return {AdmitOutcome::no_free_history, {}, 0};
   if (std::uint64_t{live_ + 1} * floor_pages() > config_.pool_pages) return {AdmitOutcome::floor_does_not_fit, {}, 0};
   const std::uint32_t P = config_.page_tokens;

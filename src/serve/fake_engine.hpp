@@ -48,6 +48,7 @@ struct FakeEngineConfig {
   double token_cost_s = 0.0001;
   double wall_sleep_s = 0;                // real seconds each step sleeps (a server's load test paces with it)
   bool prefix_reuse = false;              // retain finished histories' full pages; adopt them
+  std::uint32_t tier_pending_admits = 0;  // each prompt's first N admit() calls say tier_pending (a KV tier lookup in flight)
 };
 
 class FakeEngine final : public StepEngine {
@@ -60,6 +61,8 @@ class FakeEngine final : public StepEngine {
   Result<std::vector<std::int32_t>> encode(std::string_view text) override;
   std::string decode(std::span<const std::int32_t> tokens) override;
   Admission admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) override;
+  void wait_admission(std::uint32_t) override { ++tier_waits_; }
+  std::uint32_t tier_waits() const noexcept { return tier_waits_; }  // wait_admission() calls (tests)
   // The fake model's token is a function of the sequence's hash: it has no
   // distribution to sample from, so every context stays deterministic.
   void set_sampling(ContextHandle, const SamplingSettings&) override {}
@@ -110,6 +113,9 @@ class FakeEngine final : public StepEngine {
   std::uint64_t finishes_ = 0;
   std::uint64_t retain_stamp_ = 0;
   EngineCounters counters_{};
+  const std::int32_t* tier_prompt_ = nullptr;  // the prompt tier_left_ counts for
+  std::uint32_t tier_left_ = 0;
+  std::uint32_t tier_waits_ = 0;
 };
 
 }  // namespace activekv::serve

@@ -32,6 +32,7 @@ const char* wait_reason_name(WaitReason reason) noexcept {
     case WaitReason::max_seqs: return "max_seqs";
     case WaitReason::behind_queue_head: return "behind_queue_head";
     case WaitReason::session_turn: return "session_turn";
+    case WaitReason::kv_tier: return "kv_tier";
   }
   return "?";
 }
@@ -51,12 +52,14 @@ namespace {
 constexpr std::size_t pages_samples_max = 4u << 20;  // bound on the pages time series (entries)
 // Live mode's bounds on the time series (later entries are dropped, counted in steps_dropped).
 constexpr std::size_t live_steps_max = 1u << 16;
+constexpr std::uint32_t kTierWaitMs = 20;  // a head waiting on the KV tier, nothing running: wait, then admit again
 constexpr std::size_t live_token_samples_max = 1u << 18;
 
 WaitReason wait_reason_of(AdmitOutcome outcome) {
   switch (outcome) {
     case AdmitOutcome::no_free_history: return WaitReason::no_free_history;
     case AdmitOutcome::floor_does_not_fit: return WaitReason::floor_does_not_fit;
+    case AdmitOutcome::tier_pending: return WaitReason::kv_tier;
     case AdmitOutcome::admitted: break;
   }
   AK_ASSERT(false, "an admitted context has no wait reason");
@@ -306,6 +309,13 @@ void Scheduler::admit(double now_s) {
     // Below the configured cap, the engine's admission (histories, floors) decides and says why.
     const Admission admission =
         engine_.admit(std::span<const std::int32_t>(r.tokens).first(r.prompt_tokens), r.prompt_tokens + r.max_tokens);
+    if (admission.outcome == AdmitOutcome::tier_pending) {
+      // Waits in admission, never on the step path: running contexts keep stepping; with none,
+      // the engine thread waits (bounded) for the tier and advance() comes back.
+      head_reason_ = WaitReason::kv_tier;
+      if (running_count_ == 0) engine_.wait_admission(kTierWaitMs);
+      return;
+    }
     if (admission.outcome != AdmitOutcome::admitted) {
       if (running_count_ > 0) {
         head_reason_ = wait_reason_of(admission.outcome);
@@ -498,7 +508,9 @@ Status Scheduler::advance() {
   intake(now_s);
   admit(now_s);
   if (running_count_ == 0) {
-    AK_ASSERT(queue_count_ == 0, "advance: with nothing running the queue head is admitted or rejected");
+    AK_ASSERT(queue_count_ == 0 || head_reason_ == WaitReason::kv_tier,
+              "advance: with nothing running the queue head is admitted, rejected or waits on the KV tier");
+    if (queue_count_ > 0) return {};  // the head waits on the KV tier: admit again
     if (live_ || done()) return {};  // live: the caller waits for the next submission
     const double next_s = next_arrival_s();
     AK_ASSERT(next_s < std::numeric_limits<double>::infinity(), "advance: requests remain but none can arrive");

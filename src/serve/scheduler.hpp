@@ -79,8 +79,9 @@ enum class WaitReason : std::uint8_t {
   max_seqs,            // the concurrency cap is reached
   behind_queue_head,   // FIFO: the head of the queue is waiting
   session_turn,        // the session's previous turn is still running
+  kv_tier,             // engine: the shared KV tier's lookup of the prompt runs (docs/TIER.md)
 };
-inline constexpr std::size_t wait_reason_count = 5;
+inline constexpr std::size_t wait_reason_count = 6;
 const char* wait_reason_name(WaitReason reason) noexcept;
 
 enum class RejectReason : std::uint8_t {

@@ -206,6 +206,29 @@ TEST(Scheduler, MaxSeqsCapIsAWaitReason) {
   EXPECT_EQ(run->scheduler->requests()[1].state, RequestState::finished);
 }
 
+// A KV tier lookup in flight (the engine says tier_pending) keeps the queue head waiting in
+// admission, never the step path: the running request steps on meanwhile; with nothing running the
+// engine is asked to wait (no spin, no rejection). Outputs equal the run without a tier.
+TEST(Scheduler, ATierLookupWaitsInAdmissionWhileOthersStep) {
+  FakeEngineConfig plain;
+  FakeEngineConfig tier = plain;
+  tier.tier_pending_admits = 6;
+  SchedulerConfig config;
+  std::mt19937 rng(11);
+  const std::vector<TraceRequest> trace = {request("a", 0, tokens(rng, 10), 30), request("b", 0.01, tokens(rng, 12), 5)};
+  auto with = run_all(trace, tier, config);
+  auto without = run_all(trace, plain, config);
+  const auto& r = with->scheduler->requests();
+  EXPECT_GT(with->engine->tier_waits(), 0u);  // "a" waited with nothing running
+  EXPECT_EQ(r[1].first_wait_reason, WaitReason::kv_tier);
+  EXPECT_GE(r[1].wait_steps[static_cast<std::size_t>(WaitReason::kv_tier)], 5u);  // "a" stepped each time
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    EXPECT_EQ(r[i].state, RequestState::finished);
+    EXPECT_EQ(r[i].tokens, without->scheduler->requests()[i].tokens) << trace[i].id;
+  }
+  EXPECT_STREQ(wait_reason_name(WaitReason::kv_tier), "kv_tier");
+}
+
 TEST(Scheduler, TooLongRequestIsRejectedWhileOthersRun) {
   FakeEngineConfig engine;
   engine.max_context_tokens = 256;

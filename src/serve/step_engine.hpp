@@ -32,6 +32,8 @@ enum class AdmitOutcome : std::uint8_t {
   admitted,
   no_free_history,     // every host-pool history is owned by a running context
   floor_does_not_fit,  // the device pool cannot hold another context's floor now
+  tier_pending,        // the shared KV tier's background lookup of the prompt runs, or its writer
+                       // still reads the only histories that could be free (bounded by its timeout)
 };
 
 // A context as the engine names it. Generation-checked by the engine.
@@ -142,6 +144,9 @@ class StepEngine {
   // With prefix reuse the context may adopt a retained history of the prompt's leading tokens
   // (Admission::reused_tokens). Retained histories never make admission wait: one is dropped instead.
   virtual Admission admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) = 0;
+  // After admit() said tier_pending with nothing else to step: waits up to timeout_ms for the
+  // tier's lookup or writer to move on. Engines without a tier never say tier_pending.
+  virtual void wait_admission(std::uint32_t timeout_ms) { (void)timeout_ms; }
   // Sets how an admitted context samples, from its next token on (allocation-free).
   // Contexts start greedy; an engine whose model has no logits (the fake one) ignores it.
   virtual void set_sampling(ContextHandle context, const SamplingSettings& sampling) = 0;

@@ -1,11 +1,12 @@
 // redis_tier.hpp — the KV runtime's tier port (kv_tier.hpp) on Redis: restore by a pipelined read, offer by write-behind.
 //
-// restore() runs on the caller's thread (the runtime's admission, between
-// steps): one pipelined GET of the prompt's block keys past the local prefix,
-// every value checked (tier_block.hpp) before a row is copied; bounded by the
-// command timeout, and after a failure by the back-off (a miss at once).
-// offer() copies each whole block not yet known to be in the tier into a free
-// write-behind slot (write_behind.hpp) and returns; the worker thread SETs it.
+// prepare() starts a background lookup (tier_lookup.hpp: one pipelined GET of
+// the prompt's block keys past the local prefix on the reader's own
+// connection, every value checked) and says whether it has ended; restore()
+// copies the rows it accepted into the history — the engine thread never
+// waits on the network. offer() hands each whole block not yet known to be in
+// the tier to the write-behind worker (write_behind.hpp), which reads the
+// history's rows under the caller's lease, encodes and SETs them.
 // "Known to be in the tier" is a direct-mapped table of recent chain hashes
 // (written or restored here), so a conversation's prefix is not written again
 // every turn; a forgotten entry only costs one redundant SET.
@@ -20,6 +21,7 @@
 #include "activekv/geometry.hpp"
 #include "activekv/kv_tier.hpp"
 #include "activekv/result.hpp"
+#include "tier/tier_lookup.hpp"
 #include "tier/tier_reader.hpp"
 #include "tier/tier_store.hpp"
 #include "tier/write_behind.hpp"
@@ -42,26 +44,34 @@ class RedisTier final : public KvTierPort {
   static Result<std::unique_ptr<RedisTier>> create(const RedisTierSettings& settings);
 
   std::uint32_t block_tokens() const noexcept override { return settings_.block_tokens; }
+  bool prepare(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end) override;
   std::uint32_t restore(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
                         std::span<const std::span<std::byte>> layer_segments) override;
-  void offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments) override;
+  void offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments,
+             std::uint32_t lease) override;
+  bool lease_held(std::uint32_t lease) const override { return writer_->lease_held(lease); }
+  bool wait(std::uint32_t timeout_ms) override;
 
   const TierCounters& counters() const noexcept { return counters_; }
   void drain() { writer_->drain(); }  // tests, shutdown
+  WriteBehind& writer() noexcept { return *writer_; }  // tests
+  TierLookup& lookup() noexcept { return *lookup_; }   // tests
 
  private:
-  explicit RedisTier(const RedisTierSettings& settings) : settings_(settings), reader_(settings.store, &counters_) {}
+  explicit RedisTier(const RedisTierSettings& settings) : settings_(settings) {}
   bool known(std::uint64_t chain_hash) const noexcept;
   void remember(std::uint64_t chain_hash) noexcept;
+  // The ended lookup covers blocks [first_block, blocks_end) of the chain in chain_.
+  bool lookup_covers(std::uint32_t first_block, std::uint32_t blocks_end) const noexcept;
+  std::uint32_t chain_of(std::span<const std::int32_t> prompt, std::uint32_t blocks_end);
 
   RedisTierSettings settings_;
   TierCounters counters_;
-  TierStore reader_;
+  std::unique_ptr<TierLookup> lookup_;
   std::unique_ptr<WriteBehind> writer_;
   std::vector<std::uint64_t> chain_;     // [max_context / block_tokens] scratch
   std::vector<std::uint64_t> known_;     // direct-mapped: recent chain hashes in the tier (0: empty)
   std::vector<std::span<const std::byte>> block_layers_;  // [dense layers] scratch
-  TierChainRead read_;
 };
 
 }  // namespace activekv::tier

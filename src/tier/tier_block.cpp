@@ -69,6 +69,14 @@ std::string tier_block_key(std::uint64_t model_identity, const Geometry& geometr
   return fmt::format("akv:{:016x}:{:016x}:{:016x}", model_identity, tier_geometry_hash(geometry), chain_hash);
 }
 
+std::size_t tier_block_key_to(std::span<char, kTierKeyBytes> out, std::uint64_t model_identity, const Geometry& geometry,
+                              std::uint64_t chain_hash) noexcept {
+  const auto r = fmt::format_to_n(out.data(), out.size(), "akv:{:016x}:{:016x}:{:016x}", model_identity,
+                                  tier_geometry_hash(geometry), chain_hash);
+  AK_ASSERT(r.size == kTierKeyBytes, "tier block: a key is 54 characters");
+  return r.size;
+}
+
 void encode_tier_block(const TierBlockIdentity& id, std::span<const std::span<const std::byte>> layer_rows,
                        std::span<std::byte> out) noexcept {
   const Geometry& g = id.geometry;

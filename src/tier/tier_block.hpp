@@ -64,6 +64,10 @@ std::uint64_t tier_geometry_hash(const Geometry& geometry) noexcept;
 
 // "akv:<model>:<geometry>:<chain>", 16 hex digits each.
 std::string tier_block_key(std::uint64_t model_identity, const Geometry& geometry, std::uint64_t chain_hash);
+// The same key written into `out` without allocating (the write-behind path); returns its length.
+inline constexpr std::size_t kTierKeyBytes = 54;  // "akv:" + 3 × 16 hex digits + 2 colons
+std::size_t tier_block_key_to(std::span<char, kTierKeyBytes> out, std::uint64_t model_identity, const Geometry& geometry,
+                              std::uint64_t chain_hash) noexcept;
 
 // Writes the header and payload into `out` (exactly tier_block_bytes long).
 // `layer_rows[l]` holds layer l's token_count rows (token_count × row_bytes bytes).

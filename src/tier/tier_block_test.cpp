@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <vector>
 
 #include "testing/alloc_counter.hpp"
@@ -105,6 +107,12 @@ TEST(TierBlock, AValueOfAnotherGeometryIsRefusedEvenUnderItsKey) {
   // And the keys differ, so a reader of another geometry never even asks for it.
   EXPECT_NE(tier_block_key(1, b.id.geometry, 5), tier_block_key(1, reader.geometry, 5));
   EXPECT_NE(tier_block_key(1, b.id.geometry, 5), tier_block_key(2, b.id.geometry, 5));
+  // The write-behind path's allocation-free form writes the same key.
+  std::array<char, kTierKeyBytes> key{};
+  const auto before = activekv::testing::heap_allocations();
+  const std::size_t n = tier_block_key_to(key, 1, b.id.geometry, 5);
+  EXPECT_EQ(activekv::testing::heap_allocations(), before);
+  EXPECT_EQ(std::string(key.data(), n), tier_block_key(1, b.id.geometry, 5));
   EXPECT_EQ(tier_block_key(1, b.id.geometry, 5), tier_block_key(1, b.id.geometry, 5));
 }
 

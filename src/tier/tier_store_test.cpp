@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -203,17 +204,33 @@ TEST_F(TierStoreTest, AStalledStoreIsAMissWithinTheTimeout) {
   EXPECT_EQ(read.blocks, 2u);
 }
 
+// Host rows of block b (a pure function of b, layer and byte, as block_value encodes them).
+struct BlockRows {
+  std::vector<std::vector<std::byte>> layers;
+  std::vector<std::span<const std::byte>> spans;
+};
+BlockRows rows_of_block(std::uint32_t b, const Geometry& g = geometry()) {
+  const std::uint64_t layer_bytes = std::uint64_t{kBlock} * g.row_bytes();
+  BlockRows r;
+  r.layers.assign(g.dense_layers, std::vector<std::byte>(layer_bytes));
+  for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+    for (std::uint64_t i = 0; i < layer_bytes; ++i) r.layers[l][i] = static_cast<std::byte>((b * 29 + l * 7 + i) & 0xff);
+    r.spans.emplace_back(r.layers[l]);
+  }
+  return r;
+}
+
 TEST_F(TierStoreTest, WriteBehindStoresBlocksAndDropsWhenTheStoreIsSlow) {
   const std::uint64_t value_bytes = tier_block_bytes(geometry(), kBlock);
-  auto created = WriteBehind::create(config_for(server), &counters, 2, value_bytes);
+  auto created = WriteBehind::create(config_for(server), &counters, 2, value_bytes, geometry().dense_layers);
   ASSERT_TRUE(created.ok());
   WriteBehind& writer = *created.value();
   const auto chain = chain_of(6);
+  std::vector<BlockRows> rows;
+  for (std::uint32_t b = 0; b < 6; ++b) rows.push_back(rows_of_block(b));
   auto submit = [&](std::uint32_t b) {
-    return writer.submit(tier_block_key(kModel, geometry(), chain[b]), [&](std::span<std::byte> out) {
-      const auto v = block_value(b, chain[b]);
-      std::copy(v.begin(), v.end(), out.begin());
-    });
+    return writer.submit(tier_block_key(kModel, geometry(), chain[b]), TierBlockIdentity{kModel, geometry(), kBlock, b, chain[b]},
+                         rows[b].spans, /*lease=*/b);
   };
   for (std::uint32_t b = 0; b < 2; ++b) EXPECT_TRUE(submit(b));
   writer.drain();
@@ -223,6 +240,9 @@ TEST_F(TierStoreTest, WriteBehindStoresBlocksAndDropsWhenTheStoreIsSlow) {
   TierChainRead read;
   read_tier_chain(reader, counters, kModel, geometry(), kBlock, std::span(chain).first(2), read);
   EXPECT_EQ(read.blocks, 2u);
+  // The worker encoded the value from the caller's rows: byte-equal to encoding them here.
+  EXPECT_TRUE(std::equal(read.values[1].begin(), read.values[1].end(),
+                         reinterpret_cast<const char*>(block_value(1, chain[1]).data())));
 
   // The store stalls: the worker holds one slot in a SET that times out; the queue
   // fills, and every further submit returns at once, dropped and counted.
@@ -240,6 +260,33 @@ TEST_F(TierStoreTest, WriteBehindStoresBlocksAndDropsWhenTheStoreIsSlow) {
   EXPECT_GE(dropped, 17u);
   EXPECT_LT(worst, std::chrono::milliseconds(50));  // never waited on the network
   EXPECT_EQ(counters.writes.load() + counters.dropped_writes.load(), 2u + 20u);
+}
+
+TEST_F(TierStoreTest, WriteBehindReadsTheCallersRowsUnderALeaseHeldUntilTheWriteEnds) {
+  const std::uint64_t value_bytes = tier_block_bytes(geometry(), kBlock);
+  auto created = WriteBehind::create(config_for(server), &counters, 4, value_bytes, geometry().dense_layers);
+  ASSERT_TRUE(created.ok());
+  WriteBehind& writer = *created.value();
+  const auto chain = chain_of(2);
+  BlockRows rows = rows_of_block(0);
+  writer.pause(true);
+  ASSERT_TRUE(writer.submit(tier_block_key(kModel, geometry(), chain[0]), TierBlockIdentity{kModel, geometry(), kBlock, 0, chain[0]},
+                            rows.spans, /*lease=*/7));
+  // Nothing was copied: the queued job points at the caller's own rows, and lease 7 is held.
+  EXPECT_EQ(writer.queued_rows(0, 1).data(), rows.layers[1].data());
+  EXPECT_TRUE(writer.lease_held(7));
+  EXPECT_FALSE(writer.lease_held(8));
+  // What the worker writes is what the rows hold when it reads them (here: changed before it ran),
+  // which is why the runtime keeps a leased history off its free list.
+  rows.layers[0][0] = std::byte{0x5a};
+  writer.pause(false);
+  writer.drain();
+  EXPECT_FALSE(writer.lease_held(7));
+  TierStore reader(config_for(server), &counters);
+  TierChainRead read;
+  read_tier_chain(reader, counters, kModel, geometry(), kBlock, std::span(chain).first(1), read);
+  ASSERT_EQ(read.blocks, 1u);
+  EXPECT_EQ(static_cast<unsigned char>(tier_chain_payload(read, 0)[0]), 0x5au);
 }
 
 }  // namespace

@@ -1,21 +1,25 @@
-// write_behind.hpp — blocks written to the tier by a background thread; the caller never waits.
+// write_behind.hpp — blocks written to the tier by a background thread that reads host memory under a lease.
 //
-// A fixed set of slots, each one whole block value (tier_block_bytes) and its
-// key, all allocated in create(). submit() takes a free slot, lets the caller
-// fill it (encode_tier_block from host rows), and queues it; when no slot is
-// free — the store is slower than the blocks arrive — the block is dropped and
-// counted (dropped_writes), and submit() returns at once. The worker thread
-// SETs queued slots on its own connection and frees them; a failed SET is a
-// dropped write too. The caller's thread does a bounded memcpy and a lock
-// hand-off, never a network call.
+// The caller (the runtime, between steps) never copies a block and never waits:
+// submit() records a block's identity, key and the host rows it lives in (one
+// span per dense layer) in a free job slot, tagged with a lease (the history
+// the rows belong to), and returns. The worker thread encodes the value from
+// those rows into its own buffer (header, checksum, payload) and SETs it on its
+// own connection. The caller must keep the rows unchanged while
+// lease_held(lease) is true — the runtime keeps the history off its free list
+// (BudgetManager::hold_history) until then, so it cannot be recycled under the
+// worker. When no job slot is free (the store is slower than blocks arrive),
+// the block is dropped and counted (dropped_writes); a failed SET is a dropped
+// write too.
 //
 //   free slots + queued slots + the slot being written = slots   (always)
+//   a lease is held while a slot tagged with it is queued or being written
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -25,37 +29,55 @@
 #include <vector>
 
 #include "activekv/result.hpp"
+#include "tier/tier_block.hpp"
 #include "tier/tier_store.hpp"
 
 namespace activekv::tier {
 
 class WriteBehind {
  public:
-  // `slots` values of `value_bytes` each; refuses zero slots or bytes.
+  // `slots` jobs; blocks of `value_bytes` (header + payload) over `layers` dense layers.
   static Result<std::unique_ptr<WriteBehind>> create(TierStoreConfig config, TierCounters* counters,
-                                                     std::uint32_t slots, std::uint64_t value_bytes);
+                                                     std::uint32_t slots, std::uint64_t value_bytes, std::uint32_t layers);
   ~WriteBehind();  // stops the worker; blocks still queued are dropped (counted)
 
-  // Queues `key` with the value `fill` writes into its (value_bytes long) span.
-  // false: no free slot, the block is dropped and counted.
-  bool submit(std::string_view key, const std::function<void(std::span<std::byte>)>& fill);
+  // Queues block `id` under `key`, to be encoded by the worker from `layer_rows` (read under `lease`).
+  // false: no free slot, the block is dropped and counted. Allocation-free after create().
+  bool submit(std::string_view key, const TierBlockIdentity& id, std::span<const std::span<const std::byte>> layer_rows,
+              std::uint32_t lease);
+  // True while a block submitted under `lease` is queued or being written.
+  bool lease_held(std::uint32_t lease) const;
+  // Waits up to `timeout` for a slot to be written (any); true if one was.
+  bool wait_progress(std::chrono::milliseconds timeout);
 
   // Waits until nothing is queued or being written (tests and shutdown).
   void drain();
   std::uint32_t queued() const;
+  // Tests: while paused the worker takes no job (so a lease stays held).
+  void pause(bool paused);
+  // Tests: the rows of layer `layer` the k-th queued job will read (empty if none).
+  std::span<const std::byte> queued_rows(std::uint32_t k, std::uint32_t layer) const;
 
  private:
+  struct Job {
+    std::string key;
+    TierBlockIdentity id{};
+    std::vector<std::span<const std::byte>> layers;  // [dense layers], reserved in create()
+    std::uint32_t lease = 0;
+    bool busy = false;                               // queued or being written
+  };
   WriteBehind(TierStoreConfig config, TierCounters* counters) : store_(std::move(config), counters), counters_(counters) {}
   void run();
 
   TierStore store_;  // the worker's own connection
   TierCounters* counters_;
-  std::vector<std::vector<std::byte>> values_;
-  std::vector<std::string> keys_;
+  std::vector<Job> jobs_;
+  std::vector<std::byte> value_;       // the worker's encoding buffer (one value)
   std::vector<std::uint32_t> free_;    // stack of free slots (capacity: slots)
   std::vector<std::uint32_t> queue_;   // ring of queued slots (capacity: slots)
   std::uint32_t head_ = 0, count_ = 0;
-  bool writing_ = false, stop_ = false;
+  std::uint64_t written_ = 0;          // slots finished (stored or dropped), for wait_progress
+  bool writing_ = false, stop_ = false, paused_ = false;
   mutable std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::thread worker_;
