@@ -477,6 +477,7 @@ Status KvRuntimeImpl::end_step() {
   write_back_ticket_count_ = 0;
   leases_.poll();
   tickets_.poll();
+  retire_device_copies();  // copies on adopt: the step's kernels waited for them on the device
   finish_promotions();
   const bool failed = fault_.what != nullptr || layers_attended_ < layers;
   if (failed) {
@@ -486,8 +487,7 @@ Status KvRuntimeImpl::end_step() {
   }
   counters_.quarantines = leases_.counters().quarantined + tickets_.counters().quarantined +
                           arena_.pages().counters().quarantines;
-  counters_.pages_reclaimed = budgets_.counters().pages_reclaimed;
-  counters_.reclaim_steps = budgets_.counters().reclaim_steps;
+  sync_retained_counters();
   counters_.device_allocations_after_warmup = backend_.stats().device_allocations - device_allocations_baseline_;
   ++counters_.steps;
   step_open_ = false;

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "activekv/backend.hpp"
@@ -124,7 +125,8 @@ struct Small {
 };
 
 Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, std::uint32_t page_tokens = 4,
-                 std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2) {
+                 std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2, bool device = true,
+                 std::uint32_t pool_pages = 0) {
   Small s;
   s.g.dense_layers = layers;
   s.g.kv_heads = 1;
@@ -146,8 +148,12 @@ Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, st
   const std::uint64_t pages = floor_pages * histories + extra_pages;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
                         pages * page_tokens * s.g.row_bytes();
+  if (pool_pages != 0) {  // exactly pool_pages pool pages: one aligned tile region, then the pool
+    m.device_pool_bytes = arena_alignment_bytes + std::uint64_t{pool_pages} * page_tokens * s.g.row_bytes();
+  }
   settings.q_heads = s.q_heads;
   settings.prefix_reuse = reuse;
+  settings.prefix_reuse_device = device;
   BackendOptions options;
   options.deterministic = true;
   options.seed = seed;
@@ -187,7 +193,7 @@ void rows_of(const Sequence& s, std::uint32_t layer, std::uint32_t first, std::u
 
 // One step feeding `n` tokens of `s` (from `first`) to `c`; rows also go to the reference, outputs compared.
 void feed(Small& sm, ContextId c, const Sequence& s, std::uint32_t first, std::uint32_t n, ReferenceKv* ref = nullptr,
-          std::uint32_t ref_context = 0) {
+          std::uint32_t ref_context = 0, std::vector<float>* outputs = nullptr) {
   const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
   const std::size_t qe = std::size_t{sm.q_heads} * sm.g.head_dim;
   const StepEntry e{c, n};
@@ -198,6 +204,7 @@ void feed(Small& sm, ContextId c, const Sequence& s, std::uint32_t first, std::u
     rows_of(s, l, first, n, row_floats, k, v);
     ASSERT_TRUE(sm.rt->write_kv(l, k.data(), v.data()).ok());
     ASSERT_TRUE(sm.rt->attend(l, q.data(), out.data()).ok());
+    if (outputs != nullptr) outputs->insert(outputs->end(), out.begin(), out.end());
     if (ref != nullptr) {
       ref->append(ref_context, l, k.data(), v.data(), n);
       ref->attend(ref_context, l, q.data(), n, first, want.data());
@@ -287,8 +294,8 @@ TEST(PrefixReuse, AFollowUpAdoptsItsPredecessorsHistoryInPlace) {
 
 TEST(PrefixReuse, AdoptedHistoryStreamsFromTheHostAndAttentionMatchesTheReference) {
   if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
-  // One tile, few spare pages: the adopted history must be staged through the tiles.
-  Small sm = make_small(1, true, 3, 4, 1, 0);
+  // One tile, few spare pages, device retention off: the adopted history must be staged through the tiles.
+  Small sm = make_small(1, true, 3, 4, 1, 0, 2, /*device=*/false);
   ASSERT_NE(sm.rt, nullptr);
   Sequence turn = sequence_of(40, 11);
   std::uint32_t reused = 0;
@@ -315,6 +322,144 @@ TEST(PrefixReuse, AdoptedHistoryStreamsFromTheHostAndAttentionMatchesTheReferenc
   EXPECT_GT(sm.rt->counters().bytes_staged, staged_before) << "the adopted history streams from the host";
   EXPECT_EQ(sm.rt->check(), nullptr);
   sm.rt->finish(b->handle);
+}
+
+// The same conversation with device retention off and on: turn 2's outputs byte for byte equal,
+// the history handed over on the device instead of staged from the host.
+struct TurnTwo {
+  std::vector<float> outputs;
+  std::uint64_t h2d_bytes = 0, bytes_staged = 0, device_adopted = 0;
+  Explanation explanation;
+  std::string text;
+};
+
+TurnTwo run_turn_two(bool device) {
+  TurnTwo t;
+  Small sm = make_small(1, true, 3, 4, 1, 24, 2, device);
+  EXPECT_NE(sm.rt, nullptr);
+  if (sm.rt == nullptr) return t;
+  Sequence turn = sequence_of(40, 11);
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, turn.tokens, reused);
+  prefill(sm, a->handle, turn, 0, 40);
+  sm.rt->finish_retaining(a->handle, turn.tokens);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  if (device) {
+    EXPECT_GT(sm.rt->counters().retained_device_pages, 0u) << "the finished history's pages stay on the device";
+    EXPECT_EQ(sm.rt->pages_free() + sm.rt->counters().retained_device_pages, sm.rt->pages_total())
+        << "retained device pages are counted: free + held by the retained history = pool";
+  } else {
+    EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  }
+  Sequence next = turn;
+  for (std::int32_t x : sequence_of(6, 12).tokens) next.push(x);
+  const std::uint64_t h2d_before = sm.rt->counters().h2d_bytes;
+  const std::uint64_t staged_before = sm.rt->counters().bytes_staged;
+  auto b = sm.rt->open_context(2, 64, next.tokens, reused);
+  EXPECT_EQ(reused, 40u);
+  EXPECT_EQ(b->handle.slot, a->handle.slot);
+  t.explanation = sm.rt->explain(b->handle);
+  t.text = explanation_text(t.explanation);
+  if (device) {
+    EXPECT_EQ(count_decisions(*sm.rt, b->handle, DecisionKind::adopt, Reason::device_pages_adopted), 1u)
+        << "the hand-over is in the decision log";
+  }
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(next, l, 0, 40, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), 40);
+  }
+  for (std::uint32_t x = 40; x < 46; ++x) {
+    feed(sm, b->handle, next, x, 1, &ref, r, &t.outputs);
+    if (::testing::Test::HasFatalFailure()) return t;
+  }
+  expect_rows(sm, b->handle, next, 46, "turn 2");
+  t.h2d_bytes = sm.rt->counters().h2d_bytes - h2d_before;
+  t.bytes_staged = sm.rt->counters().bytes_staged - staged_before;
+  t.device_adopted = sm.rt->counters().retained_device_pages_adopted;
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(b->handle);
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total()) << "finish without retaining returns every page";
+  EXPECT_EQ(sm.rt->counters().heap_allocations_in_steps, 0u);
+  EXPECT_EQ(sm.rt->counters().device_allocations_after_warmup, 0u);
+  return t;
+}
+
+TEST(PrefixReuseDevice, AFollowUpTakesOverTheRetainedDevicePagesWithIdenticalOutputs) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const TurnTwo off = run_turn_two(false);
+  ASSERT_FALSE(HasFatalFailure());
+  const TurnTwo on = run_turn_two(true);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(on.outputs.size(), off.outputs.size());
+  ASSERT_FALSE(on.outputs.empty());
+  EXPECT_EQ(std::memcmp(on.outputs.data(), off.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+      << "outputs with device retention equal outputs without, byte for byte";
+  EXPECT_EQ(off.device_adopted, 0u);
+  EXPECT_EQ(off.explanation.adopted_device_pages, 0u);
+  EXPECT_GT(on.device_adopted, 0u) << "pages handed over, counted";
+  EXPECT_EQ(on.explanation.adopted_device_pages, on.device_adopted);
+  EXPECT_LT(on.h2d_bytes, off.h2d_bytes) << "the follow-up copies fewer bytes host to device";
+  EXPECT_LT(on.bytes_staged, off.bytes_staged);
+  EXPECT_NE(on.text.find("device-resident retained prefix"), std::string::npos) << on.text;
+  EXPECT_EQ(off.text.find("device-resident retained prefix"), std::string::npos);
+  std::printf("turn 2: h2d %llu bytes with device retention, %llu without; staged %llu vs %llu; %llu pages handed over\n",
+              static_cast<unsigned long long>(on.h2d_bytes), static_cast<unsigned long long>(off.h2d_bytes),
+              static_cast<unsigned long long>(on.bytes_staged), static_cast<unsigned long long>(off.bytes_staged),
+              static_cast<unsigned long long>(on.device_adopted));
+}
+
+TEST(PrefixReuseDevice, RetainedDevicePagesGiveWayFirstAndNeverBlockAdmission) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // Two histories, few spare pages: a running stranger's growth takes the retained pages first.
+  Small sm = make_small(2, true, 5, 4, 1, 8, 2, true, /*pool_pages=*/24);
+  ASSERT_NE(sm.rt, nullptr);
+  Sequence a = sequence_of(40, 71), stranger = sequence_of(60, 72);
+  std::uint32_t reused = 0;
+  auto ca = sm.rt->open_context(1, 64, a.tokens, reused);
+  prefill(sm, ca->handle, a, 0, 40);
+  sm.rt->finish_retaining(ca->handle, a.tokens);
+  const std::uint64_t held = sm.rt->counters().retained_device_pages;
+  ASSERT_GT(held, 0u);
+  ASSERT_EQ(sm.rt->pages_total(), 24u);
+  auto cs = sm.rt->open_context(2, 64, stranger.tokens, reused);
+  ASSERT_EQ(cs->outcome, AdmitOutcome::admitted) << "retained device pages never make admission wait";
+  EXPECT_NE(cs->handle.slot, ca->handle.slot);
+  prefill(sm, cs->handle, stranger, 0, 60);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  EXPECT_GT(sm.rt->counters().retained_device_pages_reclaimed, 0u) << "the stranger's growth reclaimed them";
+  EXPECT_LT(sm.rt->counters().retained_device_pages, held);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 1u) << "the host prefix stays: only device pages went";
+  // a's follow-up still adopts its whole history; what left the device streams from the host, exact.
+  Sequence f = a;
+  for (std::int32_t x : sequence_of(3, 73).tokens) f.push(x);
+  sm.rt->finish(cs->handle);
+  auto cf = sm.rt->open_context(3, 64, f.tokens, reused);
+  EXPECT_EQ(reused, 40u);
+  EXPECT_EQ(sm.rt->explain(cf->handle).adopted_device_pages, sm.rt->counters().retained_device_pages_adopted);
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(f, l, 0, 40, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), 40);
+  }
+  for (std::uint32_t x = 40; x < 43; ++x) {
+    feed(sm, cf->handle, f, x, 1, &ref, r);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  // Cancelling drops the prefix and its device pages with it.
+  sm.rt->cancel(cf->handle);
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  EXPECT_EQ(sm.rt->counters().retained_device_pages, 0u);
+  EXPECT_EQ(sm.rt->counters().retained_device_pages_kept,
+            sm.rt->counters().retained_device_pages_adopted + sm.rt->counters().retained_device_pages_reclaimed);
 }
 
 TEST(PrefixReuse, TwoRequestsShareAPrefixByCopyingFromTheRunningOne) {
@@ -465,7 +610,7 @@ std::uint32_t seeds_from_environment() {
 
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
-                queued = 0;
+                queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0;
 };
 
 struct Live {
@@ -481,7 +626,12 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](std::uint32_t lo, std::uint32_t hi) { return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng); };
   const std::uint32_t histories = uniform(1, 4);
-  Small sm = make_small(histories, true, seed, 2u << uniform(0, 1), uniform(1, 2), uniform(0, 12), uniform(1, 2));
+  const std::uint32_t page_tokens = 2u << uniform(0, 1);
+  const std::uint32_t tiles = uniform(1, 2);
+  const std::uint32_t extra_pages = uniform(0, 12);
+  const std::uint32_t layers = uniform(1, 2);
+  const bool device = uniform(0, 3) != 0;  // device retention on in three seeds of four
+  Small sm = make_small(histories, true, seed, page_tokens, tiles, extra_pages, layers, device);
   ASSERT_NE(sm.rt, nullptr);
   KvRuntime& rt = *sm.rt;
   std::vector<Sequence> finished;  // conversations to follow up
@@ -536,6 +686,20 @@ void run_seed(std::uint64_t seed, Totals& totals) {
       if (l.running && reused > 0) {
         expect_rows(sm, l.handle, l.seq, reused, "adopted");
         ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op;
+        // The adopted history as attention reads it (device pages handed over, or staged from the
+        // host) equals the contiguous reference: one prompt token fed against it.
+        ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+        const std::uint32_t r = ref.open();
+        const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+        std::vector<float> k, v;
+        for (std::uint32_t layer = 0; layer < sm.g.dense_layers; ++layer) {
+          rows_of(l.seq, layer, 0, reused, row_floats, k, v);
+          ref.append(r, layer, k.data(), v.data(), reused);
+        }
+        feed(sm, l.handle, l.seq, reused, 1, &ref, r);
+        ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op << ": adopted attention";
+        l.length = reused + 1;
+        ++totals.steps;
       }
       live.push_back(l);
     } else if (dice < 35 && !running.empty()) {  // finish (retaining or not) or cancel
@@ -609,7 +773,9 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     remove(i);
   }
   EXPECT_EQ(rt.check(), nullptr);
-  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;
+  // What is not free is held by retained histories on the device (borrowed, reclaimable).
+  EXPECT_EQ(rt.pages_free() + rt.counters().retained_device_pages, rt.pages_total()) << "seed " << seed;
+  if (!device) EXPECT_EQ(rt.counters().retained_device_pages_kept, 0u) << "seed " << seed;
   EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, heap_before) << "seed " << seed << ": invariant 7";
@@ -619,6 +785,12 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   totals.reused += c.prefix_reused_tokens;
   totals.kept += c.retained_kept;
   totals.dropped += c.retained_dropped;
+  totals.device_kept += c.retained_device_pages_kept;
+  totals.device_adopted += c.retained_device_pages_adopted;
+  totals.device_reclaimed += c.retained_device_pages_reclaimed;
+  EXPECT_EQ(c.retained_device_pages_kept, c.retained_device_pages_adopted + c.retained_device_pages_reclaimed +
+                                              c.retained_device_pages)
+      << "seed " << seed << ": every retained device page is adopted, reclaimed or still held";
 }
 
 TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
@@ -630,18 +802,22 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
     if (HasFatalFailure()) return;
   }
   std::printf("%u seeds: %llu steps, %llu adoptions (%llu copied), %llu tokens reused, %llu retained, %llu dropped, "
-              "%llu cancels (%llu mid-step), %llu queued\n",
+              "%llu cancels (%llu mid-step), %llu queued; device pages: %llu retained, %llu handed over, %llu reclaimed\n",
               seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.adoptions),
               static_cast<unsigned long long>(totals.copies), static_cast<unsigned long long>(totals.reused),
               static_cast<unsigned long long>(totals.kept), static_cast<unsigned long long>(totals.dropped),
               static_cast<unsigned long long>(totals.cancels), static_cast<unsigned long long>(totals.mid_step),
-              static_cast<unsigned long long>(totals.queued));
+              static_cast<unsigned long long>(totals.queued), static_cast<unsigned long long>(totals.device_kept),
+              static_cast<unsigned long long>(totals.device_adopted),
+              static_cast<unsigned long long>(totals.device_reclaimed));
   // The mix must have exercised what it claims to.
   EXPECT_GT(totals.adoptions, seeds / 4);
   EXPECT_GT(totals.copies, 0u);
   EXPECT_GT(totals.dropped, 0u);
   EXPECT_GT(totals.cancels, 0u);
   EXPECT_GT(totals.mid_step, 0u);
+  EXPECT_GT(totals.device_adopted, 0u);
+  EXPECT_GT(totals.device_reclaimed, 0u);
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   kvs.step_entries_max = 0;  // the plan's concurrency: min(max_seqs, histories, floors that fit)
   kvs.step_tokens_max = c.step_tokens;
   kvs.prefix_reuse = c.prefix_reuse;
+  kvs.prefix_reuse_device = c.prefix_reuse_device;
   // The model's identity seeds the prefix hashes: its name, vocabulary and geometry.
   std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
   identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();
@@ -309,6 +310,9 @@ EngineCounters EngineStepEngine::counters() const {
     c.tier_bytes_written = t.bytes_written.load(std::memory_order_relaxed);
     c.tier_dropped_writes = t.dropped_writes.load(std::memory_order_relaxed);
   }
+  c.retained_device_pages_adopted = k.retained_device_pages_adopted;
+  c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;
+  c.retained_device_pages = k.retained_device_pages;
   return c;
 }
 
@@ -316,7 +320,10 @@ EngineCounters EngineStepEngine::counters() const {
 // what the pool could hold: a pool larger than max_seqs histories is no leak.
 bool EngineStepEngine::all_returned() const {
   const Parts& p = *parts_;
-  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
+  // Pages retained histories still hold on the device are borrowed, reclaimable and counted: not a leak.
+  const std::uint64_t retained = p.runtime->counters().retained_device_pages;
+  return p.runtime->pages_free() + retained == p.runtime->pages_total() &&
+         p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
          p.runtime->check() == nullptr;
 }
 

@@ -142,6 +142,9 @@ json summarize(const ReportInputs& in) {
                              {"retained_kept", c.retained_kept},
                              {"retained_dropped", c.retained_dropped},
                              {"retained_histories_at_end", c.retained_histories},
+                             {"device_pages_handed_over", c.retained_device_pages_adopted},
+                             {"device_pages_reclaimed", c.retained_device_pages_reclaimed},
+                             {"device_pages_retained_at_end", c.retained_device_pages},
                              {"follow_ups", follow_up_ttft.size()},
                              {"follow_ups_reusing", follow_ups_reusing},
                              {"follow_up_ttft_s", latency_json(follow_up_ttft)}};
