@@ -593,6 +593,148 @@ TEST(PrefixReuse, OffAdoptsNothing) {
   sm.rt->finish(b->handle);
 }
 
+// ---- copy on adopt on the device, budget invariance, shutdown ---------------------
+
+// Attention inputs for `s`'s rows [0, n) in a fresh reference context.
+std::uint32_t reference_of(ReferenceKv& ref, const Small& sm, const Sequence& s, std::uint32_t n) {
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(s, l, 0, n, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), n);
+  }
+  return r;
+}
+
+struct Conversation {
+  std::vector<float> outputs;            // every attention output of the follow-up and the sharer, in order
+  std::uint64_t h2d_bytes = 0, d2d_bytes = 0, staged_first_step = 0;
+  std::uint64_t copied = 0, handed_over = 0;
+  std::uint64_t admission_h2d = 0, admission_d2d = 0;
+  std::uint64_t page_bytes = 0;
+  Explanation sharer;
+};
+
+// Turn 1 (40 tokens) finishes retaining; its follow-up adopts it in place (device pages handed over
+// when kept); while the follow-up runs, a second request sharing its first 24 tokens copies them
+// (d2d from the follow-up's resident pages when device retention is on). pool_pages == 0: ample.
+Conversation run_conversation(bool device, std::uint32_t pool_pages) {
+  Conversation out;
+  Small sm = make_small(2, true, 9, 4, 1, 48, 2, device, pool_pages);
+  EXPECT_NE(sm.rt, nullptr);
+  if (sm.rt == nullptr) return out;
+  KvRuntime& rt = *sm.rt;
+  out.page_bytes = rt.plan().arena.page_bytes;
+  Sequence turn = sequence_of(40, 41);
+  std::uint32_t reused = 0;
+  auto a = rt.open_context(1, 64, turn.tokens, reused);
+  prefill(sm, a->handle, turn, 0, 40);
+  rt.finish_retaining(a->handle, turn.tokens);
+  Sequence follow = turn, sharer;
+  for (std::int32_t x : sequence_of(6, 42).tokens) follow.push(x);
+  for (std::uint32_t t = 0; t < 24; ++t) sharer.push(turn.tokens[t]);
+  for (std::int32_t x : sequence_of(5, 43).tokens) sharer.push(x);
+  const std::uint64_t h2d0 = rt.counters().h2d_bytes, d2d0 = rt.counters().d2d_bytes;
+  auto b = rt.open_context(2, 64, follow.tokens, reused);
+  EXPECT_EQ(reused, 40u);
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t rb = reference_of(ref, sm, follow, 40);
+  feed(sm, b->handle, follow, 40, 1, &ref, rb, &out.outputs);
+  if (::testing::Test::HasFatalFailure()) return out;
+  const std::uint64_t h2d1 = rt.counters().h2d_bytes, d2d1 = rt.counters().d2d_bytes;
+  auto c = rt.open_context(3, 64, sharer.tokens, reused);
+  EXPECT_EQ(reused, 24u) << "the sharer copies the 6 pages it shares with the running follow-up";
+  EXPECT_NE(c->handle.slot, b->handle.slot);
+  out.admission_h2d = rt.counters().h2d_bytes - h2d1;
+  out.admission_d2d = rt.counters().d2d_bytes - d2d1;
+  out.sharer = rt.explain(c->handle);
+  const std::uint64_t staged0 = rt.counters().bytes_staged;
+  const std::uint32_t rc = reference_of(ref, sm, sharer, 24);
+  feed(sm, c->handle, sharer, 24, 1, &ref, rc, &out.outputs);
+  if (::testing::Test::HasFatalFailure()) return out;
+  out.staged_first_step = rt.counters().bytes_staged - staged0;
+  for (std::uint32_t x = 41; x < 46; ++x) {
+    feed(sm, b->handle, follow, x, 1, &ref, rb, &out.outputs);
+    feed(sm, c->handle, sharer, x - 16, 1, &ref, rc, &out.outputs);
+    if (::testing::Test::HasFatalFailure()) return out;
+    EXPECT_EQ(rt.check(), nullptr);
+  }
+  expect_rows(sm, b->handle, follow, 46, "follow-up");
+  expect_rows(sm, c->handle, sharer, 30, "sharer");
+  out.h2d_bytes = rt.counters().h2d_bytes - h2d0;
+  out.d2d_bytes = rt.counters().d2d_bytes - d2d0;
+  out.copied = rt.counters().prefix_device_pages_copied;
+  out.handed_over = rt.counters().retained_device_pages_adopted;
+  EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u);
+  EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
+  // Shutdown with retained device pages: both finish retaining, then release returns every page.
+  rt.finish_retaining(b->handle, std::span<const std::int32_t>(follow.tokens).first(46));
+  rt.finish_retaining(c->handle, std::span<const std::int32_t>(sharer.tokens).first(30));
+  EXPECT_EQ(rt.check(), nullptr);
+  if (device && pool_pages == 0) {
+    EXPECT_GT(rt.counters().retained_device_pages, 0u) << "pages retained at the end";
+  }
+  rt.release_retained();
+  EXPECT_EQ(rt.check(), nullptr);
+  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "shutdown returns every page";
+  EXPECT_EQ(rt.counters().retained_device_pages, 0u);
+  EXPECT_EQ(rt.counters().retained_device_pages_kept,
+            rt.counters().retained_device_pages_adopted + rt.counters().retained_device_pages_reclaimed);
+  EXPECT_EQ(rt.counters().retained_histories, 2u) << "the host prefixes stay indexed";
+  return out;
+}
+
+TEST(PrefixReuseDevice, CopyOnAdoptCopiesResidentPagesDeviceToDeviceNotHostToDevice) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const Conversation off = run_conversation(false, 0);
+  ASSERT_FALSE(HasFatalFailure());
+  const Conversation on = run_conversation(true, 0);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(on.outputs.size(), off.outputs.size());
+  EXPECT_EQ(std::memcmp(on.outputs.data(), off.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+      << "outputs with device retention equal outputs without, byte for byte";
+  // 6 shared pages × 2 layers, all resident in the follow-up (handed over from turn 1): every one
+  // copied d2d at admission, none h2d; the sharer's first step stages nothing of them.
+  EXPECT_EQ(on.copied, 12u);
+  EXPECT_EQ(on.admission_d2d, 12u * on.page_bytes) << "the copy on adopt is one d2d of the resident pages";
+  EXPECT_EQ(on.admission_h2d, 0u);
+  EXPECT_EQ(on.staged_first_step, 0u) << "the copied pages are read on the device, not staged from the host";
+  EXPECT_EQ(off.copied, 0u);
+  EXPECT_EQ(off.admission_d2d, 0u);
+  EXPECT_GE(off.staged_first_step, 12u * off.page_bytes) << "without device retention the shared pages stream from the host";
+  EXPECT_LT(on.h2d_bytes, off.h2d_bytes);
+  EXPECT_EQ(on.sharer.adopted_device_copied, 12u);
+  EXPECT_EQ(on.sharer.adopted_host_pages, 0u);
+  EXPECT_EQ(off.sharer.adopted_host_pages, 12u);
+  EXPECT_NE(explanation_text(on.sharer).find("copied device to device"), std::string::npos) << explanation_text(on.sharer);
+  EXPECT_NE(explanation_text(off.sharer).find("adopted from the host"), std::string::npos);
+  std::printf("follow-up + sharer: h2d %llu bytes with device retention, %llu without; d2d %llu vs %llu; "
+              "%llu pages handed over, %llu copied d2d\n",
+              static_cast<unsigned long long>(on.h2d_bytes), static_cast<unsigned long long>(off.h2d_bytes),
+              static_cast<unsigned long long>(on.d2d_bytes), static_cast<unsigned long long>(off.d2d_bytes),
+              static_cast<unsigned long long>(on.handed_over), static_cast<unsigned long long>(on.copied));
+}
+
+TEST(PrefixReuseDevice, OutputsAreBitIdenticalAtEveryDeviceBudgetWithDeviceRetention) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // A context of 64 tokens is 16 pages per layer, 32 over 2 layers; two floors take 16 pages.
+  // The pool holds both contexts whole (100%), a quarter of them (25%) or a twentieth (5%) beyond the floors.
+  const std::uint32_t pools[3] = {16 + 64, 16 + 16, 16 + 3};
+  const Conversation reference = run_conversation(false, pools[0]);
+  ASSERT_FALSE(HasFatalFailure());
+  for (const std::uint32_t pool : pools) {
+    const Conversation on = run_conversation(true, pool);
+    ASSERT_FALSE(HasFatalFailure()) << "pool " << pool;
+    ASSERT_EQ(on.outputs.size(), reference.outputs.size());
+    EXPECT_EQ(std::memcmp(on.outputs.data(), reference.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+        << "pool " << pool << " pages: outputs differ from the reference run";
+    std::printf("pool %u pages: h2d %llu, d2d %llu, %llu handed over, %llu copied d2d\n", pool,
+                static_cast<unsigned long long>(on.h2d_bytes), static_cast<unsigned long long>(on.d2d_bytes),
+                static_cast<unsigned long long>(on.handed_over), static_cast<unsigned long long>(on.copied));
+  }
+}
+
 // ---- the property test -----------------------------------------------------------
 
 std::uint32_t seeds_from_environment() {
@@ -610,7 +752,8 @@ std::uint32_t seeds_from_environment() {
 
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
-                queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0;
+                queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
+                device_copied = 0, releases = 0;
 };
 
 struct Live {
@@ -689,19 +832,26 @@ void run_seed(std::uint64_t seed, Totals& totals) {
         // The adopted history as attention reads it (device pages handed over, or staged from the
         // host) equals the contiguous reference: one prompt token fed against it.
         ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
-        const std::uint32_t r = ref.open();
+        const std::uint32_t rc = ref.open();
         const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
         std::vector<float> k, v;
         for (std::uint32_t layer = 0; layer < sm.g.dense_layers; ++layer) {
           rows_of(l.seq, layer, 0, reused, row_floats, k, v);
-          ref.append(r, layer, k.data(), v.data(), reused);
+          ref.append(rc, layer, k.data(), v.data(), reused);
         }
-        feed(sm, l.handle, l.seq, reused, 1, &ref, r);
+        feed(sm, l.handle, l.seq, reused, 1, &ref, rc);
         ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op << ": adopted attention";
         l.length = reused + 1;
         ++totals.steps;
       }
       live.push_back(l);
+    } else if (dice == 99) {  // shutdown's release: retained device pages back to the pool, prefixes kept
+      const std::uint64_t held = rt.counters().retained_device_pages;
+      const std::uint32_t free_before = rt.pages_free();
+      rt.release_retained();
+      ASSERT_EQ(rt.counters().retained_device_pages, 0u) << "seed " << seed << " op " << op;
+      ASSERT_GE(rt.pages_free(), free_before + held) << "seed " << seed << " op " << op << ": every retained page came back";
+      ++totals.releases;
     } else if (dice < 35 && !running.empty()) {  // finish (retaining or not) or cancel
       const std::size_t i = running[uniform(0, static_cast<std::uint32_t>(running.size() - 1))];
       Live& l = live[i];
@@ -773,9 +923,16 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     remove(i);
   }
   EXPECT_EQ(rt.check(), nullptr);
-  // What is not free is held by retained histories on the device (borrowed, reclaimable).
-  EXPECT_EQ(rt.pages_free() + rt.counters().retained_device_pages, rt.pages_total()) << "seed " << seed;
-  if (!device) EXPECT_EQ(rt.counters().retained_device_pages_kept, 0u) << "seed " << seed;
+  if (!device) {
+    EXPECT_EQ(rt.counters().retained_device_pages_kept, 0u) << "seed " << seed;
+    EXPECT_EQ(rt.counters().prefix_device_pages_copied, 0u) << "seed " << seed;
+  }
+  const std::uint64_t kept_at_end = rt.counters().retained_device_pages;
+  // Shutdown: the retained histories' device pages go back through the runtime; then every page is free.
+  rt.release_retained();
+  EXPECT_EQ(rt.check(), nullptr);
+  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed << ": every page returned (" << kept_at_end
+                                               << " were retained on the device)";
   EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, heap_before) << "seed " << seed << ": invariant 7";
@@ -788,6 +945,7 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   totals.device_kept += c.retained_device_pages_kept;
   totals.device_adopted += c.retained_device_pages_adopted;
   totals.device_reclaimed += c.retained_device_pages_reclaimed;
+  totals.device_copied += c.prefix_device_pages_copied;
   EXPECT_EQ(c.retained_device_pages_kept, c.retained_device_pages_adopted + c.retained_device_pages_reclaimed +
                                               c.retained_device_pages)
       << "seed " << seed << ": every retained device page is adopted, reclaimed or still held";
@@ -802,14 +960,16 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
     if (HasFatalFailure()) return;
   }
   std::printf("%u seeds: %llu steps, %llu adoptions (%llu copied), %llu tokens reused, %llu retained, %llu dropped, "
-              "%llu cancels (%llu mid-step), %llu queued; device pages: %llu retained, %llu handed over, %llu reclaimed\n",
+              "%llu cancels (%llu mid-step), %llu queued; device pages: %llu retained, %llu handed over, %llu reclaimed, "
+              "%llu copied d2d; %llu shutdown releases\n",
               seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.adoptions),
               static_cast<unsigned long long>(totals.copies), static_cast<unsigned long long>(totals.reused),
               static_cast<unsigned long long>(totals.kept), static_cast<unsigned long long>(totals.dropped),
               static_cast<unsigned long long>(totals.cancels), static_cast<unsigned long long>(totals.mid_step),
               static_cast<unsigned long long>(totals.queued), static_cast<unsigned long long>(totals.device_kept),
               static_cast<unsigned long long>(totals.device_adopted),
-              static_cast<unsigned long long>(totals.device_reclaimed));
+              static_cast<unsigned long long>(totals.device_reclaimed), static_cast<unsigned long long>(totals.device_copied),
+              static_cast<unsigned long long>(totals.releases));
   // The mix must have exercised what it claims to.
   EXPECT_GT(totals.adoptions, seeds / 4);
   EXPECT_GT(totals.copies, 0u);
@@ -818,6 +978,8 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
   EXPECT_GT(totals.mid_step, 0u);
   EXPECT_GT(totals.device_adopted, 0u);
   EXPECT_GT(totals.device_reclaimed, 0u);
+  EXPECT_GT(totals.device_copied, 0u);
+  EXPECT_GT(totals.releases, 0u);
 }
 
 }  // namespace
