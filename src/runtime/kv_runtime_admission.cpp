@@ -43,7 +43,10 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
 
 std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
   const std::uint32_t n = budgets_.take_admitted(out);
-  for (std::uint32_t i = 0; i < n; ++i) slot_faulted_[out[i].handle.slot] = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    slot_faulted_[out[i].handle.slot] = 0;
+    adoption_[out[i].handle.slot] = Adoption{};  // admitted from the queue: adopts nothing
+  }
   return n;
 }
 

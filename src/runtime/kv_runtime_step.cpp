@@ -165,6 +165,7 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
     pass_tickets_[pass_ticket_count_++] = ticket;
     regions_[i] = CopyRegion{c.host_offset, c.device_offset, c.bytes};
     counters_.h2d_bytes += c.bytes;
+    if (adoption_[c.slot].pages > 0) counters_.h2d_bytes_adopting += c.bytes;  // a follow-up's history (prefix reuse)
     counters_.bytes_staged += c.bytes;
   }
   Result<Fence> copy = backend_.copy(CopyDirection::h2d, {regions_.data(), sp.copy_count});
@@ -274,6 +275,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
       rows_total += wb.rows;
       ++counters_.h2d_copies;
       counters_.h2d_bytes += wb.bytes;
+      if (adoption_[lp.slot].pages > 0) counters_.h2d_bytes_adopting += wb.bytes;
     }
   }
   AK_ASSERT(rows_total == total_new_, "kv runtime: the write-backs must cover every new row exactly once");

@@ -313,6 +313,8 @@ EngineCounters EngineStepEngine::counters() const {
   c.retained_device_pages_adopted = k.retained_device_pages_adopted;
   c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;
   c.retained_device_pages = k.retained_device_pages;
+  c.prefix_device_pages_copied = k.prefix_device_pages_copied;
+  c.h2d_bytes_adopting = k.h2d_bytes_adopting;
   return c;
 }
 
@@ -320,11 +322,10 @@ EngineCounters EngineStepEngine::counters() const {
 // what the pool could hold: a pool larger than max_seqs histories is no leak.
 bool EngineStepEngine::all_returned() const {
   const Parts& p = *parts_;
-  // Pages retained histories still hold on the device are borrowed, reclaimable and counted: not a leak.
-  const std::uint64_t retained = p.runtime->counters().retained_device_pages;
-  return p.runtime->pages_free() + retained == p.runtime->pages_total() &&
-         p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
+  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
          p.runtime->check() == nullptr;
 }
+
+void EngineStepEngine::release_retained() { parts_->runtime->release_retained(); }
 
 }  // namespace activekv::serve
