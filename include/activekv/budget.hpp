@@ -272,6 +272,9 @@ class BudgetManager {
     return contexts_[slot].running ? 0 : contexts_[slot].pages_assigned;
   }
   std::uint64_t retained_pages_total() const noexcept { return retained_total_; }
+  // Pages a running context may still take above its reservation: the unreserved free pages and
+  // the retained device pages, which give way first (acquire_page reclaims them on demand).
+  std::uint64_t pages_borrowable() const noexcept { return pages_unreserved() + retained_total_; }
   // Frees the retained device pages of a free history (its retained prefix was dropped), logged as
   // a reclaim with `reason`. Returns the pages freed.
   std::uint64_t release_retained(std::uint32_t slot, Reason reason) noexcept;
