@@ -266,7 +266,9 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   EXPECT_EQ(rt.check(), nullptr) << "seed " << seed;
   EXPECT_EQ(c.retained_device_pages_kept, c.retained_device_pages_adopted + c.retained_device_pages_reclaimed)
       << "seed " << seed << ": every retained device page was handed over or released";
-  if (!retain) EXPECT_EQ(c.retained_device_pages_kept, 0u);
+  if (!retain) {
+    EXPECT_EQ(c.retained_device_pages_kept, 0u);
+  }
   EXPECT_EQ(c.heap_allocations_in_steps, 0u) << "seed " << seed << ": invariant 7";
   totals.bytes_staged += rt.counters().bytes_staged;
   totals.pages_staged += rt.counters().pages_staged;
