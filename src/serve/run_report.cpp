@@ -342,7 +342,7 @@ std::string reuse_text(const json& f) {
                      p["follow_ups"].get<std::uint64_t>(), p["follow_ups_reusing"].get<std::uint64_t>(),
                      t["p50"].get<double>() * 1e3, t["p99"].get<double>() * 1e3,
                      p.contains("h2d_bytes_adopting_contexts")
-                         ? fmt::format("; device: {} pages handed over, {} copied d2d; follow-ups' h2d {:.2f} MiB",
+                         ? fmt::format("; device: {} pages handed over, {} copied d2d; h2d for adopting contexts {:.2f} MiB",
                                        p["device_pages_handed_over"].get<std::uint64_t>(),
                                        p["device_pages_copied_d2d"].get<std::uint64_t>(),
                                        static_cast<double>(p["h2d_bytes_adopting_contexts"].get<std::uint64_t>()) / 1048576.0)
