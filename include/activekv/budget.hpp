@@ -18,6 +18,15 @@
 //     the sink and the tail pages give way last (they are the floor).
 //   Every reclaimed page and every reclamation step (one context visited) is counted.
 //
+// Retained device pages (docs/PREFIX.md, "Device side"): a context that finishes with
+// keep_pages > 0 leaves its pages of logical page < keep_pages in its page tables, owned by its
+// now free history: borrowed pages with no running owner. They hold only pages that would be
+// free: reclaimed first — before any running context's page, and also for borrowing above a target
+// and for promotions — whole histories, least recently retained first; and released when
+// another context takes the history. A context admitted into that history with adopt set takes
+// them over in place (they change owner; nothing is copied), trimmed to fit its burst above its
+// floor. They are counted in pages_assigned of their slot and in retained_pages_total().
+//
 // Invariant 2 (DESIGN.md): every running context holds at least its floor and at
 // most its burst. Invariant 1 is the page pool's. validate() walks both, plus the
 // page tables, and is asserted in expensive-assert builds after every mutation.
@@ -70,6 +79,7 @@ struct AdmitResult {
   ContextHandle handle;        // valid when admitted
   std::uint64_t request_id = 0;
   Reason reason = Reason::floor_fits;
+  std::uint32_t pages_adopted = 0;  // device pages of a retained history taken over in place
 };
 
 struct LayerResidency {
@@ -105,6 +115,9 @@ struct BudgetCounters {
   std::uint64_t reclaim_steps = 0;      // contexts visited by reclamation
   std::uint64_t pages_evicted = 0;      // a context's own pages giving way to its new tail/promotion
   std::uint64_t pages_promoted = 0;
+  std::uint64_t retained_pages_kept = 0;       // device pages left with a finished context's retained history
+  std::uint64_t retained_pages_adopted = 0;    // of those, taken over in place by an adopting context
+  std::uint64_t retained_pages_reclaimed = 0;  // of those, freed: reclaimed first, history taken, or dropped
 };
 
 class BudgetManager {
@@ -123,12 +136,16 @@ class BudgetManager {
   // budget == nullptr: the plan's default budget. preferred_slot: the history to admit into when
   // it is free at admission (an adopted retained prefix); otherwise a free history that holds no
   // retained prefix, else the least recently retained one (see set_retained).
+  // adopt: when admitted at once into preferred_slot, the context takes over the retained device
+  // pages that history holds (AdmitResult::pages_adopted); otherwise they are released.
   AdmitResult submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget = nullptr,
-                     std::uint32_t preferred_slot = UINT32_MAX) noexcept;
+                     std::uint32_t preferred_slot = UINT32_MAX, bool adopt = false) noexcept;
   // Returns every page and the history, then admits from the queue head while floors fit.
   // retire: the history leaves use for good instead of returning to the free list (see
   // retire_history), decided before a queued request could be admitted into it.
-  void finish(ContextHandle context, bool retire = false) noexcept;
+  // keep_pages > 0 (and not retire): the pages of logical page < keep_pages stay as retained
+  // device pages of the history (see above); the rest go back to the pool.
+  void finish(ContextHandle context, bool retire = false, std::uint32_t keep_pages = 0) noexcept;
   void cancel(ContextHandle context, bool retire = false) noexcept;
   // Removes a waiting request; false if it is not queued.
   bool cancel_queued(std::uint64_t request_id) noexcept;
@@ -258,6 +275,22 @@ class BudgetManager {
   void set_retained(std::uint32_t slot, std::uint64_t stamp) noexcept { retained_stamp_[slot] = stamp; }
   std::uint64_t retained_stamp(std::uint32_t slot) const noexcept { return retained_stamp_[slot]; }
   const BudgetCounters& counters() const noexcept { return counters_; }
+  // The retained device pages a free history holds, and all of them.
+  std::uint64_t retained_pages(std::uint32_t slot) const noexcept {
+    return contexts_[slot].running ? 0 : contexts_[slot].pages_assigned;
+  }
+  std::uint64_t retained_pages_total() const noexcept { return retained_total_; }
+  // Pages a running context may still take above its reservation: the unreserved free pages and
+  // the retained device pages, which give way first (acquire_page reclaims them on demand).
+  std::uint64_t pages_borrowable() const noexcept { return pages_unreserved() + retained_total_; }
+  // Frees the retained device pages of a free history (its retained prefix was dropped), logged as
+  // a reclaim with `reason`. Returns the pages freed.
+  std::uint64_t release_retained(std::uint32_t slot, Reason reason) noexcept;
+  // Copy on adopt on the device (docs/PREFIX.md): a page for (slot, layer, logical), in state
+  // staging, that a device-to-device copy will fill. Taken only from unreserved free pages — never
+  // the floor's reservation, never reclaimed from another context or retained history — within the
+  // burst, leaving the layer room for a tail page. page_none when none can be had.
+  std::uint32_t acquire_copy_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept;
 
   // Invariants 1 and 2 and the page tables' consistency; nullptr when sound, else what broke.
   const char* check() const noexcept;
@@ -269,12 +302,21 @@ class BudgetManager {
     std::uint32_t tokens_max = 0;
     Budget budget;
     std::uint32_t preferred_slot = UINT32_MAX;
+    bool adopt = false;
   };
   bool floor_fits(std::uint64_t floor_pages) const noexcept;
-  AdmitResult admit(const Waiting& request, Reason reason) noexcept;
+  AdmitResult admit(const Waiting& request, Reason reason, bool adopt) noexcept;
+  // Frees whole retained histories' device pages, least recently retained first (not `except`),
+  // until `pages` are freed or none is left. Returns pages freed.
+  std::uint64_t reclaim_retained(std::uint64_t pages, std::uint32_t except) noexcept;
+  // Keeps the pages of logical page < keep_pages in the slot's tables, releasing the rest.
+  void trim_tables(std::uint32_t slot, std::uint32_t keep_pages) noexcept;
+  // Releases one adopted page of a context that holds more than it may: the lowest promoted page,
+  // else the run's oldest, of the layer holding the most. False when nothing is left but sinks.
+  bool drop_one_adopted(std::uint32_t slot) noexcept;
   // Removes and returns a free slot: `preferred` if free, else one without a retained prefix, else LRU.
   std::uint32_t take_free_slot(std::uint32_t preferred) noexcept;
-  void release_all(std::uint32_t slot) noexcept;
+  void release_all(std::uint32_t slot, std::uint32_t keep_pages = 0) noexcept;
   void admit_from_queue() noexcept;
   std::uint64_t take_from(std::uint32_t victim, std::uint64_t pages, std::uint64_t keep_pages,
                           std::uint32_t for_slot, Reason reason) noexcept;
@@ -313,6 +355,7 @@ class BudgetManager {
   std::uint32_t admitted_count_ = 0;
   std::vector<std::uint32_t> order_;          // scratch: reclamation order of slots
   std::uint64_t reserved_total_ = 0;
+  std::uint64_t retained_total_ = 0;          // retained device pages of free histories
   std::uint64_t floors_committed_ = 0;
   std::uint64_t admissions_ = 0;
   std::uint32_t running_ = 0;

@@ -43,6 +43,11 @@ enum class Reason : std::uint8_t {
   prefix_copied,         // adopt: the prompt starts with a prefix held by a running context: rows copied
   retained_lru,          // drop_retained: admission needed a history; the least-recently-used retained one gave way
   retained_cancelled,    // drop_retained: the context holding the prefix was cancelled or its history retired
+  retained_on_device,    // retain: a finished context's full device pages stay, borrowed by its retained history
+  retained_first,        // reclaim: a retained history's device pages, before any running context's pages
+  device_pages_adopted,  // adopt: a retained history's device pages change owner to the context adopting it
+  device_pages_copied,   // adopt: a prefix's device-resident pages copied device to device into the adopting context
+  retained_shutdown,     // reclaim: shutdown returns the retained histories' device pages to the pool
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

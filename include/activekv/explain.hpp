@@ -44,6 +44,9 @@ struct Explanation {
   // of every layer were restored from the tier (docs/TIER.md); equal when none were.
   std::uint32_t tier_pages_first = 0;
   std::uint32_t tier_pages_end = 0;
+  std::uint32_t adopted_device_copied = 0;  // of the adopted pages, pool pages copied device to device from the source's resident pages
+  std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history
+  std::uint64_t adopted_host_pages = 0;    // the rest (adopted pages × dense layers − the two above): streamed from the host pool
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

@@ -87,6 +87,10 @@ struct KvRuntimeSettings {
   // retained prefix and open_context(…, prompt, …) adopts the longest one. Off: every history
   // is emptied when its context leaves (configuration key prefix_reuse, --no-prefix-reuse).
   bool prefix_reuse = false;
+  // With prefix reuse on: a retained history's full device pages stay in the pool, borrowed by the
+  // free history (reclaimed first), and a follow-up adopting it in place takes them over instead
+  // of staging its history from the host (docs/PREFIX.md, "Device side").
+  bool prefix_reuse_device = true;
   std::uint64_t model_identity = 0;      // seeds the prefix hashes (0: the geometry's)
   // The shared KV tier (docs/TIER.md; null: none). Not owned: it outlives the runtime. Admission
   // restores the prompt's blocks past the local prefix from it; finish_retaining offers the
@@ -135,6 +139,13 @@ struct KvCounters {
   std::uint64_t tier_restores = 0;            // admissions that restored blocks from the tier
   std::uint64_t tier_leases = 0;              // finished histories held while the tier's writer read them
   std::uint64_t tier_restored_tokens = 0;     // prompt tokens restored from the tier instead of prefilled
+  std::uint64_t retained_device_pages_kept = 0;       // device pages left with finished contexts' retained histories
+  std::uint64_t retained_device_pages_adopted = 0;    // of them, handed over in place to the adopting context
+  std::uint64_t retained_device_pages_reclaimed = 0;  // of them, freed (reclaimed first, history taken or dropped)
+  std::uint64_t retained_device_pages = 0;            // a level: device pages retained histories hold now
+  std::uint64_t prefix_device_copies = 0;              // copies on adopt whose device-resident pages went d2d
+  std::uint64_t h2d_bytes_adopting = 0;                // of h2d_bytes, staged or uploaded for contexts that adopted a prefix (follow-ups)
+  std::uint64_t prefix_device_pages_copied = 0;        // pages those copies moved device to device (not staged from the host)
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
   std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)
@@ -231,6 +242,10 @@ class KvRuntime {
   virtual std::uint32_t histories_retired() const = 0;
   // Staging tiles still usable (not quarantined). With none, every step is refused.
   virtual std::uint32_t tiles_usable() const = 0;
+  // Shutdown, between steps: waits the device copies in flight (their fences), then returns every
+  // retained history's device pages to the pool (counted, logged: retained_shutdown). The host
+  // prefixes stay indexed. After it, with no context running, pages_free() == pages_total().
+  virtual void release_retained() = 0;
 };
 
 }  // namespace activekv

@@ -211,6 +211,7 @@ int serve_main(const ServeOptions& o) {
 
   nlohmann::json figures = (*core)->figures(loaded->frontend.model_name,
                                             o.config.empty() ? "configs/default.json (built in)" : o.config);
+  engine.release_retained();  // the engine thread has stopped: retained device pages go back
   const bool returned = engine.all_returned();
   figures["all_returned"] = returned;
   fmt::print("{}", serve::summary_text(figures));

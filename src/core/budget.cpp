@@ -106,11 +106,11 @@ bool BudgetManager::floor_fits(std::uint64_t floor_pages) const noexcept {
 }
 
 AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens_max, const Budget* budget,
-                                  std::uint32_t preferred_slot) noexcept {
+                                  std::uint32_t preferred_slot, bool adopt) noexcept {
   Waiting request{request_id, tokens_max,
                   budget != nullptr ? *budget
                                     : Budget{plan_.budget.floor_pages, plan_.budget.target_pages, plan_.budget.burst_pages},
-                  preferred_slot};
+                  preferred_slot, adopt};
   AdmitResult result;
   result.request_id = request_id;
   auto refuse = [&](Reason reason) {
@@ -138,7 +138,7 @@ AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens
     wait = Reason::floor_does_not_fit;
   } else {
     const Reason why = pages_unreserved() >= request.budget.floor_pages ? Reason::floor_fits : Reason::floor_fits_after_reclaim;
-    return admit(request, why);
+    return admit(request, why, adopt);
   }
   if (queue_size_ == queue_.size() || plan_.queue_max == 0) return refuse(Reason::queue_full);
   queue_[(queue_head_ + queue_size_) % queue_.size()] = request;
@@ -156,14 +156,24 @@ AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens
   return result;
 }
 
-AdmitResult BudgetManager::admit(const Waiting& request, Reason reason) noexcept {
+AdmitResult BudgetManager::admit(const Waiting& request, Reason reason, bool adopt) noexcept {
   AK_ASSERT(free_slot_count_ > 0, "admission needs a free host history");
   AK_ASSERT(floor_fits(request.budget.floor_pages), "admission needs room for the floor");
   const std::uint32_t slot = take_free_slot(request.preferred_slot);
   ContextState& c = contexts_[slot];
   AK_ASSERT(!c.running, "a free slot holds no running context");
+  // The history's retained device pages: taken over in place by a context adopting its prefix,
+  // released otherwise (the new context will write other rows).
+  const bool adopting = adopt && slot == request.preferred_slot && c.pages_assigned > 0;
+  if (adopting) {
+    retained_total_ -= c.pages_assigned;
+  } else {
+    release_retained(slot, Reason::retained_lru);
+  }
+  const std::uint64_t adopted = c.pages_assigned;
   const std::uint32_t generation = c.generation + 1;
   c = ContextState{};
+  c.pages_assigned = adopted;
   c.generation = generation;
   c.request_id = request.request_id;
   c.running = true;
@@ -174,22 +184,51 @@ AdmitResult BudgetManager::admit(const Waiting& request, Reason reason) noexcept
   const std::uint64_t per_layer = (request.budget.burst_pages + dense_layers_ - 1) / dense_layers_;
   c.layer_cap = static_cast<std::uint32_t>(std::min<std::uint64_t>(per_layer, plan_.budget.layer_pages_max));
   c.layer_cap = std::max(c.layer_cap, plan_.budget.floor_pages_per_layer);
-  for (std::uint32_t l = 0; l < dense_layers_; ++l) layer(slot, l) = LayerResidency{};
+  if (!adopting) {
+    for (std::uint32_t l = 0; l < dense_layers_; ++l) layer(slot, l) = LayerResidency{};
+  }
   ++running_;
   floors_committed_ += request.budget.floor_pages;
-
-  // Reserve the floor, reclaiming others' pages down toward their floors if needed.
-  if (pages_unreserved() < request.budget.floor_pages) {
-    reclaim(request.budget.floor_pages - pages_unreserved(), slot, /*down_to_floor=*/true);
+  // Adopted pages sit above the floor (which is reserved in full, so the tail pages can always be
+  // placed): trimmed to the burst and to the layer cap.
+  auto over = [&] {
+    if (c.pages_assigned + request.budget.floor_pages > request.budget.burst_pages) return true;
+    for (std::uint32_t l = 0; l < dense_layers_; ++l) {
+      if (layer(slot, l).pages_held() > c.layer_cap) return true;
+    }
+    return false;
+  };
+  while (adopting && over() && drop_one_adopted(slot)) {
   }
+
+  // Reserve the floor, in the reclamation order with the adopted pages in it: retained pages of
+  // other histories; the adopted pages above this context's target (borrowed); others' borrowed
+  // pages; the rest of the adopted pages; then others' pages down toward their floors.
+  const std::uint64_t floor = request.budget.floor_pages;
+  if (adopting && pages_unreserved() < floor) {
+    reclaim_retained(floor - pages_unreserved(), slot);
+    while (pages_unreserved() < floor && c.pages_assigned + floor > request.budget.target_pages &&
+           drop_one_adopted(slot)) {
+    }
+    if (pages_unreserved() < floor) reclaim(floor - pages_unreserved(), slot, /*down_to_floor=*/false);
+    while (pages_unreserved() < floor && drop_one_adopted(slot)) {
+    }
+  }
+  if (pages_unreserved() < floor) reclaim(floor - pages_unreserved(), slot, /*down_to_floor=*/true);
   AK_ASSERT(pages_unreserved() >= request.budget.floor_pages, "a committed floor can always be reserved");
   c.pages_reserved = request.budget.floor_pages;
   reserved_total_ += request.budget.floor_pages;
   ++counters_.admitted;
   record(DecisionKind::admit, reason, slot, UINT32_MAX, UINT32_MAX, UINT32_MAX,
          static_cast<std::uint32_t>(request.budget.floor_pages));
+  if (c.pages_assigned > 0) {
+    counters_.retained_pages_adopted += c.pages_assigned;
+    record(DecisionKind::adopt, Reason::device_pages_adopted, slot, UINT32_MAX, UINT32_MAX, UINT32_MAX,
+           static_cast<std::uint32_t>(c.pages_assigned));
+  }
   AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after admission");
-  return AdmitResult{AdmitOutcome::admitted, ContextHandle{slot, generation}, request.request_id, reason};
+  return AdmitResult{AdmitOutcome::admitted, ContextHandle{slot, generation}, request.request_id, reason,
+                     static_cast<std::uint32_t>(c.pages_assigned)};
 }
 
 std::uint32_t BudgetManager::take_free_slot(std::uint32_t preferred) noexcept {
@@ -219,6 +258,7 @@ bool BudgetManager::retire_history(std::uint32_t slot) noexcept {
   AK_ASSERT(slot < contexts_.size(), "retire_history of a slot outside the budget manager");
   AK_ASSERT(!contexts_[slot].running, "a running context's history is retired only after it is cancelled");
   if (retired_[slot] != 0) return false;
+  release_retained(slot, Reason::retained_cancelled);
   if (held_[slot] != 0 && !contexts_[slot].running) {  // held off the free list: retired when released
     retired_[slot] = 1;
     ++retired_count_;
@@ -256,17 +296,29 @@ void BudgetManager::release_history(std::uint32_t slot) noexcept {
   AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after release_history");
 }
 
-void BudgetManager::release_all(std::uint32_t slot) noexcept {
+void BudgetManager::release_all(std::uint32_t slot, std::uint32_t keep_pages) noexcept {
   ContextState& c = contexts_[slot];
-  for (std::uint32_t l = 0; l < dense_layers_; ++l) {
-    LayerResidency& r = layer(slot, l);
-    if (r.sink_page != page_none) release_page(slot, r.sink_page);
-    for (std::uint32_t i = 0; i < r.run_count; ++i) release_page(slot, run_page(slot, l, i));
-    const std::uint32_t base = promoted_offset(slot, l);
-    for (std::uint32_t i = 0; i < r.promoted_count; ++i) release_page(slot, promoted_page_[base + i]);
-    r = LayerResidency{};
+  // Only pages whose bytes are final may stay: a page still landing or quarantined goes, and
+  // with it the whole history's device pages (kept simple: the host copy is authoritative).
+  const PagePool& pool = arena_.pages();
+  for (std::uint32_t l = 0; keep_pages > 0 && l < dense_layers_; ++l) {
+    const LayerResidency& r = layer(slot, l);
+    if (r.sink_page != page_none && pool.state(r.sink_page) != PageState::owned) keep_pages = 0;
+    for (std::uint32_t i = 0; i < r.run_count; ++i) {
+      if (pool.state(run_page(slot, l, i)) != PageState::owned) keep_pages = 0;
+    }
+    for (const std::uint32_t page : promoted_pages(slot, l)) {
+      if (pool.state(page) != PageState::owned) keep_pages = 0;
+    }
   }
-  AK_ASSERT(c.pages_assigned == 0, "every assigned page was in the page tables");
+  trim_tables(slot, keep_pages);
+  AK_ASSERT(keep_pages > 0 || c.pages_assigned == 0, "every assigned page was in the page tables");
+  if (c.pages_assigned > 0) {
+    retained_total_ += c.pages_assigned;
+    counters_.retained_pages_kept += c.pages_assigned;
+    record(DecisionKind::retain, Reason::retained_on_device, slot, UINT32_MAX, UINT32_MAX, UINT32_MAX,
+           static_cast<std::uint32_t>(c.pages_assigned));
+  }
   reserved_total_ -= c.pages_reserved;
   c.pages_reserved = 0;
   floors_committed_ -= c.budget.floor_pages;
@@ -285,11 +337,11 @@ void BudgetManager::release_all(std::uint32_t slot) noexcept {
   admitted_count_ = kept;
 }
 
-void BudgetManager::finish(ContextHandle context, bool retire) noexcept {
+void BudgetManager::finish(ContextHandle context, bool retire, std::uint32_t keep_pages) noexcept {
   AK_ASSERT(current(context), "finish of a stale or unknown context handle");
   record(DecisionKind::finish, Reason::finished, context.slot, UINT32_MAX, UINT32_MAX, UINT32_MAX,
          static_cast<std::uint32_t>(contexts_[context.slot].pages_held()));
-  release_all(context.slot);
+  release_all(context.slot, retire ? 0 : keep_pages);
   ++counters_.finished;
   if (retire) retire_history(context.slot);  // before the queue can take the slot
   admit_from_queue();
@@ -335,7 +387,7 @@ void BudgetManager::admit_from_queue() noexcept {
     queue_head_ = (queue_head_ + 1) % static_cast<std::uint32_t>(queue_.size());
     --queue_size_;
     const Reason why = pages_unreserved() >= request.budget.floor_pages ? Reason::floor_fits : Reason::floor_fits_after_reclaim;
-    const AdmitResult result = admit(request, why);
+    const AdmitResult result = admit(request, why, /*adopt=*/false);  // a queued request adopts nothing
     AK_ASSERT(admitted_count_ < admitted_.size(), "admitted-from-queue entries are running contexts: at most the slots");
     admitted_[admitted_count_++] = result;
   }
@@ -368,8 +420,11 @@ std::uint64_t BudgetManager::grow(ContextHandle context, std::uint64_t pages) no
              static_cast<std::uint32_t>(from_free));
     }
   }
-  // Beyond the target, up to the burst: free pages only.
+  // Beyond the target, up to the burst: free pages only — and retained device pages, which only
+  // ever hold pages that would be free.
   if (granted < pages && c.pages_held() >= c.budget.target_pages && c.pages_held() < c.budget.burst_pages) {
+    const std::uint64_t want = std::min(pages - granted, c.budget.burst_pages - c.pages_held());
+    if (pages_unreserved() < want) reclaim_retained(want - pages_unreserved(), context.slot);
     const std::uint64_t borrow =
         std::min({pages - granted, c.budget.burst_pages - c.pages_held(), pages_unreserved()});
     c.pages_reserved += borrow;
@@ -396,6 +451,9 @@ std::uint64_t BudgetManager::shrink(ContextHandle context, std::uint64_t pages) 
 }
 
 std::uint64_t BudgetManager::reclaim(std::uint64_t pages, std::uint32_t for_slot, bool down_to_floor) noexcept {
+  // Retained histories' device pages first: no running context owns them.
+  std::uint64_t freed = reclaim_retained(pages, for_slot);
+  if (freed >= pages) return freed;
   // The order is fixed: least recently active first, ties by the lower request id, then slot.
   std::uint32_t victims = 0;
   for (std::uint32_t s = 0; s < contexts_.size(); ++s) {
@@ -408,7 +466,6 @@ std::uint64_t BudgetManager::reclaim(std::uint64_t pages, std::uint32_t for_slot
     if (x.request_id != y.request_id) return x.request_id < y.request_id;
     return a < b;
   });
-  std::uint64_t freed = 0;
   for (std::uint32_t i = 0; i < victims && freed < pages; ++i) {
     const ContextState& v = contexts_[order_[i]];
     if (v.pages_held() <= v.budget.target_pages) continue;

@@ -154,6 +154,148 @@ TEST(Budget, GrowsToTargetByRightAndToBurstOnlyFromFreePages) {
   EXPECT_EQ(f.budgets.check(), nullptr);
 }
 
+// The last record of `kind` with `reason` in the log, or nullptr.
+const Decision* last_decision(const DecisionLog& log, DecisionKind kind, Reason reason) {
+  for (std::uint32_t i = log.size(); i-- > 0;) {
+    if (log.at(i).kind == kind && log.at(i).reason == reason) return &log.at(i);
+  }
+  return nullptr;
+}
+
+TEST(Budget, RetainedDevicePagesAreBorrowedReclaimedFirstAndAdoptedInPlace) {
+  MemorySettings s = small_settings(24, 3);
+  s.floor_pages = 6;
+  s.target_pages = 8;
+  s.burst_pages = 16;
+  Fixture f(s);
+  const PagePool& pool = f.arena.pages();
+  const AdmitResult a = f.budgets.submit(1, 64);
+  for (int i = 0; i < 6; ++i) f.step(a.handle, 4);  // 24 tokens: 6 pages in each of 2 layers
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  // B borrows everything free while A runs.
+  const AdmitResult b = f.budgets.submit(2, 64);
+  ASSERT_EQ(b.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(b.pages_adopted, 0u);
+  f.budgets.grow(b.handle, 100);
+  const std::uint64_t b_held = f.budgets.context(b.handle.slot).pages_held();
+  EXPECT_GT(b_held, s.target_pages) << "B borrowed above its target";
+  f.budgets.set_retained(a.handle.slot, 1);
+  f.budgets.finish(a.handle, /*retire=*/false, /*keep_pages=*/5);
+  const std::uint64_t retained = f.budgets.retained_pages(a.handle.slot);
+  EXPECT_GT(retained, 0u);
+  EXPECT_LE(retained, 10u) << "only logical pages below keep_pages stay";
+  EXPECT_EQ(f.budgets.retained_pages_total(), retained);
+  EXPECT_EQ(pool.pages_free() + f.budgets.context(b.handle.slot).pages_assigned + retained, pool.pages_total())
+      << "invariant 1 counts them: owned by the free history";
+  EXPECT_NE(last_decision(f.log, DecisionKind::retain, Reason::retained_on_device), nullptr);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  // C's floor needs pages: the retained history's go first, whole; B's borrowed pages stay.
+  ASSERT_LT(f.budgets.pages_unreserved(), s.floor_pages) << "the test needs C's floor to reclaim";
+  const AdmitResult c = f.budgets.submit(3, 64);
+  ASSERT_EQ(c.outcome, AdmitOutcome::admitted) << "retained pages never make admission wait";
+  EXPECT_NE(c.handle.slot, a.handle.slot) << "a free history without retained pages is taken first";
+  EXPECT_EQ(f.budgets.retained_pages(a.handle.slot), 0u);
+  EXPECT_EQ(f.budgets.context(b.handle.slot).pages_held(), b_held) << "reclaimed first: before any running context";
+  const Decision* d = last_decision(f.log, DecisionKind::reclaim, Reason::retained_first);
+  ASSERT_NE(d, nullptr) << "the reclaim is in the decision log";
+  EXPECT_EQ(d->slot, a.handle.slot);
+  EXPECT_EQ(d->pages, retained);
+  EXPECT_EQ(f.budgets.counters().retained_pages_reclaimed, retained);
+  EXPECT_EQ(f.budgets.counters().pages_reclaimed, retained);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  // B finishes keeping its pages; a context adopting B's history takes them over in place.
+  f.budgets.finish(c.handle);
+  for (int i = 0; i < 5; ++i) f.step(b.handle, 4);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  f.budgets.set_retained(b.handle.slot, 2);
+  const std::uint32_t b_length = f.budgets.context(b.handle.slot).length_tokens;
+  f.budgets.finish(b.handle, false, b_length / 4);
+  const std::uint64_t kept = f.budgets.retained_pages(b.handle.slot);
+  ASSERT_GT(kept, 0u);
+  const AdmitResult e = f.budgets.submit(4, 64, nullptr, b.handle.slot, /*adopt=*/true);
+  ASSERT_EQ(e.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(e.handle.slot, b.handle.slot);
+  EXPECT_EQ(e.pages_adopted, kept) << "every kept page fits above the floor here";
+  EXPECT_EQ(f.budgets.context(e.handle.slot).pages_assigned, kept);
+  EXPECT_EQ(f.budgets.context(e.handle.slot).pages_reserved, s.floor_pages) << "the floor is reserved in full";
+  EXPECT_EQ(f.budgets.retained_pages_total(), 0u);
+  const Decision* adopted = last_decision(f.log, DecisionKind::adopt, Reason::device_pages_adopted);
+  ASSERT_NE(adopted, nullptr);
+  EXPECT_EQ(adopted->pages, kept);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  // The adopting context runs on from the adopted rows (the runtime sets its length).
+  f.budgets.context(e.handle.slot).length_tokens = b_length / 4 * 4;
+  f.step(e.handle, 4);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  // Finished keeping again; a context taking the history without adopting releases them (logged).
+  f.budgets.set_retained(e.handle.slot, 3);
+  f.budgets.finish(e.handle, false, 2);
+  ASSERT_GT(f.budgets.retained_pages(e.handle.slot), 0u);
+  const AdmitResult g = f.budgets.submit(5, 64, nullptr, e.handle.slot, /*adopt=*/false);
+  EXPECT_EQ(g.handle.slot, e.handle.slot);
+  EXPECT_EQ(g.pages_adopted, 0u);
+  EXPECT_EQ(f.budgets.context(g.handle.slot).pages_assigned, 0u);
+  EXPECT_NE(last_decision(f.log, DecisionKind::reclaim, Reason::retained_lru), nullptr);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  f.budgets.finish(g.handle);
+  EXPECT_EQ(pool.pages_free(), pool.pages_total());
+  const BudgetCounters& n = f.budgets.counters();
+  EXPECT_EQ(n.retained_pages_kept, n.retained_pages_adopted + n.retained_pages_reclaimed);
+}
+
+TEST(Budget, RetainedDevicePagesHoldOnlyPagesThatWouldBeFree) {
+  MemorySettings s = small_settings(24, 2);
+  s.floor_pages = 6;
+  s.target_pages = 8;
+  s.burst_pages = 20;
+  Fixture f(s);
+  const AdmitResult x = f.budgets.submit(1, 64);
+  for (int i = 0; i < 6; ++i) f.step(x.handle, 4);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  f.budgets.set_retained(x.handle.slot, 1);
+  f.budgets.finish(x.handle, false, 5);
+  const std::uint64_t retained = f.budgets.retained_pages(x.handle.slot);
+  ASSERT_GT(retained, 0u);
+  // Y borrows up to its burst: more than the free pages, so the retained pages give way to it.
+  const AdmitResult y = f.budgets.submit(2, 64);
+  ASSERT_EQ(y.outcome, AdmitOutcome::admitted);
+  ASSERT_LT(f.budgets.pages_unreserved() + f.budgets.context(y.handle.slot).pages_held(), s.burst_pages);
+  f.budgets.grow(y.handle, 100);
+  EXPECT_EQ(f.budgets.context(y.handle.slot).pages_held(), s.burst_pages);
+  EXPECT_EQ(f.budgets.retained_pages(x.handle.slot), 0u);
+  EXPECT_NE(last_decision(f.log, DecisionKind::reclaim, Reason::retained_first), nullptr);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
+TEST(Budget, AnAdoptingFloorGivesUpItsOwnAdoptedPagesBeforeOthersBorrowedOnes) {
+  MemorySettings s = small_settings(24, 3);
+  s.floor_pages = 6;
+  s.target_pages = 8;
+  s.burst_pages = 16;
+  Fixture f(s);
+  const AdmitResult a = f.budgets.submit(1, 64);
+  for (int i = 0; i < 6; ++i) f.step(a.handle, 4);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  const AdmitResult b = f.budgets.submit(2, 64);
+  f.budgets.grow(b.handle, 100);
+  const std::uint64_t b_held = f.budgets.context(b.handle.slot).pages_held();
+  ASSERT_GT(b_held, s.target_pages) << "B holds borrowed pages";
+  f.budgets.set_retained(a.handle.slot, 1);
+  f.budgets.finish(a.handle, false, 5);
+  const std::uint64_t retained = f.budgets.retained_pages(a.handle.slot);
+  ASSERT_LT(f.budgets.pages_unreserved(), s.floor_pages) << "the test needs the adopting floor to find pages";
+  const std::uint64_t short_by = s.floor_pages - f.budgets.pages_unreserved();
+  ASSERT_GT(retained + s.floor_pages, s.target_pages + short_by) << "the adopted pages above target cover the floor";
+  const AdmitResult e = f.budgets.submit(3, 64, nullptr, a.handle.slot, /*adopt=*/true);
+  ASSERT_EQ(e.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(e.handle.slot, a.handle.slot);
+  EXPECT_EQ(e.pages_adopted, retained - short_by) << "its own borrowed (adopted) pages went, no more";
+  EXPECT_EQ(f.budgets.context(b.handle.slot).pages_held(), b_held) << "B's borrowed pages stay";
+  EXPECT_EQ(f.budgets.context(e.handle.slot).pages_reserved, s.floor_pages);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
 TEST(Budget, ARetiredHistoryIsNeverAdmittedIntoAgain) {
   MemorySettings s = small_settings(64, 3);
   Fixture f(s);

@@ -52,6 +52,11 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::prefix_copied: return "prefix_copied";
     case Reason::retained_lru: return "retained_lru";
     case Reason::retained_cancelled: return "retained_cancelled";
+    case Reason::retained_on_device: return "retained_on_device";
+    case Reason::retained_first: return "retained_first";
+    case Reason::device_pages_adopted: return "device_pages_adopted";
+    case Reason::device_pages_copied: return "device_pages_copied";
+    case Reason::retained_shutdown: return "retained_shutdown";
   }
   return "?";
 }
@@ -87,6 +92,14 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::retained_lru:
       return "admission needed a history: the least-recently-used retained prefix gave way (retained never blocks)";
     case Reason::retained_cancelled: return "the context holding the prefix was cancelled or its history retired";
+    case Reason::retained_on_device:
+      return "finished: its full device pages stay, borrowed by the retained history, while pages are free";
+    case Reason::retained_first: return "a retained history's device pages are reclaimed before any running context's";
+    case Reason::device_pages_adopted:
+      return "the retained history's device pages change owner to the adopting context: nothing is copied";
+    case Reason::device_pages_copied:
+      return "the prefix's pages resident on the device are copied device to device, not streamed from the host";
+    case Reason::retained_shutdown: return "shutdown: the retained histories' device pages go back to the pool";
   }
   return "?";
 }

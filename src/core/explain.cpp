@@ -87,6 +87,21 @@ std::string explanation_text(const Explanation& e) {
     out += fmt::format("  adopted: pages 0..{} of every layer came from a retained prefix (request {}'s history, {})\n",
                        e.adopted_pages - 1, e.adopted_from_request,
                        e.adopted_copied ? "copied from a running context" : "adopted in place");
+    if (e.adopted_device_pages > 0) {
+      out += fmt::format("  adopted on the device: {} pool page(s) came from the device-resident retained prefix "
+                         "(handed over in place, not staged from the host)\n",
+                         e.adopted_device_pages);
+    }
+    if (e.adopted_device_copied > 0) {
+      out += fmt::format("  adopted on the device: {} pool page(s) copied device to device from the pages the source "
+                         "held on the device (d2d, not staged from the host)\n",
+                         e.adopted_device_copied);
+    }
+    if (e.adopted_host_pages > 0) {
+      out += fmt::format("  adopted from the host: {} page(s) (pages x layers) were not resident on the device: they "
+                         "stream from the host pool like any history\n",
+                         e.adopted_host_pages);
+    }
   }
   if (e.tier_pages_end > e.tier_pages_first) {
     out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
@@ -122,6 +137,9 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["adopted_from_request"] = e.adopted_from_request;
   j["tier_pages_first"] = e.tier_pages_first;
   j["tier_pages_end"] = e.tier_pages_end;
+  j["adopted_device_pages"] = e.adopted_device_pages;
+  j["adopted_device_copied"] = e.adopted_device_copied;
+  j["adopted_host_pages"] = e.adopted_host_pages;
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {
     runs.push_back({{"layer", r.layer}, {"logical_first", r.logical_first}, {"pages", r.pages}, {"reason", r.reason},

@@ -35,10 +35,15 @@ std::uint32_t BudgetManager::acquire_page(std::uint32_t slot, std::uint32_t l, s
     --c.pages_reserved;
     --reserved_total_;
   } else if (c.pages_held() < c.budget.target_pages) {
-    if (pages_unreserved() == 0 && (!allow_reclaim || reclaim(1, slot, /*down_to_floor=*/false) == 0)) return page_none;
+    // Retained device pages only ever hold pages that would be free: they give way even where
+    // reclamation from other contexts is not allowed (promotions).
+    if (pages_unreserved() == 0 && reclaim_retained(1, slot) == 0 &&
+        (!allow_reclaim || reclaim(1, slot, /*down_to_floor=*/false) == 0)) {
+      return page_none;
+    }
     ++counters_.pages_grown;
     record(DecisionKind::grow, Reason::to_target, slot, l, logical, UINT32_MAX, 1);
-  } else if (c.pages_held() < c.budget.burst_pages && pages_unreserved() > 0) {
+  } else if (c.pages_held() < c.budget.burst_pages && (pages_unreserved() > 0 || reclaim_retained(1, slot) > 0)) {
     ++counters_.pages_borrowed;
     record(DecisionKind::borrow, Reason::to_burst, slot, l, logical, UINT32_MAX, 1);
   } else {
@@ -187,7 +192,12 @@ bool BudgetManager::quarantine(PageId page) noexcept {
   AK_ASSERT(pool.current(page), "quarantine of a stale page handle");
   const PageOwner owner = pool.owner(page.index);
   pool.quarantine_page(page);
-  if (owner.slot >= contexts_.size() || !contexts_[owner.slot].running) return true;
+  if (owner.slot >= contexts_.size()) return true;
+  if (!contexts_[owner.slot].running) {
+    // A retained history's device page: the history's device pages go (the host copy stays).
+    release_retained(owner.slot, Reason::retained_cancelled);
+    return true;
+  }
   const std::uint32_t slot = owner.slot;
   ContextState& c = contexts_[slot];
   LayerResidency& r = layer(slot, owner.layer);
@@ -232,25 +242,33 @@ bool BudgetManager::quarantine(PageId page) noexcept {
 const char* BudgetManager::check() const noexcept {
   const PagePool& pool = arena_.pages();
   if (const char* broken = pool.check()) return broken;
-  std::uint64_t reserved = 0, floors = 0, assigned = 0;
+  std::uint64_t reserved = 0, floors = 0, assigned = 0, retained = 0;
   std::uint32_t running = 0;
   for (std::uint32_t s = 0; s < contexts_.size(); ++s) {
     const ContextState& c = contexts_[s];
-    if (!c.running) continue;
-    ++running;
-    reserved += c.pages_reserved;
-    floors += c.budget.floor_pages;
+    if (!c.running) {
+      if (c.pages_assigned == 0) continue;
+      // A free history's retained device pages: owned, final, and not in a retired history.
+      if (retired_[s] != 0) return "a retired history holds retained device pages";
+      if (c.pages_reserved != 0) return "a free history holds reserved pages";
+      retained += c.pages_assigned;
+    } else {
+      ++running;
+      reserved += c.pages_reserved;
+      floors += c.budget.floor_pages;
+      if (c.pages_held() < c.budget.floor_pages) return "invariant 2: a running context holds less than its floor";
+      if (c.pages_held() > c.budget.burst_pages) return "invariant 2: a running context holds more than its burst";
+    }
     assigned += c.pages_assigned;
-    if (c.pages_held() < c.budget.floor_pages) return "invariant 2: a running context holds less than its floor";
-    if (c.pages_held() > c.budget.burst_pages) return "invariant 2: a running context holds more than its burst";
     std::uint64_t in_tables = 0;
     for (std::uint32_t l = 0; l < dense_layers_; ++l) {
       const LayerResidency& r = layer(s, l);
-      if (r.pages_held() > c.layer_cap) return "a layer holds more than its page cap";
+      if (c.running && r.pages_held() > c.layer_cap) return "a layer holds more than its page cap";
       in_tables += r.pages_held();
       auto owned_by = [&](std::uint32_t page, std::uint32_t logical) {
         if (page >= pool.pages_total()) return false;
         const PageState st = pool.state(page);
+        if (!c.running && st != PageState::owned) return false;
         if (st != PageState::owned && st != PageState::staging && st != PageState::quarantined) return false;
         const PageOwner& o = pool.owner(page);
         return o.slot == s && o.layer == l && o.logical == logical;
@@ -273,6 +291,7 @@ const char* BudgetManager::check() const noexcept {
   }
   if (running != running_) return "the running count differs from the slots";
   if (reserved != reserved_total_) return "the reserved total differs from the contexts' reservations";
+  if (retained != retained_total_) return "the retained device pages differ from the free histories' tables";
   if (floors != floors_committed_) return "the committed floors differ from the contexts' floors";
   if (reserved_total_ > pool.pages_free()) return "more pages are reserved than are free";
   const std::uint64_t in_use = static_cast<std::uint64_t>(pool.pages_owned()) + pool.pages_staging();

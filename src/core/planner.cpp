@@ -127,7 +127,7 @@ PlanOutcome ResidencyPlanner::plan_step(std::span<const ScheduledContext> schedu
   // later in this step either: promotions only consume pages. Decided once per context.
   for (std::uint32_t e = 0; e < entries; ++e) {
     const ContextState& c = budgets_.context(scheduled_[e].context.slot);
-    may_grow_[e] = c.pages_reserved > 0 || (c.pages_held() < c.budget.burst_pages && budgets_.pages_unreserved() > 0);
+    may_grow_[e] = c.pages_reserved > 0 || (c.pages_held() < c.budget.burst_pages && budgets_.pages_borrowable() > 0);
   }
   StepSums sums;
   for (std::uint32_t l = 0; l < layers; ++l) {
@@ -346,7 +346,8 @@ std::uint32_t ResidencyPlanner::promote(std::uint32_t slot, std::uint32_t layer,
   const LayerResidency& r = budgets_.layer(slot, layer);
   if (r.pages_held() >= c.layer_cap) return 0;
   std::uint64_t grantable = c.pages_reserved;
-  if (c.pages_held() < c.budget.burst_pages) grantable += std::min(c.budget.burst_pages - c.pages_held(), budgets_.pages_unreserved());
+  // Retained device pages count as free here: they hold only pages that would be free (docs/PREFIX.md).
+  if (c.pages_held() < c.budget.burst_pages) grantable += std::min(c.budget.burst_pages - c.pages_held(), budgets_.pages_borrowable());
   grantable = std::min<std::uint64_t>(grantable, c.layer_cap - r.pages_held());
   if (grantable == 0) return 0;
 

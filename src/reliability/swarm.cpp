@@ -219,6 +219,12 @@ class SeedRun {
   void close_device() {
     KvRuntime& rt = *device_.runtime;
     if (const char* broken = rt.check()) fail(std::string("at teardown: ") + broken);
+    // Shutdown: retained histories' device pages (prefix reuse) go back to the pool through the
+    // runtime, after the device copies in flight resolve; then every page must be free or quarantined.
+    report_.device_pages_handed_over += rt.counters().retained_device_pages_adopted;
+    report_.device_pages_copied += rt.counters().prefix_device_pages_copied;
+    rt.release_retained();
+    if (const char* broken = rt.check()) fail(std::string("after releasing retained pages: ") + broken);
     if (rt.pages_free() + rt.pages_quarantined() != rt.pages_total())
       fail(fmt::format("pages did not drain: {} free + {} quarantined of {} ({} histories free of {})", rt.pages_free(),
                        rt.pages_quarantined(), rt.pages_total(), rt.histories_free(), rt.plan().budget.concurrency));
@@ -759,6 +765,7 @@ void SwarmSummary::add(const SeedReport& r) {
   pages_staged += r.pages_staged, tiles_retired += r.tiles_retired, histories_retired += r.histories_retired;
   contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
   follow_ups += r.follow_ups, adoptions += r.adoptions, tokens_reused += r.tokens_reused;
+  device_pages_handed_over += r.device_pages_handed_over, device_pages_copied += r.device_pages_copied;
   faults.late += r.faults.late, faults.failed_fences += r.faults.failed_fences;
   faults.unknown_fences += r.faults.unknown_fences, faults.failed_copies += r.faults.failed_copies;
   faults.torn_copies += r.faults.torn_copies, faults.poisoned += r.faults.poisoned;
@@ -788,6 +795,8 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
   out += fmt::format("contexts lost        {} (reported)\n", s.contexts_lost);
   out += fmt::format("conversations        {} follow-ups, {} adopted a retained history ({} tokens, rows checked)\n",
                      s.follow_ups, s.adoptions, s.tokens_reused);
+  out += fmt::format("device pages         {} handed over in place, {} copied d2d on adopt (outputs checked)\n",
+                     s.device_pages_handed_over, s.device_pages_copied);
   out += fmt::format("corrupted            {}\n", s.corrupted);
   out += fmt::format("trace hash           {:016x}\n", s.trace_hash);
   return out;

@@ -58,6 +58,7 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   EXPECT_GT(summary.follow_ups, 0u);
   EXPECT_GT(summary.adoptions, 0u);
   EXPECT_GT(summary.tokens_reused, 0u);
+  EXPECT_GT(summary.device_pages_handed_over, 0u) << "retained device pages handed over, outputs checked";
 }
 
 TEST(Swarm, ASeedDeterminesItsRunExactly) {

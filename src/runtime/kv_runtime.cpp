@@ -54,6 +54,9 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   retained_generation_.assign(budgets_.slots(), 0);
   retained_request_.assign(budgets_.slots(), 0);
   adoption_.assign(budgets_.slots(), Adoption{});
+  device_copies_.resize(budgets_.slots());
+  device_copy_pages_.resize(std::size_t{budgets_.slots()} * g.dense_layers * plan_.budget.layer_pages_max);
+  device_copy_regions_.resize(std::size_t{g.dense_layers} * plan_.budget.layer_pages_max);
   tier_ = settings.tier;
   tier_segments_.resize(g.dense_layers);
   tier_csegments_.resize(g.dense_layers);
@@ -81,7 +84,7 @@ Status KvRuntimeImpl::warm_up() {
   request.batch_queries_max = sizes_.tokens_max;
   request.q_heads_max = settings_.q_heads;
   request.head_dim_max = plan_.geometry.head_dim;
-  request.copy_regions_max = static_cast<std::uint32_t>(regions_.size());
+  request.copy_regions_max = static_cast<std::uint32_t>(std::max(regions_.size(), device_copy_regions_.size()));
   if (Status s = backend_.allocate(request); !s.ok()) return s;
   arena_.bind_allocation(request.arena_bytes);
   device_allocations_baseline_ = backend_.stats().device_allocations;

@@ -20,7 +20,8 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   // another free history and the matched pages are copied (from a free or a running history).
   const bool in_place =
       match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
-  const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, in_place ? match.slot : UINT32_MAX);
+  const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, in_place ? match.slot : UINT32_MAX,
+                                             /*adopt=*/in_place && settings_.prefix_reuse_device);
   if (result.outcome == AdmitOutcome::refused && result.reason == Reason::no_usable_history) {
     return make_error(ErrorCode::backend, "device", fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
   }
@@ -30,7 +31,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   }
   if (result.outcome == AdmitOutcome::admitted) {
     slot_faulted_[result.handle.slot] = 0;
-    reused_tokens = settle_admission(result.handle, match);
+    reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens);
   }
   return result;
@@ -69,7 +70,10 @@ std::uint32_t KvRuntimeImpl::release_tier_leases() {
 
 std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
   const std::uint32_t n = budgets_.take_admitted(out);
-  for (std::uint32_t i = 0; i < n; ++i) slot_faulted_[out[i].handle.slot] = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    slot_faulted_[out[i].handle.slot] = 0;
+    adoption_[out[i].handle.slot] = Adoption{};  // admitted from the queue: adopts nothing
+  }
   return n;
 }
 
@@ -77,9 +81,21 @@ std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
 // Prefix reuse: retain, adopt, drop (docs/PREFIX.md)
 // ---------------------------------------------------------------------------
 
-std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::PrefixMatch match) noexcept {
+void KvRuntimeImpl::sync_retained_counters() noexcept {
+  const BudgetCounters& b = budgets_.counters();
+  counters_.retained_device_pages_kept = b.retained_pages_kept;
+  counters_.retained_device_pages_adopted = b.retained_pages_adopted;
+  counters_.retained_device_pages_reclaimed = b.retained_pages_reclaimed;
+  counters_.retained_device_pages = budgets_.retained_pages_total();
+  counters_.pages_reclaimed = b.pages_reclaimed;
+  counters_.reclaim_steps = b.reclaim_steps;
+}
+
+std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::PrefixMatch match,
+                                              std::uint32_t device_pages) noexcept {
   const std::uint32_t slot = context.slot;
   adoption_[slot] = Adoption{};
+  sync_retained_counters();
   if (prefix_ == nullptr) return 0;
   const std::uint32_t P = plan_.arena.page_tokens;
   ContextState& c = budgets_.context(slot);
@@ -94,7 +110,10 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
     }
     prefix_->truncate(slot, match.pages);
     retained_generation_[slot] = context.generation;
-    adoption_[slot] = Adoption{match.pages, false, retained_request_[slot]};
+    // The retained device pages (if the budget manager handed them over) hold logical pages below
+    // the prefix's end only; the new context starts at match.pages × P, so they are its history.
+    AK_ASSERT(prefix_->pages(slot) == match.pages || device_pages == 0, "device pages are handed over only in full");
+    adoption_[slot] = Adoption{match.pages, false, retained_request_[slot], device_pages};
     record_prefix(DecisionKind::adopt, Reason::prefix_adopted, slot, match.pages);
   } else {
     if (prefix_->pages(slot) > 0) drop_retained(slot, Reason::retained_lru);
@@ -114,6 +133,9 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
       adoption_[slot] = Adoption{match.pages, true, retained_request_[match.slot]};
       ++counters_.prefix_copies;
       record_prefix(DecisionKind::adopt, Reason::prefix_copied, slot, match.pages, match.slot);
+      // The host rows are the authority; the pages the source holds on the device are copied there
+      // too (device_retention.cpp), so they are not staged from the host again.
+      adoption_[slot].device_copied = copy_prefix_on_device(context, match.slot, match.pages);
     }
   }
   if (match.pages == 0) return 0;
@@ -166,6 +188,9 @@ void KvRuntimeImpl::drop_retained(std::uint32_t slot, Reason reason) noexcept {
   if (prefix_ == nullptr || prefix_->pages(slot) == 0) return;
   record_prefix(DecisionKind::drop_retained, reason, slot, prefix_->pages(slot));
   prefix_->drop(slot);
+  // Without its index entry the history's device pages are of no use: back to the pool.
+  budgets_.release_retained(slot, reason);
+  sync_retained_counters();
   budgets_.set_retained(slot, 0);
   ++counters_.retained_dropped;
   counters_.retained_histories = prefix_->histories_held();
@@ -228,9 +253,10 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
   counters_.retained_histories = prefix_->histories_held();
   record_prefix(DecisionKind::retain, Reason::prefix_retained, slot, prefix_->pages(slot));
   policy_->forget(slot);
-  budgets_.finish(context, /*retire=*/false);
+  budgets_.finish(context, /*retire=*/false, settings_.prefix_reuse_device ? prefix_->pages(slot) : 0);
   slot_faulted_[slot] = 0;
   sweep_retained();
+  sync_retained_counters();
 }
 
 void KvRuntimeImpl::finish(ContextId context) {
@@ -295,6 +321,11 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.adopted_from_request = a.from_request;
   e.tier_pages_first = a.tier_pages_first;
   e.tier_pages_end = a.tier_pages_end;
+  e.adopted_device_pages = a.device_pages;
+  e.adopted_device_copied = a.device_copied;
+  const std::uint64_t adopted_all = std::uint64_t{a.pages} * plan_.geometry.dense_layers;
+  const std::uint64_t on_device = std::uint64_t{a.device_pages} + a.device_copied;
+  e.adopted_host_pages = adopted_all > on_device ? adopted_all - on_device : 0;
   return e;
 }
 
@@ -311,6 +342,24 @@ const char* KvRuntimeImpl::check() const {
       }
       if (budgets_.history_retired(slot)) return "prefix reuse: a retired history still indexed";
     }
+    // Retained device pages belong to a free history whose prefix is indexed, below its end.
+    for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {
+      if (budgets_.retained_pages(slot) == 0) continue;
+      if (!settings_.prefix_reuse_device) return "prefix reuse: device pages retained with device retention off";
+      if (prefix_->pages(slot) == 0) return "prefix reuse: retained device pages without a retained prefix";
+      for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+        const LayerResidency& r = budgets_.layer(slot, l);
+        if (r.run_count > 0 && r.run_first + r.run_count > prefix_->pages(slot)) {
+          return "prefix reuse: a retained device page lies beyond the retained prefix";
+        }
+        const auto logicals = budgets_.promoted_logical(slot, l);
+        if (r.promoted_count > 0 && logicals[r.promoted_count - 1] >= prefix_->pages(slot)) {
+          return "prefix reuse: a retained promoted page lies beyond the retained prefix";
+        }
+      }
+    }
+  } else if (budgets_.retained_pages_total() != 0) {
+    return "prefix reuse: device pages retained with reuse off";
   }
   if (!leases_.validate()) return "staging leases: counts, free list or fences disagree";
   if (!tickets_.validate()) return "copy tickets: counts or fences disagree";

@@ -173,6 +173,7 @@ class KvRuntimeImpl final : public KvRuntime {
   bool wait_tier(std::uint32_t timeout_ms) override { return tier_ != nullptr && tier_->wait(timeout_ms); }
   std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
   std::uint32_t tiles_usable() const override { return leases_.buffers() - leases_.count(LeaseState::quarantined); }
+  void release_retained() override;
 
  private:
   static std::unique_ptr<ResidencyPolicy> make_policy(const KvRuntimeSettings& settings);
@@ -211,7 +212,19 @@ class KvRuntimeImpl final : public KvRuntime {
   // ---- prefix reuse (kv_runtime_admission.cpp; docs/PREFIX.md) ----
   // A context was admitted into `context.slot`: it adopts `match` (in place or copied) or the
   // slot's own retained prefix, if any, is dropped. Returns the tokens adopted.
-  std::uint32_t settle_admission(ContextId context, runtime::PrefixMatch match) noexcept;
+  // device_pages: the retained device pages the budget manager handed over with the history.
+  std::uint32_t settle_admission(ContextId context, runtime::PrefixMatch match, std::uint32_t device_pages) noexcept;
+  // Mirrors the budget manager's retained-device-page counters into counters_.
+  void sync_retained_counters() noexcept;
+  // ---- device retention (device_retention.cpp; docs/PREFIX.md, "Device side") ----
+  // Copy on adopt: the source history's pages of logical page < `pages` that are resident on the
+  // device (final: owned) are copied device to device into pages of the context in `slot`, on the
+  // d2d queue; every queue that could write a pool page or read the copied ones waits for the copy
+  // on the device. Returns the pages copied (0: none resident, no room, or no d2d).
+  std::uint32_t copy_prefix_on_device(ContextId context, std::uint32_t source, std::uint32_t pages) noexcept;
+  // Waits the device copies of copy on adopt on the host (they are on a copy queue) and lands
+  // their pages; a failed or unknown fence quarantines them (a tail page faults its context).
+  void retire_device_copies() noexcept;
   // The slot's retained prefix leaves the index: counted and logged with `reason`.
   void drop_retained(std::uint32_t slot, Reason reason) noexcept;
   // Drops every retained prefix whose history was taken by a context that did not adopt it
@@ -277,6 +290,8 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint32_t pages = 0;             // logical pages 0 .. pages − 1 of every layer came from a retained prefix
     bool copied = false;                 // copied from a running context's history (else adopted in place)
     std::uint64_t from_request = 0;      // the request whose history held them
+    std::uint32_t device_pages = 0;      // device pool pages handed over with the history (in place only)
+    std::uint32_t device_copied = 0;     // device pool pages copied d2d from the source history's resident pages
     std::uint32_t tier_pages_first = 0;  // pages [tier_pages_first, tier_pages_end) were restored from the tier
     std::uint32_t tier_pages_end = 0;
   };
@@ -293,6 +308,19 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<std::uint64_t> retained_request_;     // per slot: the request that wrote it
   std::vector<Adoption> adoption_;                  // per slot: what the running context adopted
   std::uint64_t retain_stamp_ = 0;
+  // Copies on adopt in flight on the device: each holds its fence (the lease on the pages it reads
+  // and writes) until retire_device_copies() sees it resolve. Sized at warm-up.
+  struct DeviceCopy {
+    Fence fence{};
+    ContextId context{};
+    std::uint32_t page_first = 0;  // into device_copy_pages_
+    std::uint32_t page_count = 0;
+  };
+  std::vector<DeviceCopy> device_copies_;          // [slots]
+  std::uint32_t device_copy_count_ = 0;
+  std::vector<PageId> device_copy_pages_;          // [slots × dense layers × layer_pages_max]: target pages
+  std::uint32_t device_copy_page_count_ = 0;
+  std::vector<CopyRegion> device_copy_regions_;    // [dense layers × layer_pages_max]
 };
 
 }  // namespace activekv::runtime_impl

@@ -11,8 +11,12 @@
 //   - every new row's host copy equals the row written;
 //   - check(): pages conserved, floors and bursts kept, lease tables sound, no
 //     device allocation after warm-up.
-// At the end every page and history comes back. ACTIVEKV_RUNTIME_SEEDS sets the
-// number of seeds (default 40).
+// In every other seed prefix reuse is on with device retention: finishing retains the history
+// and its device pages (borrowed, reclaimed first when admissions and growth need pages,
+// released when another context takes the history), so every sequence above also runs with
+// device-resident retained pages in the pool.
+// At the end every page and history comes back (retained device pages through release_retained(),
+// the shutdown path). ACTIVEKV_RUNTIME_SEEDS sets the number of seeds (default 40).
 #include "activekv/kv_runtime.hpp"
 
 #include <gtest/gtest.h>
@@ -52,6 +56,7 @@ std::uint32_t seeds_from_environment() {
 }
 
 struct Totals {
+  std::uint64_t device_kept = 0, device_reclaimed_under_pressure = 0;
   std::uint64_t steps = 0, queued = 0, admitted_later = 0, mid_step_cancels = 0, bytes_staged = 0, pages_staged = 0, passes = 0, promotions = 0;
 };
 
@@ -89,6 +94,9 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   settings.q_heads = q_heads;
   settings.policy = uniform(0, 1) == 0 ? ResidencyPolicyKind::exact : ResidencyPolicyKind::hotness;
   settings.hotness_threshold = 0.02f;
+  const bool retain = seed % 2 == 0;  // prefix reuse with device retention in every other seed
+  settings.prefix_reuse = retain;
+  settings.prefix_reuse_device = true;
 
   BackendOptions options;
   options.deterministic = true;
@@ -113,6 +121,18 @@ void run_seed(std::uint64_t seed, Totals& totals) {
         }
       }
     }
+  };
+  // Finishing: with reuse on, the history is retained under token ids unique to the request (no
+  // later prompt matches them, so nothing is adopted here: prefix_reuse_test covers adoption).
+  std::vector<std::int32_t> ids;
+  auto finish = [&](const Request& r) {
+    if (!retain) {
+      rt.finish(r.handle);
+      return;
+    }
+    ids.resize(r.length);
+    for (std::uint32_t t = 0; t < r.length; ++t) ids[t] = static_cast<std::int32_t>(r.id * 1000 + t);
+    rt.finish_retaining(r.handle, ids);
   };
   const std::size_t kv = std::size_t{g.kv_heads} * g.head_dim;
   const std::size_t qe = std::size_t{q_heads} * g.head_dim;
@@ -141,7 +161,7 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     } else if (dice < 11 && !running.empty()) {  // finish or cancel between steps
       Request& r = requests[running[uniform(0, static_cast<std::uint32_t>(running.size() - 1))]];
       if (dice < 10) {
-        rt.finish(r.handle);
+        finish(r);
       } else {
         rt.cancel(r.handle);
       }
@@ -220,7 +240,7 @@ void run_seed(std::uint64_t seed, Totals& totals) {
                                   g.row_bytes()), 0);
           }
         }
-        rt.finish(r.handle);
+        finish(r);
         r.done = true;
         sync_admitted();
       }
@@ -229,14 +249,27 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     ASSERT_EQ(broken, nullptr) << "seed " << seed << " op " << op << ": " << broken;
   }
   for (Request& r : requests) {
-    if (r.admitted && !r.done) rt.finish(r.handle);
+    if (r.admitted && !r.done) finish(r);
     r.done = true;
     sync_admitted();
   }
   // Requests still queued were admitted as others finished; finish those too.
   for (Request& r : requests) {
-    if (r.admitted && rt.running(r.handle)) rt.finish(r.handle);
+    if (r.admitted && rt.running(r.handle)) finish(r);
   }
+  ASSERT_EQ(rt.check(), nullptr) << "seed " << seed;
+  const KvCounters& c = rt.counters();
+  totals.device_kept += c.retained_device_pages_kept;
+  totals.device_reclaimed_under_pressure += c.retained_device_pages_reclaimed;
+  // Shutdown: retained device pages go back; then every page is free.
+  rt.release_retained();
+  EXPECT_EQ(rt.check(), nullptr) << "seed " << seed;
+  EXPECT_EQ(c.retained_device_pages_kept, c.retained_device_pages_adopted + c.retained_device_pages_reclaimed)
+      << "seed " << seed << ": every retained device page was handed over or released";
+  if (!retain) {
+    EXPECT_EQ(c.retained_device_pages_kept, 0u);
+  }
+  EXPECT_EQ(c.heap_allocations_in_steps, 0u) << "seed " << seed << ": invariant 7";
   totals.bytes_staged += rt.counters().bytes_staged;
   totals.pages_staged += rt.counters().pages_staged;
   totals.passes += rt.counters().passes;
@@ -269,6 +302,11 @@ TEST(KvRuntimeProperty, RandomOperationSequencesKeepTheInvariants) {
   EXPECT_GT(totals.mid_step_cancels, 0u);
   EXPECT_GT(totals.bytes_staged, 0u);
   EXPECT_GT(totals.promotions, 0u);
+  std::printf("device retention (every other seed): %llu device pages retained, %llu reclaimed before shutdown\n",
+              static_cast<unsigned long long>(totals.device_kept),
+              static_cast<unsigned long long>(totals.device_reclaimed_under_pressure));
+  EXPECT_GT(totals.device_kept, 0u);
+  EXPECT_GT(totals.device_reclaimed_under_pressure, 0u) << "retained device pages gave way under pressure";
 }
 
 }  // namespace

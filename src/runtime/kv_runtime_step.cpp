@@ -166,6 +166,7 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
     pass_tickets_[pass_ticket_count_++] = ticket;
     regions_[i] = CopyRegion{c.host_offset, c.device_offset, c.bytes};
     counters_.h2d_bytes += c.bytes;
+    if (adoption_[c.slot].pages > 0) counters_.h2d_bytes_adopting += c.bytes;  // a follow-up's history (prefix reuse)
     counters_.bytes_staged += c.bytes;
   }
   Result<Fence> copy = backend_.copy(CopyDirection::h2d, {regions_.data(), sp.copy_count});
@@ -275,6 +276,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
       rows_total += wb.rows;
       ++counters_.h2d_copies;
       counters_.h2d_bytes += wb.bytes;
+      if (adoption_[lp.slot].pages > 0) counters_.h2d_bytes_adopting += wb.bytes;
     }
   }
   AK_ASSERT(rows_total == total_new_, "kv runtime: the write-backs must cover every new row exactly once");
@@ -478,6 +480,7 @@ Status KvRuntimeImpl::end_step() {
   write_back_ticket_count_ = 0;
   leases_.poll();
   tickets_.poll();
+  retire_device_copies();  // copies on adopt: the step's kernels waited for them on the device
   finish_promotions();
   const bool failed = fault_.what != nullptr || layers_attended_ < layers;
   if (failed) {
@@ -487,8 +490,7 @@ Status KvRuntimeImpl::end_step() {
   }
   counters_.quarantines = leases_.counters().quarantined + tickets_.counters().quarantined +
                           arena_.pages().counters().quarantines;
-  counters_.pages_reclaimed = budgets_.counters().pages_reclaimed;
-  counters_.reclaim_steps = budgets_.counters().reclaim_steps;
+  sync_retained_counters();
   counters_.device_allocations_after_warmup = backend_.stats().device_allocations - device_allocations_baseline_;
   ++counters_.steps;
   step_open_ = false;

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "activekv/backend.hpp"
@@ -124,7 +125,8 @@ struct Small {
 };
 
 Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, std::uint32_t page_tokens = 4,
-                 std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2) {
+                 std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2, bool device = true,
+                 std::uint32_t pool_pages = 0) {
   Small s;
   s.g.dense_layers = layers;
   s.g.kv_heads = 1;
@@ -146,8 +148,12 @@ Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, st
   const std::uint64_t pages = floor_pages * histories + extra_pages;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
                         pages * page_tokens * s.g.row_bytes();
+  if (pool_pages != 0) {  // exactly pool_pages pool pages: one aligned tile region, then the pool
+    m.device_pool_bytes = arena_alignment_bytes + std::uint64_t{pool_pages} * page_tokens * s.g.row_bytes();
+  }
   settings.q_heads = s.q_heads;
   settings.prefix_reuse = reuse;
+  settings.prefix_reuse_device = device;
   BackendOptions options;
   options.deterministic = true;
   options.seed = seed;
@@ -187,7 +193,7 @@ void rows_of(const Sequence& s, std::uint32_t layer, std::uint32_t first, std::u
 
 // One step feeding `n` tokens of `s` (from `first`) to `c`; rows also go to the reference, outputs compared.
 void feed(Small& sm, ContextId c, const Sequence& s, std::uint32_t first, std::uint32_t n, ReferenceKv* ref = nullptr,
-          std::uint32_t ref_context = 0) {
+          std::uint32_t ref_context = 0, std::vector<float>* outputs = nullptr) {
   const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
   const std::size_t qe = std::size_t{sm.q_heads} * sm.g.head_dim;
   const StepEntry e{c, n};
@@ -198,6 +204,7 @@ void feed(Small& sm, ContextId c, const Sequence& s, std::uint32_t first, std::u
     rows_of(s, l, first, n, row_floats, k, v);
     ASSERT_TRUE(sm.rt->write_kv(l, k.data(), v.data()).ok());
     ASSERT_TRUE(sm.rt->attend(l, q.data(), out.data()).ok());
+    if (outputs != nullptr) outputs->insert(outputs->end(), out.begin(), out.end());
     if (ref != nullptr) {
       ref->append(ref_context, l, k.data(), v.data(), n);
       ref->attend(ref_context, l, q.data(), n, first, want.data());
@@ -287,8 +294,8 @@ TEST(PrefixReuse, AFollowUpAdoptsItsPredecessorsHistoryInPlace) {
 
 TEST(PrefixReuse, AdoptedHistoryStreamsFromTheHostAndAttentionMatchesTheReference) {
   if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
-  // One tile, few spare pages: the adopted history must be staged through the tiles.
-  Small sm = make_small(1, true, 3, 4, 1, 0);
+  // One tile, few spare pages, device retention off: the adopted history must be staged through the tiles.
+  Small sm = make_small(1, true, 3, 4, 1, 0, 2, /*device=*/false);
   ASSERT_NE(sm.rt, nullptr);
   Sequence turn = sequence_of(40, 11);
   std::uint32_t reused = 0;
@@ -315,6 +322,144 @@ TEST(PrefixReuse, AdoptedHistoryStreamsFromTheHostAndAttentionMatchesTheReferenc
   EXPECT_GT(sm.rt->counters().bytes_staged, staged_before) << "the adopted history streams from the host";
   EXPECT_EQ(sm.rt->check(), nullptr);
   sm.rt->finish(b->handle);
+}
+
+// The same conversation with device retention off and on: turn 2's outputs byte for byte equal,
+// the history handed over on the device instead of staged from the host.
+struct TurnTwo {
+  std::vector<float> outputs;
+  std::uint64_t h2d_bytes = 0, bytes_staged = 0, device_adopted = 0;
+  Explanation explanation;
+  std::string text;
+};
+
+TurnTwo run_turn_two(bool device) {
+  TurnTwo t;
+  Small sm = make_small(1, true, 3, 4, 1, 24, 2, device);
+  EXPECT_NE(sm.rt, nullptr);
+  if (sm.rt == nullptr) return t;
+  Sequence turn = sequence_of(40, 11);
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, turn.tokens, reused);
+  prefill(sm, a->handle, turn, 0, 40);
+  sm.rt->finish_retaining(a->handle, turn.tokens);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  if (device) {
+    EXPECT_GT(sm.rt->counters().retained_device_pages, 0u) << "the finished history's pages stay on the device";
+    EXPECT_EQ(sm.rt->pages_free() + sm.rt->counters().retained_device_pages, sm.rt->pages_total())
+        << "retained device pages are counted: free + held by the retained history = pool";
+  } else {
+    EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  }
+  Sequence next = turn;
+  for (std::int32_t x : sequence_of(6, 12).tokens) next.push(x);
+  const std::uint64_t h2d_before = sm.rt->counters().h2d_bytes;
+  const std::uint64_t staged_before = sm.rt->counters().bytes_staged;
+  auto b = sm.rt->open_context(2, 64, next.tokens, reused);
+  EXPECT_EQ(reused, 40u);
+  EXPECT_EQ(b->handle.slot, a->handle.slot);
+  t.explanation = sm.rt->explain(b->handle);
+  t.text = explanation_text(t.explanation);
+  if (device) {
+    EXPECT_EQ(count_decisions(*sm.rt, b->handle, DecisionKind::adopt, Reason::device_pages_adopted), 1u)
+        << "the hand-over is in the decision log";
+  }
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(next, l, 0, 40, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), 40);
+  }
+  for (std::uint32_t x = 40; x < 46; ++x) {
+    feed(sm, b->handle, next, x, 1, &ref, r, &t.outputs);
+    if (::testing::Test::HasFatalFailure()) return t;
+  }
+  expect_rows(sm, b->handle, next, 46, "turn 2");
+  t.h2d_bytes = sm.rt->counters().h2d_bytes - h2d_before;
+  t.bytes_staged = sm.rt->counters().bytes_staged - staged_before;
+  t.device_adopted = sm.rt->counters().retained_device_pages_adopted;
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(b->handle);
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total()) << "finish without retaining returns every page";
+  EXPECT_EQ(sm.rt->counters().heap_allocations_in_steps, 0u);
+  EXPECT_EQ(sm.rt->counters().device_allocations_after_warmup, 0u);
+  return t;
+}
+
+TEST(PrefixReuseDevice, AFollowUpTakesOverTheRetainedDevicePagesWithIdenticalOutputs) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const TurnTwo off = run_turn_two(false);
+  ASSERT_FALSE(HasFatalFailure());
+  const TurnTwo on = run_turn_two(true);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(on.outputs.size(), off.outputs.size());
+  ASSERT_FALSE(on.outputs.empty());
+  EXPECT_EQ(std::memcmp(on.outputs.data(), off.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+      << "outputs with device retention equal outputs without, byte for byte";
+  EXPECT_EQ(off.device_adopted, 0u);
+  EXPECT_EQ(off.explanation.adopted_device_pages, 0u);
+  EXPECT_GT(on.device_adopted, 0u) << "pages handed over, counted";
+  EXPECT_EQ(on.explanation.adopted_device_pages, on.device_adopted);
+  EXPECT_LT(on.h2d_bytes, off.h2d_bytes) << "the follow-up copies fewer bytes host to device";
+  EXPECT_LT(on.bytes_staged, off.bytes_staged);
+  EXPECT_NE(on.text.find("device-resident retained prefix"), std::string::npos) << on.text;
+  EXPECT_EQ(off.text.find("device-resident retained prefix"), std::string::npos);
+  std::printf("turn 2: h2d %llu bytes with device retention, %llu without; staged %llu vs %llu; %llu pages handed over\n",
+              static_cast<unsigned long long>(on.h2d_bytes), static_cast<unsigned long long>(off.h2d_bytes),
+              static_cast<unsigned long long>(on.bytes_staged), static_cast<unsigned long long>(off.bytes_staged),
+              static_cast<unsigned long long>(on.device_adopted));
+}
+
+TEST(PrefixReuseDevice, RetainedDevicePagesGiveWayFirstAndNeverBlockAdmission) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // Two histories, few spare pages: a running stranger's growth takes the retained pages first.
+  Small sm = make_small(2, true, 5, 4, 1, 8, 2, true, /*pool_pages=*/24);
+  ASSERT_NE(sm.rt, nullptr);
+  Sequence a = sequence_of(40, 71), stranger = sequence_of(60, 72);
+  std::uint32_t reused = 0;
+  auto ca = sm.rt->open_context(1, 64, a.tokens, reused);
+  prefill(sm, ca->handle, a, 0, 40);
+  sm.rt->finish_retaining(ca->handle, a.tokens);
+  const std::uint64_t held = sm.rt->counters().retained_device_pages;
+  ASSERT_GT(held, 0u);
+  ASSERT_EQ(sm.rt->pages_total(), 24u);
+  auto cs = sm.rt->open_context(2, 64, stranger.tokens, reused);
+  ASSERT_EQ(cs->outcome, AdmitOutcome::admitted) << "retained device pages never make admission wait";
+  EXPECT_NE(cs->handle.slot, ca->handle.slot);
+  prefill(sm, cs->handle, stranger, 0, 60);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  EXPECT_GT(sm.rt->counters().retained_device_pages_reclaimed, 0u) << "the stranger's growth reclaimed them";
+  EXPECT_LT(sm.rt->counters().retained_device_pages, held);
+  EXPECT_EQ(sm.rt->counters().retained_histories, 1u) << "the host prefix stays: only device pages went";
+  // a's follow-up still adopts its whole history; what left the device streams from the host, exact.
+  Sequence f = a;
+  for (std::int32_t x : sequence_of(3, 73).tokens) f.push(x);
+  sm.rt->finish(cs->handle);
+  auto cf = sm.rt->open_context(3, 64, f.tokens, reused);
+  EXPECT_EQ(reused, 40u);
+  EXPECT_EQ(sm.rt->explain(cf->handle).adopted_device_pages, sm.rt->counters().retained_device_pages_adopted);
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(f, l, 0, 40, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), 40);
+  }
+  for (std::uint32_t x = 40; x < 43; ++x) {
+    feed(sm, cf->handle, f, x, 1, &ref, r);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  // Cancelling drops the prefix and its device pages with it.
+  sm.rt->cancel(cf->handle);
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  EXPECT_EQ(sm.rt->counters().retained_device_pages, 0u);
+  EXPECT_EQ(sm.rt->counters().retained_device_pages_kept,
+            sm.rt->counters().retained_device_pages_adopted + sm.rt->counters().retained_device_pages_reclaimed);
 }
 
 TEST(PrefixReuse, TwoRequestsShareAPrefixByCopyingFromTheRunningOne) {
@@ -448,6 +593,148 @@ TEST(PrefixReuse, OffAdoptsNothing) {
   sm.rt->finish(b->handle);
 }
 
+// ---- copy on adopt on the device, budget invariance, shutdown ---------------------
+
+// Attention inputs for `s`'s rows [0, n) in a fresh reference context.
+std::uint32_t reference_of(ReferenceKv& ref, const Small& sm, const Sequence& s, std::uint32_t n) {
+  const std::uint32_t r = ref.open();
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(s, l, 0, n, row_floats, k, v);
+    ref.append(r, l, k.data(), v.data(), n);
+  }
+  return r;
+}
+
+struct Conversation {
+  std::vector<float> outputs;            // every attention output of the follow-up and the sharer, in order
+  std::uint64_t h2d_bytes = 0, d2d_bytes = 0, staged_first_step = 0;
+  std::uint64_t copied = 0, handed_over = 0;
+  std::uint64_t admission_h2d = 0, admission_d2d = 0;
+  std::uint64_t page_bytes = 0;
+  Explanation sharer;
+};
+
+// Turn 1 (40 tokens) finishes retaining; its follow-up adopts it in place (device pages handed over
+// when kept); while the follow-up runs, a second request sharing its first 24 tokens copies them
+// (d2d from the follow-up's resident pages when device retention is on). pool_pages == 0: ample.
+Conversation run_conversation(bool device, std::uint32_t pool_pages) {
+  Conversation out;
+  Small sm = make_small(2, true, 9, 4, 1, 48, 2, device, pool_pages);
+  EXPECT_NE(sm.rt, nullptr);
+  if (sm.rt == nullptr) return out;
+  KvRuntime& rt = *sm.rt;
+  out.page_bytes = rt.plan().arena.page_bytes;
+  Sequence turn = sequence_of(40, 41);
+  std::uint32_t reused = 0;
+  auto a = rt.open_context(1, 64, turn.tokens, reused);
+  prefill(sm, a->handle, turn, 0, 40);
+  rt.finish_retaining(a->handle, turn.tokens);
+  Sequence follow = turn, sharer;
+  for (std::int32_t x : sequence_of(6, 42).tokens) follow.push(x);
+  for (std::uint32_t t = 0; t < 24; ++t) sharer.push(turn.tokens[t]);
+  for (std::int32_t x : sequence_of(5, 43).tokens) sharer.push(x);
+  const std::uint64_t h2d0 = rt.counters().h2d_bytes, d2d0 = rt.counters().d2d_bytes;
+  auto b = rt.open_context(2, 64, follow.tokens, reused);
+  EXPECT_EQ(reused, 40u);
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t rb = reference_of(ref, sm, follow, 40);
+  feed(sm, b->handle, follow, 40, 1, &ref, rb, &out.outputs);
+  if (::testing::Test::HasFatalFailure()) return out;
+  const std::uint64_t h2d1 = rt.counters().h2d_bytes, d2d1 = rt.counters().d2d_bytes;
+  auto c = rt.open_context(3, 64, sharer.tokens, reused);
+  EXPECT_EQ(reused, 24u) << "the sharer copies the 6 pages it shares with the running follow-up";
+  EXPECT_NE(c->handle.slot, b->handle.slot);
+  out.admission_h2d = rt.counters().h2d_bytes - h2d1;
+  out.admission_d2d = rt.counters().d2d_bytes - d2d1;
+  out.sharer = rt.explain(c->handle);
+  const std::uint64_t staged0 = rt.counters().bytes_staged;
+  const std::uint32_t rc = reference_of(ref, sm, sharer, 24);
+  feed(sm, c->handle, sharer, 24, 1, &ref, rc, &out.outputs);
+  if (::testing::Test::HasFatalFailure()) return out;
+  out.staged_first_step = rt.counters().bytes_staged - staged0;
+  for (std::uint32_t x = 41; x < 46; ++x) {
+    feed(sm, b->handle, follow, x, 1, &ref, rb, &out.outputs);
+    feed(sm, c->handle, sharer, x - 16, 1, &ref, rc, &out.outputs);
+    if (::testing::Test::HasFatalFailure()) return out;
+    EXPECT_EQ(rt.check(), nullptr);
+  }
+  expect_rows(sm, b->handle, follow, 46, "follow-up");
+  expect_rows(sm, c->handle, sharer, 30, "sharer");
+  out.h2d_bytes = rt.counters().h2d_bytes - h2d0;
+  out.d2d_bytes = rt.counters().d2d_bytes - d2d0;
+  out.copied = rt.counters().prefix_device_pages_copied;
+  out.handed_over = rt.counters().retained_device_pages_adopted;
+  EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u);
+  EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
+  // Shutdown with retained device pages: both finish retaining, then release returns every page.
+  rt.finish_retaining(b->handle, std::span<const std::int32_t>(follow.tokens).first(46));
+  rt.finish_retaining(c->handle, std::span<const std::int32_t>(sharer.tokens).first(30));
+  EXPECT_EQ(rt.check(), nullptr);
+  if (device && pool_pages == 0) {
+    EXPECT_GT(rt.counters().retained_device_pages, 0u) << "pages retained at the end";
+  }
+  rt.release_retained();
+  EXPECT_EQ(rt.check(), nullptr);
+  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "shutdown returns every page";
+  EXPECT_EQ(rt.counters().retained_device_pages, 0u);
+  EXPECT_EQ(rt.counters().retained_device_pages_kept,
+            rt.counters().retained_device_pages_adopted + rt.counters().retained_device_pages_reclaimed);
+  EXPECT_EQ(rt.counters().retained_histories, 2u) << "the host prefixes stay indexed";
+  return out;
+}
+
+TEST(PrefixReuseDevice, CopyOnAdoptCopiesResidentPagesDeviceToDeviceNotHostToDevice) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const Conversation off = run_conversation(false, 0);
+  ASSERT_FALSE(HasFatalFailure());
+  const Conversation on = run_conversation(true, 0);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(on.outputs.size(), off.outputs.size());
+  EXPECT_EQ(std::memcmp(on.outputs.data(), off.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+      << "outputs with device retention equal outputs without, byte for byte";
+  // 6 shared pages × 2 layers, all resident in the follow-up (handed over from turn 1): every one
+  // copied d2d at admission, none h2d; the sharer's first step stages nothing of them.
+  EXPECT_EQ(on.copied, 12u);
+  EXPECT_EQ(on.admission_d2d, 12u * on.page_bytes) << "the copy on adopt is one d2d of the resident pages";
+  EXPECT_EQ(on.admission_h2d, 0u);
+  EXPECT_EQ(on.staged_first_step, 0u) << "the copied pages are read on the device, not staged from the host";
+  EXPECT_EQ(off.copied, 0u);
+  EXPECT_EQ(off.admission_d2d, 0u);
+  EXPECT_GE(off.staged_first_step, 12u * off.page_bytes) << "without device retention the shared pages stream from the host";
+  EXPECT_LT(on.h2d_bytes, off.h2d_bytes);
+  EXPECT_EQ(on.sharer.adopted_device_copied, 12u);
+  EXPECT_EQ(on.sharer.adopted_host_pages, 0u);
+  EXPECT_EQ(off.sharer.adopted_host_pages, 12u);
+  EXPECT_NE(explanation_text(on.sharer).find("copied device to device"), std::string::npos) << explanation_text(on.sharer);
+  EXPECT_NE(explanation_text(off.sharer).find("adopted from the host"), std::string::npos);
+  std::printf("follow-up + sharer: h2d %llu bytes with device retention, %llu without; d2d %llu vs %llu; "
+              "%llu pages handed over, %llu copied d2d\n",
+              static_cast<unsigned long long>(on.h2d_bytes), static_cast<unsigned long long>(off.h2d_bytes),
+              static_cast<unsigned long long>(on.d2d_bytes), static_cast<unsigned long long>(off.d2d_bytes),
+              static_cast<unsigned long long>(on.handed_over), static_cast<unsigned long long>(on.copied));
+}
+
+TEST(PrefixReuseDevice, OutputsAreBitIdenticalAtEveryDeviceBudgetWithDeviceRetention) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // A context of 64 tokens is 16 pages per layer, 32 over 2 layers; two floors take 16 pages.
+  // The pool holds both contexts whole (100%), a quarter of them (25%) or a twentieth (5%) beyond the floors.
+  const std::uint32_t pools[3] = {16 + 64, 16 + 16, 16 + 3};
+  const Conversation reference = run_conversation(false, pools[0]);
+  ASSERT_FALSE(HasFatalFailure());
+  for (const std::uint32_t pool : pools) {
+    const Conversation on = run_conversation(true, pool);
+    ASSERT_FALSE(HasFatalFailure()) << "pool " << pool;
+    ASSERT_EQ(on.outputs.size(), reference.outputs.size());
+    EXPECT_EQ(std::memcmp(on.outputs.data(), reference.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+        << "pool " << pool << " pages: outputs differ from the reference run";
+    std::printf("pool %u pages: h2d %llu, d2d %llu, %llu handed over, %llu copied d2d\n", pool,
+                static_cast<unsigned long long>(on.h2d_bytes), static_cast<unsigned long long>(on.d2d_bytes),
+                static_cast<unsigned long long>(on.handed_over), static_cast<unsigned long long>(on.copied));
+  }
+}
+
 // ---- the property test -----------------------------------------------------------
 
 std::uint32_t seeds_from_environment() {
@@ -465,7 +752,8 @@ std::uint32_t seeds_from_environment() {
 
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
-                queued = 0;
+                queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
+                device_copied = 0, releases = 0;
 };
 
 struct Live {
@@ -481,7 +769,12 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](std::uint32_t lo, std::uint32_t hi) { return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng); };
   const std::uint32_t histories = uniform(1, 4);
-  Small sm = make_small(histories, true, seed, 2u << uniform(0, 1), uniform(1, 2), uniform(0, 12), uniform(1, 2));
+  const std::uint32_t page_tokens = 2u << uniform(0, 1);
+  const std::uint32_t tiles = uniform(1, 2);
+  const std::uint32_t extra_pages = uniform(0, 12);
+  const std::uint32_t layers = uniform(1, 2);
+  const bool device = uniform(0, 3) != 0;  // device retention on in three seeds of four
+  Small sm = make_small(histories, true, seed, page_tokens, tiles, extra_pages, layers, device);
   ASSERT_NE(sm.rt, nullptr);
   KvRuntime& rt = *sm.rt;
   std::vector<Sequence> finished;  // conversations to follow up
@@ -536,8 +829,29 @@ void run_seed(std::uint64_t seed, Totals& totals) {
       if (l.running && reused > 0) {
         expect_rows(sm, l.handle, l.seq, reused, "adopted");
         ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op;
+        // The adopted history as attention reads it (device pages handed over, or staged from the
+        // host) equals the contiguous reference: one prompt token fed against it.
+        ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+        const std::uint32_t rc = ref.open();
+        const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+        std::vector<float> k, v;
+        for (std::uint32_t layer = 0; layer < sm.g.dense_layers; ++layer) {
+          rows_of(l.seq, layer, 0, reused, row_floats, k, v);
+          ref.append(rc, layer, k.data(), v.data(), reused);
+        }
+        feed(sm, l.handle, l.seq, reused, 1, &ref, rc);
+        ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op << ": adopted attention";
+        l.length = reused + 1;
+        ++totals.steps;
       }
       live.push_back(l);
+    } else if (dice == 99) {  // shutdown's release: retained device pages back to the pool, prefixes kept
+      const std::uint64_t held = rt.counters().retained_device_pages;
+      const std::uint32_t free_before = rt.pages_free();
+      rt.release_retained();
+      ASSERT_EQ(rt.counters().retained_device_pages, 0u) << "seed " << seed << " op " << op;
+      ASSERT_GE(rt.pages_free(), free_before + held) << "seed " << seed << " op " << op << ": every retained page came back";
+      ++totals.releases;
     } else if (dice < 35 && !running.empty()) {  // finish (retaining or not) or cancel
       const std::size_t i = running[uniform(0, static_cast<std::uint32_t>(running.size() - 1))];
       Live& l = live[i];
@@ -609,7 +923,16 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     remove(i);
   }
   EXPECT_EQ(rt.check(), nullptr);
-  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;
+  if (!device) {
+    EXPECT_EQ(rt.counters().retained_device_pages_kept, 0u) << "seed " << seed;
+    EXPECT_EQ(rt.counters().prefix_device_pages_copied, 0u) << "seed " << seed;
+  }
+  const std::uint64_t kept_at_end = rt.counters().retained_device_pages;
+  // Shutdown: the retained histories' device pages go back through the runtime; then every page is free.
+  rt.release_retained();
+  EXPECT_EQ(rt.check(), nullptr);
+  EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed << ": every page returned (" << kept_at_end
+                                               << " were retained on the device)";
   EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, heap_before) << "seed " << seed << ": invariant 7";
@@ -619,6 +942,13 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   totals.reused += c.prefix_reused_tokens;
   totals.kept += c.retained_kept;
   totals.dropped += c.retained_dropped;
+  totals.device_kept += c.retained_device_pages_kept;
+  totals.device_adopted += c.retained_device_pages_adopted;
+  totals.device_reclaimed += c.retained_device_pages_reclaimed;
+  totals.device_copied += c.prefix_device_pages_copied;
+  EXPECT_EQ(c.retained_device_pages_kept, c.retained_device_pages_adopted + c.retained_device_pages_reclaimed +
+                                              c.retained_device_pages)
+      << "seed " << seed << ": every retained device page is adopted, reclaimed or still held";
 }
 
 TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
@@ -630,18 +960,26 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
     if (HasFatalFailure()) return;
   }
   std::printf("%u seeds: %llu steps, %llu adoptions (%llu copied), %llu tokens reused, %llu retained, %llu dropped, "
-              "%llu cancels (%llu mid-step), %llu queued\n",
+              "%llu cancels (%llu mid-step), %llu queued; device pages: %llu retained, %llu handed over, %llu reclaimed, "
+              "%llu copied d2d; %llu shutdown releases\n",
               seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.adoptions),
               static_cast<unsigned long long>(totals.copies), static_cast<unsigned long long>(totals.reused),
               static_cast<unsigned long long>(totals.kept), static_cast<unsigned long long>(totals.dropped),
               static_cast<unsigned long long>(totals.cancels), static_cast<unsigned long long>(totals.mid_step),
-              static_cast<unsigned long long>(totals.queued));
+              static_cast<unsigned long long>(totals.queued), static_cast<unsigned long long>(totals.device_kept),
+              static_cast<unsigned long long>(totals.device_adopted),
+              static_cast<unsigned long long>(totals.device_reclaimed), static_cast<unsigned long long>(totals.device_copied),
+              static_cast<unsigned long long>(totals.releases));
   // The mix must have exercised what it claims to.
   EXPECT_GT(totals.adoptions, seeds / 4);
   EXPECT_GT(totals.copies, 0u);
   EXPECT_GT(totals.dropped, 0u);
   EXPECT_GT(totals.cancels, 0u);
   EXPECT_GT(totals.mid_step, 0u);
+  EXPECT_GT(totals.device_adopted, 0u);
+  EXPECT_GT(totals.device_reclaimed, 0u);
+  EXPECT_GT(totals.device_copied, 0u);
+  EXPECT_GT(totals.releases, 0u);
 }
 
 }  // namespace

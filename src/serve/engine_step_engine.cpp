@@ -107,6 +107,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   kvs.step_entries_max = 0;  // the plan's concurrency: min(max_seqs, histories, floors that fit)
   kvs.step_tokens_max = c.step_tokens;
   kvs.prefix_reuse = c.prefix_reuse;
+  kvs.prefix_reuse_device = c.prefix_reuse_device;
   // The model's identity seeds the prefix hashes: its name, vocabulary and geometry.
   std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
   identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();
@@ -320,6 +321,11 @@ EngineCounters EngineStepEngine::counters() const {
     c.tier_bytes_written = t.bytes_written.load(std::memory_order_relaxed);
     c.tier_dropped_writes = t.dropped_writes.load(std::memory_order_relaxed);
   }
+  c.retained_device_pages_adopted = k.retained_device_pages_adopted;
+  c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;
+  c.retained_device_pages = k.retained_device_pages;
+  c.prefix_device_pages_copied = k.prefix_device_pages_copied;
+  c.h2d_bytes_adopting = k.h2d_bytes_adopting;
   return c;
 }
 
@@ -334,5 +340,7 @@ bool EngineStepEngine::all_returned() const {
   return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
          p.runtime->check() == nullptr;
 }
+
+void EngineStepEngine::release_retained() { parts_->runtime->release_retained(); }
 
 }  // namespace activekv::serve

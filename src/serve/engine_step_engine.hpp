@@ -57,6 +57,7 @@ class EngineStepEngine final : public StepEngine {
   ContextPages pages(ContextHandle context) const override;
   EngineCounters counters() const override;
   bool all_returned() const override;
+  void release_retained() override;
 
   struct Parts;  // engine_step_engine.cpp
 

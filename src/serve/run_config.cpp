@@ -61,7 +61,7 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "kv_tier", "comment"};
+                                        "kv_tier", "prefix_reuse_device", "comment"};
 
 bool is_known(std::string_view key) {
   for (const char* k : known_fields) {
@@ -103,7 +103,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device)");
     }
   }
   RunConfig config;
@@ -157,6 +157,10 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (config.kv_tier.rfind("redis://", 0) != 0) {
       return field_error(source, "kv_tier", "the KV tier is a redis://host:port address, for example redis://127.0.0.1:6379");
     }
+  }
+  if (object.contains("prefix_reuse_device")) {
+    if (!object["prefix_reuse_device"].is_boolean()) return field_error(source, "prefix_reuse_device", "must be true or false");
+    config.prefix_reuse_device = object["prefix_reuse_device"].get<bool>();
   }
   if (object.contains("arrival_scale")) {
     if (!object["arrival_scale"].is_number()) return field_error(source, "arrival_scale", "must be a number >= 0");

@@ -37,6 +37,7 @@ struct RunConfig {
   std::uint32_t kv_tier_block_tokens = 256;  // tokens per stored block (a whole number of pages)
   std::uint32_t kv_tier_timeout_ms = 500;    // connect and command timeout: a slower store is a miss
   std::uint32_t kv_tier_write_queue = 8;     // blocks waiting to be written; more are dropped (counted)
+  bool prefix_reuse_device = true;         // ... and its full device pages stay, borrowed, handed over in place
   // `activekv serve` only (docs/SERVE.md):
   std::uint32_t max_queue = 16;            // requests waiting beyond the running ones; more get 429
   double shutdown_grace_s = 10.0;          // SIGINT/SIGTERM: let what runs finish this long, then cancel

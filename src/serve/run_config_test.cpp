@@ -59,6 +59,7 @@ TEST(RunConfig, BadSettingsNameTheField) {
       {with("threads", "\"two\""), "threads"},
       {with("max_sequences", "4"), "max_sequences"},
       {with("arrival_scale", "-1"), "arrival_scale"},
+      {with("prefix_reuse_device", "\"yes\""), "prefix_reuse_device"},
       {R"({"device_pool": "24MiB", "page_tokens": 16, "tile_tokens": 1024, "tiles": 4, "max_seqs": 6,
            "step_tokens": 256, "prefill_chunk_tokens": 128, "threads": 2})", "host_pool"},
   };
@@ -71,6 +72,15 @@ TEST(RunConfig, BadSettingsNameTheField) {
   auto broken = parse_run_config("{\"host_pool\": ", "c.json");
   ASSERT_FALSE(broken);
   EXPECT_EQ(broken.error().code, ErrorCode::malformed);
+}
+
+TEST(RunConfig, PrefixReuseDeviceDefaultsOnAndParses) {
+  auto defaults = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  EXPECT_TRUE(defaults->prefix_reuse_device) << "retained device pages are on by default";
+  auto off = parse_run_config(with("prefix_reuse_device", "false"), "c.json");
+  ASSERT_TRUE(off) << off.error().describe();
+  EXPECT_FALSE(off->prefix_reuse_device);
 }
 
 TEST(RunConfig, DeepNestingAndFilesThatAreNoFilesAreRefused) {

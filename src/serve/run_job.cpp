@@ -130,6 +130,7 @@ Result<RunJobResult> run_job(StepEngine& engine, Clock& clock, const std::vector
     for (const RequestRecord& r : s.requests()) inputs.outputs.push_back(valid_utf8(engine.decode(r.output())));
   }
   result.figures = summarize(inputs);
+  engine.release_retained();  // shutdown: retained device pages go back before the check
   result.figures["all_returned"] = engine.all_returned();
   result.inputs = std::move(inputs);
   fmt::print(options.out, "{}", summary_text(result.figures));

@@ -142,6 +142,11 @@ json summarize(const ReportInputs& in) {
                              {"retained_kept", c.retained_kept},
                              {"retained_dropped", c.retained_dropped},
                              {"retained_histories_at_end", c.retained_histories},
+                             {"device_pages_handed_over", c.retained_device_pages_adopted},
+                             {"device_pages_reclaimed", c.retained_device_pages_reclaimed},
+                             {"device_pages_retained_at_end", c.retained_device_pages},
+                             {"device_pages_copied_d2d", c.prefix_device_pages_copied},
+                             {"h2d_bytes_adopting_contexts", c.h2d_bytes_adopting},
                              {"follow_ups", follow_up_ttft.size()},
                              {"follow_ups_reusing", follow_ups_reusing},
                              {"follow_up_ttft_s", latency_json(follow_up_ttft)}};
@@ -330,12 +335,18 @@ std::string reuse_text(const json& f) {
   const json& p = f["prefix_reuse"];
   const json& t = p["follow_up_ttft_s"];
   return fmt::format("{}: {} prompt tokens reused in {} adoptions, {} prefilled; histories retained {}, dropped {}; "
-                     "{} follow-ups ({} reusing), TTFT p50 {:.0f} ms p99 {:.0f} ms",
+                     "{} follow-ups ({} reusing), TTFT p50 {:.0f} ms p99 {:.0f} ms{}",
                      p["enabled"].get<bool>() ? "on" : "off (--no-prefix-reuse)", p["reused_tokens"].get<std::uint64_t>(),
                      p["adoptions"].get<std::uint64_t>(), p["prompt_tokens_prefilled"].get<std::uint64_t>(),
                      p["retained_kept"].get<std::uint64_t>(), p["retained_dropped"].get<std::uint64_t>(),
                      p["follow_ups"].get<std::uint64_t>(), p["follow_ups_reusing"].get<std::uint64_t>(),
-                     t["p50"].get<double>() * 1e3, t["p99"].get<double>() * 1e3);
+                     t["p50"].get<double>() * 1e3, t["p99"].get<double>() * 1e3,
+                     p.contains("h2d_bytes_adopting_contexts")
+                         ? fmt::format("; device: {} pages handed over, {} copied d2d; h2d for adopting contexts {:.2f} MiB",
+                                       p["device_pages_handed_over"].get<std::uint64_t>(),
+                                       p["device_pages_copied_d2d"].get<std::uint64_t>(),
+                                       static_cast<double>(p["h2d_bytes_adopting_contexts"].get<std::uint64_t>()) / 1048576.0)
+                         : std::string());
 }
 
 }  // namespace

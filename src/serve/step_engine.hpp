@@ -110,6 +110,11 @@ struct EngineCounters {
   std::uint64_t tier_bytes_read = 0;
   std::uint64_t tier_bytes_written = 0;
   std::uint64_t tier_dropped_writes = 0;  // blocks not written: the queue was full or the store failed
+  std::uint64_t retained_device_pages_adopted = 0;    // device pages handed over in place to adopting contexts
+  std::uint64_t retained_device_pages_reclaimed = 0;  // retained device pages freed (reclaimed first, dropped)
+  std::uint64_t retained_device_pages = 0;            // a level: device pages retained histories hold now
+  std::uint64_t prefix_device_pages_copied = 0;       // copy on adopt: prefix pages copied device to device
+  std::uint64_t h2d_bytes_adopting = 0;               // h2d bytes moved for contexts that adopted a prefix
 };
 
 // What the memory plan promised; the report sets peaks against it.
@@ -165,6 +170,10 @@ class StepEngine {
   virtual EngineCounters counters() const = 0;
   // True when every history and every pool page is free and no lease is held.
   virtual bool all_returned() const = 0;
+  // Shutdown, with nothing running: retained histories give back the device pages they still hold
+  // (prefix reuse, docs/PREFIX.md "Device side"), through the runtime's fenced path; all_returned()
+  // is asked after it. Engines that retain nothing on a device do nothing.
+  virtual void release_retained() {}
 };
 
 }  // namespace activekv::serve
