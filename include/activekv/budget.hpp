@@ -291,6 +291,11 @@ class BudgetManager {
   // the floor's reservation, never reclaimed from another context or retained history — within the
   // burst, leaving the layer room for a tail page. page_none when none can be had.
   std::uint32_t acquire_copy_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept;
+  // A running context whose history grew between steps past its run (rows restored from the KV
+  // tier after adopted device pages): the run's pages are freed, each logged with `reason`, so
+  // the next tail page starts a new run (the run is contiguous up to the tail). The sink and the
+  // promoted pages stay. Every run page must be final (owned). Returns the pages freed.
+  std::uint32_t release_runs(std::uint32_t slot, Reason reason) noexcept;
 
   // Invariants 1 and 2 and the page tables' consistency; nullptr when sound, else what broke.
   const char* check() const noexcept;

@@ -48,6 +48,7 @@ enum class Reason : std::uint8_t {
   device_pages_adopted,  // adopt: a retained history's device pages change owner to the context adopting it
   device_pages_copied,   // adopt: a prefix's device-resident pages copied device to device into the adopting context
   retained_shutdown,     // reclaim: shutdown returns the retained histories' device pages to the pool
+  run_behind_tier,       // evict: a tier restore moved the history's end past the adopted run: its pages give way
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

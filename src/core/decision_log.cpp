@@ -57,6 +57,7 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::device_pages_adopted: return "device_pages_adopted";
     case Reason::device_pages_copied: return "device_pages_copied";
     case Reason::retained_shutdown: return "retained_shutdown";
+    case Reason::run_behind_tier: return "run_behind_tier";
   }
   return "?";
 }
@@ -100,6 +101,8 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::device_pages_copied:
       return "the prefix's pages resident on the device are copied device to device, not streamed from the host";
     case Reason::retained_shutdown: return "shutdown: the retained histories' device pages go back to the pool";
+    case Reason::run_behind_tier:
+      return "rows restored from the KV tier moved the history's end past the adopted run: its pages give way";
   }
   return "?";
 }

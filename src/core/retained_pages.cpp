@@ -93,6 +93,26 @@ void BudgetManager::trim_tables(std::uint32_t slot, std::uint32_t keep_pages) no
   }
 }
 
+std::uint32_t BudgetManager::release_runs(std::uint32_t slot, Reason reason) noexcept {
+  AK_ASSERT(contexts_[slot].running, "release_runs of a context that is not running");
+  std::uint32_t freed = 0;
+  for (std::uint32_t l = 0; l < dense_layers_; ++l) {
+    LayerResidency& r = layer(slot, l);
+    for (std::uint32_t i = 0; i < r.run_count; ++i) {
+      const std::uint32_t page = run_page(slot, l, i);
+      AK_ASSERT(arena_.pages().state(page) == PageState::owned, "a run page given up between steps is final");
+      record(DecisionKind::evict, reason, slot, l, r.run_first + i, page, 1);
+      release_page(slot, page);
+      ++freed;
+    }
+    r.run_count = 0;
+    r.run_first = 1;
+    r.ring_head = 0;
+  }
+  AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after release_runs");
+  return freed;
+}
+
 std::uint32_t BudgetManager::acquire_copy_page(std::uint32_t slot, std::uint32_t l, std::uint32_t logical) noexcept {
   ContextState& c = contexts_[slot];
   AK_ASSERT(c.running, "copied pages are placed for running contexts only");

@@ -157,6 +157,9 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
   const std::uint32_t P = plan_.arena.page_tokens;
   std::uint32_t first_block = 0, blocks_end = 0;
   if (!tier_blocks(prompt, reused, first_block, blocks_end)) return reused;
+  // Pages still landing by a device-to-device copy end the run at the adopted prefix, and they
+  // cannot be given up before their fence: the tier is not asked this time (the rest prefills).
+  if (adoption_[slot].device_copied > 0) return reused;
   const std::span<std::byte> host = backend_.host_pool();
   for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
     tier_segments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
@@ -165,6 +168,10 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
   AK_ASSERT(end >= first_block && end <= blocks_end, "kv tier: a restore ends inside the blocks asked for");
   const std::uint32_t length = end * B;
   if (length <= reused) return reused;
+  // Device pages handed over in place end at the local prefix; the history now ends past them, and
+  // a run is contiguous up to its tail: the run's pages give way (logged), the sink and promoted stay.
+  const std::uint32_t given_up = budgets_.release_runs(slot, Reason::run_behind_tier);
+  adoption_[slot].device_pages -= std::min(adoption_[slot].device_pages, given_up);
   ContextState& c = budgets_.context(slot);
   c.length_tokens = length;
   adoption_[slot].tier_pages_first = reused / P;
