@@ -118,3 +118,31 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
 }
 
 }  // namespace activekv
+
+namespace activekv {
+
+const char* sparse_mode_name(SparseMode mode) noexcept {
+  switch (mode) {
+    case SparseMode::exact: return "exact";
+    case SparseMode::pages: return "pages";
+    case SparseMode::fraction: return "fraction";
+    case SparseMode::adaptive: return "adaptive";
+  }
+  return "?";
+}
+
+}  // namespace activekv
+
+namespace activekv::runtime_impl {
+
+Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
+  AK_ASSERT(!step_open_, "kv runtime: set_sparse() during a step");
+  if (sparse.enabled() && !settings_.sparse.enabled()) {
+    return make_error(ErrorCode::invalid_argument, "--sparse-pages",
+                      "this runtime was created exact and keeps no page summaries: create it with sparse enabled");
+  }
+  settings_.sparse = sparse;
+  return Status::success();
+}
+
+}  // namespace activekv::runtime_impl

@@ -162,6 +162,9 @@ class KvRuntimeImpl final : public KvRuntime {
 
   std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
   const KvCounters& counters() const override { return counters_; }
+  const SparseStats& sparse_stats() const override { return sparse_stats_; }
+  void reset_sparse_stats() override { sparse_stats_ = SparseStats{}; }
+  Status set_sparse(const SparseSettings& sparse) override;
   Explanation explain(ContextId context) const override;
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
@@ -268,6 +271,7 @@ class KvRuntimeImpl final : public KvRuntime {
   bool stalled_ = false;       // a fence did not resolve in time: no step may follow
   std::string backend_error_;  // the backend's own words for a refused call (error path only)
   KvCounters counters_{};
+  SparseStats sparse_stats_{};
 
   // ---- prefix reuse: null index when off ----
   struct Adoption {
