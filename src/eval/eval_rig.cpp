@@ -28,6 +28,12 @@ Result<std::unique_ptr<EvalRig>> EvalRig::create(const engine::Model& model, eng
   KvRuntimeSettings s = engine::runtime_settings(model, memory, limits);
   const std::uint64_t history_bytes =
       std::uint64_t{s.memory.geometry.dense_layers} * rig.context_tokens * s.memory.geometry.row_bytes();
+  if (rig.host_pool_bytes != 0 && rig.host_pool_bytes / history_bytes < rig.contexts)
+    return make_error(ErrorCode::refused, "--host-pool",
+                      fmt::format("{} bytes hold {} histories of --context {} tokens; the evaluation keeps {} at once "
+                                  "(one per setting): give at least {} bytes, or lower --context or the settings",
+                                  rig.host_pool_bytes, rig.host_pool_bytes / history_bytes, rig.context_tokens,
+                                  rig.contexts, history_bytes * rig.contexts));
   s.memory.host_pool_bytes = rig.host_pool_bytes != 0 ? rig.host_pool_bytes : history_bytes * rig.contexts;
   s.memory.device_pool_bytes = rig.device_pool_bytes;
   s.prefix_reuse = true;  // the settings' contexts adopt the one exact prefix (setting_contexts.hpp)

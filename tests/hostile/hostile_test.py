@@ -121,6 +121,8 @@ def make_inputs(tmp):
         f'{{"arrival_s": {i}, "session": "s", "prompt_tokens": [1, 2], "max_tokens": 1048576}}\n' for i in range(60)))
     cfg = ('{"host_pool": "64MiB", "device_pool": "8MiB", "page_tokens": 16, "tile_tokens": 64, "tiles": 2, '
            '"max_context": 256, "max_seqs": 2, "step_tokens": 64, "prefill_chunk_tokens": 32, "threads": 1%s}')
+    text("eval_text", "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n" * 8)
+    text("eval_empty", "  \n\n")
     text("config_tiny", cfg % "")
     text("config_deep", '{"comment": ' + "[" * 100000 + "]" * 100000 + "}")
     text("config_deep_value", '{"host_pool": ' + "{\"a\":" * 50000 + "1" + "}" * 50000 + "}")
@@ -351,6 +353,45 @@ def cases(p):
         bad(6, "model context_length 2^32-1", msrv + ["--model", p["context_huge"]], "llama.context_length"),
         bad(6, "directory as --model", msrv + ["--model", p["dir"]], "--model"),
         bad(6, "/dev/zero as --model", msrv + ["--model", "/dev/zero"], "--model"),
+    ]
+    ev = ["eval", "--model", tiny, "--text", p["eval_text"], "--context", "64", "--stride", "16", "--quiet"]
+    c["eval"] = [
+        bad(2, "missing --text", ["eval", "--model", tiny, "--text", os.path.join(p["dir"], "nope")], "--text", "nope"),
+        bad(2, "directory as --text", ["eval", "--model", tiny, "--text", p["dir"]], "--text", "directory"),
+        bad(2, "/dev/zero as --text", ["eval", "--model", tiny, "--text", "/dev/zero"], "--text", "/dev/zero"),
+        bad(2, "empty text", ev[:4] + [p["eval_empty"]], "--text", "no text"),
+        bad(5, "neither --text nor --passkey", ["eval", "--model", tiny], "--text", "--passkey"),
+        bad(5, "--text and --passkey", ev + ["--passkey"], "--text", "--passkey"),
+        bad(5, "text shorter than --context", ev[:5] + ["--context", "2000", "--stride", "16"], "--context", "2000"),
+        bad(5, "--context past the model's", ev[:5] + ["--context", "512"], "--context", "512", "256"),
+        bad(5, "--context 2^32-1", ev[:5] + ["--context", str(U32_MAX)], "--context"),
+        bad(5, "--context 1", ev[:5] + ["--context", "1"], "--context"),
+        bad(2, "--context larger than the --host-pool holds", ev + ["--host-pool", "16KiB"], "--host-pool", "--context"),
+        bad(2, "--host-pool 131072TiB", ev + ["--host-pool", "131072TiB"], "--host-pool"),
+        bad(2, "--device-pool 1TiB on the host backend", ev + ["--device-pool", "1TiB"], "--device-pool"),
+        bad(5, "--stride 0", ev[:7] + ["--stride", "0"], "--stride", "0"),
+        bad(5, "--stride equal to --context", ev[:7] + ["--stride", "64"], "--stride", "64"),
+        bad(5, "--stride past --context", ev[:7] + ["--stride", "1000"], "--stride", "1000"),
+        bad(5, "--max-windows 0", ev + ["--max-windows", "0"], "--max-windows"),
+        bad(5, "--sparse-fraction 0", ev + ["--sparse-fraction", "0"], "--sparse-fraction", "(0, 1]"),
+        bad(5, "--sparse-fraction 1.5", ev + ["--sparse-fraction", "1.5"], "--sparse-fraction", "1.5"),
+        bad(5, "--sparse-fraction nan", ev + ["--sparse-fraction", "nan"], "--sparse-fraction"),
+        bad(5, "--sparse-fraction abc (syntax)", ev + ["--sparse-fraction", "abc"], "--sparse-fraction"),
+        bad(5, "--sparse-pages 0", ev + ["--sparse-pages", "0"], "--sparse-pages"),
+        bad(5, "--sparse-pages -1 (syntax)", ev + ["--sparse-pages", "-1"], "--sparse-pages"),
+        bad(5, "the same setting twice", ev + ["--sparse-fraction", "0.5", "--sparse-fraction", "0.5"], "--sparse-fraction", "twice"),
+        bad(5, "--threads 0", ev + ["--threads", "0"], "--threads"),
+        bad(5, "--page-tokens 0", ev + ["--page-tokens", "0"], "--page-tokens"),
+        bad(5, "--chunk-tokens 0", ev + ["--chunk-tokens", "0"], "--chunk-tokens"),
+        bad(5, "unknown flag", ev + ["--nope"], "--nope"),
+        bad(5, "--depths with --text", ev + ["--depths", "0.5"], "--depths"),
+        bad(5, "--passkey --depths 1.5", ["eval", "--model", tiny, "--passkey", "--context", "128", "--depths", "0,1.5"], "--depths", "1.5"),
+        bad(5, "--passkey --trials 0", ["eval", "--model", tiny, "--passkey", "--context", "128", "--trials", "0"], "--trials"),
+        bad(5, "--passkey --stride", ["eval", "--model", tiny, "--passkey", "--stride", "8"], "--stride"),
+        bad(5, "--passkey --context too short for the prompt", ["eval", "--model", tiny, "--passkey", "--context", "16"],
+            "--context", "passkey"),
+        bad(1, "block_count 2^32-1", ev[:2] + [p["layers_huge"]] + ev[3:], "llama.block_count"),
+        bad(6, "directory as --model", ["eval", "--model", p["dir"], "--text", p["eval_text"]], "--model"),
     ]
     c["swarm"] = [
         bad(3, "--seeds 2^64-1 (the end wraps)", ["swarm", "--seeds", str(2**64 - 1)], "--seeds"),
