@@ -64,6 +64,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     summarized_tokens_.assign(slots, 0);
     key_row_.resize(std::size_t{g.kv_heads} * g.head_dim);
     bounds_.resize(std::size_t{g.kv_heads} * pages);
+    q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
+    q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
     selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
     selected_.resize(pages);
     keep_.resize(std::size_t{sizes_.entries_max} * pages);

@@ -281,6 +281,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<std::uint32_t> summarized_generation_, summarized_tokens_;  // [slots]
   std::vector<float> key_row_;                 // [kv_heads × head_dim]: one decoded key row
   std::vector<float> bounds_;                  // [kv_heads × pages_per_layer_max]
+  std::vector<float> q_positive_, q_negative_; // [q_heads × head_dim]: the decode query, split
   std::unique_ptr<runtime::SelectionScratch> selection_;
   std::vector<std::uint32_t> selected_;        // [pages_per_layer_max]
   std::vector<std::uint8_t> keep_;             // [entries_max × pages_per_layer_max]

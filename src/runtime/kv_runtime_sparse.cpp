@@ -98,6 +98,7 @@ std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t pag
 
 bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept {
   if (summaries_ == nullptr || !settings_.sparse.enabled()) return false;
+  ScopedTimer timer(sparse_stats_.select_ns);
   const Geometry& g = plan_.geometry;
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t P = plan_.arena.page_tokens;
@@ -140,16 +141,17 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     }
     // Each group's bound per page: the maximum over its query heads.
     const float* qe = q + std::size_t{query_first_[e]} * settings_.q_heads * g.head_dim;
+    for (std::uint32_t h = 0; h < settings_.q_heads; ++h) {
+      runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
+                           q_negative_.data() + std::size_t{h} * g.head_dim);
+    }
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
       float* bound = bounds_.data() + std::size_t{kh} * n;
+      const float* qp = q_positive_.data() + std::size_t{kh} * group * g.head_dim;
+      const float* qn = q_negative_.data() + std::size_t{kh} * group * g.head_dim;
       for (std::uint32_t p = 0; p < n; ++p) {
         const float* sum = summaries_->page(slot, layer, p) + std::size_t{kh} * 2u * g.head_dim;
-        float best = -std::numeric_limits<float>::infinity();
-        for (std::uint32_t h = 0; h < group; ++h) {
-          const float* qh = qe + std::size_t{kh * group + h} * g.head_dim;
-          best = std::max(best, runtime::page_bound(qh, sum, sum + g.head_dim, g.head_dim));
-        }
-        bound[p] = best;
+        bound[p] = runtime::group_bound(qp, qn, group, sum, sum + g.head_dim, g.head_dim);
       }
     }
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.

@@ -1,6 +1,8 @@
 // sparse_selection.cpp — see sparse_selection.hpp.
 #include "runtime/sparse_selection.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -47,22 +49,76 @@ namespace {
 constexpr std::uint32_t lanes = 8;
 }
 
+// Every bound below is Σ_d (q⁺_d · max_d + q⁻_d · min_d), term by term in this order, added
+// into lane d mod 8, the lanes summed in order: one sequence of IEEE operations whatever the
+// clone (the AVX2 clone runs the same operations 8 at a time; no FMA, so no contraction).
 float page_bound(const float* q, const float* summary_min, const float* summary_max, std::uint32_t dim) noexcept {
   float acc[lanes] = {};
-  std::uint32_t i = 0;
-  for (; i + lanes <= dim; i += lanes) {
-    for (std::uint32_t j = 0; j < lanes; ++j) {
-      const float x = q[i + j];
-      acc[j] += std::max(x * summary_min[i + j], x * summary_max[i + j]);
-    }
-  }
-  for (std::uint32_t j = 0; i < dim; ++i, ++j) {
-    const float x = q[i];
-    acc[j] += std::max(x * summary_min[i], x * summary_max[i]);
+  for (std::uint32_t i = 0; i < dim; ++i) {
+    const float qp = std::max(q[i], 0.0f), qn = std::min(q[i], 0.0f);
+    acc[i % lanes] += qp * summary_max[i] + qn * summary_min[i];
   }
   float sum = 0.0f;
   for (float a : acc) sum += a;
   return sum;
+}
+
+void split_query(const float* q, std::uint32_t dim, float* positive, float* negative) noexcept {
+  for (std::uint32_t i = 0; i < dim; ++i) {
+    positive[i] = std::max(q[i], 0.0f);
+    negative[i] = std::min(q[i], 0.0f);
+  }
+}
+
+namespace {
+
+float group_bound_portable(const float* positive, const float* negative, std::uint32_t heads, const float* summary_min,
+                           const float* summary_max, std::uint32_t dim) noexcept {
+  float best = -std::numeric_limits<float>::infinity();
+  for (std::uint32_t h = 0; h < heads; ++h) {
+    const float* qp = positive + std::size_t{h} * dim;
+    const float* qn = negative + std::size_t{h} * dim;
+    float acc[lanes] = {};
+    for (std::uint32_t i = 0; i < dim; ++i) acc[i % lanes] += qp[i] * summary_max[i] + qn[i] * summary_min[i];
+    float sum = 0.0f;
+    for (float a : acc) sum += a;
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
+// The same operations, 8 lanes per instruction (no FMA: each product rounds, as above).
+__attribute__((target("avx2"))) float group_bound_avx2(const float* positive, const float* negative,
+                                                       std::uint32_t heads, const float* summary_min,
+                                                       const float* summary_max, std::uint32_t dim) noexcept {
+  if (dim % lanes != 0) return group_bound_portable(positive, negative, heads, summary_min, summary_max, dim);
+  float best = -std::numeric_limits<float>::infinity();
+  for (std::uint32_t h = 0; h < heads; ++h) {
+    const float* qp = positive + std::size_t{h} * dim;
+    const float* qn = negative + std::size_t{h} * dim;
+    __m256 acc = _mm256_setzero_ps();
+    for (std::uint32_t i = 0; i < dim; i += lanes) {
+      const __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(qp + i), _mm256_loadu_ps(summary_max + i));
+      const __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(qn + i), _mm256_loadu_ps(summary_min + i));
+      acc = _mm256_add_ps(acc, _mm256_add_ps(hi, lo));
+    }
+    alignas(32) float lane[lanes];
+    _mm256_store_ps(lane, acc);
+    float sum = 0.0f;
+    for (float a : lane) sum += a;
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
+using GroupBound = float (*)(const float*, const float*, std::uint32_t, const float*, const float*, std::uint32_t) noexcept;
+const GroupBound chosen_group_bound = __builtin_cpu_supports("avx2") ? group_bound_avx2 : group_bound_portable;
+
+}  // namespace
+
+float group_bound(const float* positive, const float* negative, std::uint32_t heads, const float* summary_min,
+                  const float* summary_max, std::uint32_t dim) noexcept {
+  return chosen_group_bound(positive, negative, heads, summary_min, summary_max, dim);
 }
 
 float lane_dot(const float* q, const float* k, std::uint32_t dim) noexcept {

@@ -57,8 +57,14 @@ class PageSummaries {
 };
 
 // q⁺·max + q⁻·min over one head's summary (min[dim], max[dim]), summed in 8 fixed lanes and
-// then lane order: the same order for every call, so the result is deterministic.
+// then lane order: the same order for every call, so the result is deterministic. (A lane term
+// q⁺_d max_d + q⁻_d min_d is max(q_d min_d, q_d max_d) exactly: one of the two products is 0.)
 float page_bound(const float* q, const float* summary_min, const float* summary_max, std::uint32_t dim) noexcept;
+// The same bound for a group of query heads at once, from each head's q split into q⁺ and q⁻
+// (split_query): the maximum over the heads. Bit-identical to page_bound per head.
+void split_query(const float* q, std::uint32_t dim, float* positive, float* negative) noexcept;
+float group_bound(const float* positive, const float* negative, std::uint32_t heads, const float* summary_min,
+                  const float* summary_max, std::uint32_t dim) noexcept;
 // q·k in the same lane order (the tests' comparison: rounding is monotonic, so page_bound of a
 // page is ≥ this for every key of the page, exactly).
 float lane_dot(const float* q, const float* k, std::uint32_t dim) noexcept;

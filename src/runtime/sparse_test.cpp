@@ -48,6 +48,11 @@ TEST(SparseBound, IsAnUpperBoundOfEveryKeyOfThePage) {
       }
     }
     const float bound = page_bound(q.data(), mn.data(), mx.data(), d);
+    // The runtime's path (q split once, a group of heads, AVX2 where the CPU has it) is the same arithmetic.
+    std::vector<float> qp(d), qn(d);
+    runtime::split_query(q.data(), d, qp.data(), qn.data());
+    const float grouped = runtime::group_bound(qp.data(), qn.data(), 1, mn.data(), mx.data(), d);
+    ASSERT_EQ(std::memcmp(&grouped, &bound, sizeof(float)), 0) << "trial " << trial << " dim " << d;
     for (int r = 0; r < n; ++r) {
       const float* k = keys.data() + std::size_t(r) * d;
       ASSERT_GE(bound, lane_dot(q.data(), k, d)) << "trial " << trial << " row " << r;
