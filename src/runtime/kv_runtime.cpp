@@ -54,6 +54,38 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   retained_generation_.assign(budgets_.slots(), 0);
   retained_request_.assign(budgets_.slots(), 0);
   adoption_.assign(budgets_.slots(), Adoption{});
+  if (settings.sparse.enabled()) {
+    const std::uint32_t slots = budgets_.slots();
+    const std::uint32_t pages = sizes_.pages_per_layer_max;
+    const std::size_t per_slot_layer = std::size_t{slots} * g.dense_layers;
+    summaries_ = std::make_unique<runtime::PageSummaries>(
+        runtime::SummaryShape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim});
+    summarized_generation_.assign(slots, 0);
+    summarized_tokens_.assign(slots, 0);
+    key_row_.resize(std::size_t{g.kv_heads} * g.head_dim);
+    bounds_.resize(std::size_t{g.kv_heads} * pages);
+    q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
+    q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
+    selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
+    selected_.resize(pages);
+    keep_.resize(std::size_t{sizes_.entries_max} * pages);
+    heavy_flags_.resize(pages);
+    heavy_.assign(per_slot_layer * pages, 0.0f);
+    pick_rank_.assign(per_slot_layer * pages, UINT32_MAX);
+    pick_bound_.assign(per_slot_layer * pages, 0.0f);
+    pick_pages_.assign(per_slot_layer, 0);
+    pick_step_.assign(slots, 0);
+    budget_pages_.assign(slots, 0.0f);
+    captured_slow_.assign(slots, 1.0f);
+    captured_sum_.resize(sizes_.entries_max);
+    captured_layers_.resize(sizes_.entries_max);
+    fill_.resize(sizes_.entries_max);
+    unselected_.resize(sizes_.entries_max);
+    tail_count_.resize(sizes_.entries_max);
+    tail_mass_.resize(sizes_.entries_max);
+    entry_of_slot_.assign(slots, UINT32_MAX);
+    full_state_.resize(state_.size());
+  }
   tier_ = settings.tier;
   tier_segments_.resize(g.dense_layers);
   tier_csegments_.resize(g.dense_layers);
@@ -118,31 +150,3 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
 }
 
 }  // namespace activekv
-
-namespace activekv {
-
-const char* sparse_mode_name(SparseMode mode) noexcept {
-  switch (mode) {
-    case SparseMode::exact: return "exact";
-    case SparseMode::pages: return "pages";
-    case SparseMode::fraction: return "fraction";
-    case SparseMode::adaptive: return "adaptive";
-  }
-  return "?";
-}
-
-}  // namespace activekv
-
-namespace activekv::runtime_impl {
-
-Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
-  AK_ASSERT(!step_open_, "kv runtime: set_sparse() during a step");
-  if (sparse.enabled() && !settings_.sparse.enabled()) {
-    return make_error(ErrorCode::invalid_argument, "--sparse-pages",
-                      "this runtime was created exact and keeps no page summaries: create it with sparse enabled");
-  }
-  settings_.sparse = sparse;
-  return Status::success();
-}
-
-}  // namespace activekv::runtime_impl

@@ -256,6 +256,7 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.adopted_from_request = a.from_request;
   e.tier_pages_first = a.tier_pages_first;
   e.tier_pages_end = a.tier_pages_end;
+  explain_sparse(context, e);
   return e;
 }
 

@@ -131,6 +131,11 @@ def make_inputs(tmp):
     text("config_arrival_inf", cfg % ', "arrival_scale": 1e308')
     text("config_max_queue_huge", cfg % ', "max_queue": 5000')
     text("config_grace_negative", cfg % ', "shutdown_grace_s": -1')
+    text("config_sparse_mode", cfg % ', "sparse": {"mode": "most"}')
+    text("config_sparse_fraction", cfg % ', "sparse": {"mode": "fraction", "fraction": 2}')
+    text("config_sparse_pages_zero", cfg % ', "sparse": {"mode": "pages", "pages": 0}')
+    text("config_sparse_key", cfg % ', "sparse": {"mode": "pages", "pages": 4, "budget": 3}')
+    text("config_sparse_ok", cfg % ', "sparse": {"mode": "fraction", "fraction": 0.5, "measure": true}')
     p["dir"] = tmp
     here = os.path.dirname(os.path.abspath(__file__))
     found = subprocess.run([os.path.join(here, "..", "..", "scripts", "find-model.sh")], capture_output=True, text=True)
@@ -190,6 +195,18 @@ def cases(p):
         bad(5, "--page-tokens 2^32 (syntax)", gen + ["--model", tiny, "--page-tokens", str(2**32)], "--page-tokens"),
         bad(5, "unknown flag", gen + ["--model", tiny, "--no-such-flag"], "--no-such-flag"),
         bad(5, "--prompt without value", ["generate", "--prompt"], "--prompt"),
+        ok("tiny model, --sparse-pages 2 --sparse-measure", gen + ["--model", tiny, "--sparse-pages", "2", "--sparse-measure"]),
+        ok("tiny model, --sparse-adaptive", gen + ["--model", tiny, "--sparse-adaptive"]),
+        bad(5, "--sparse-pages 0", gen + ["--model", tiny, "--sparse-pages", "0"], "--sparse-pages", "0"),
+        bad(5, "--sparse-pages 2^32-1", gen + ["--model", tiny, "--sparse-pages", str(U32_MAX)], "--sparse-pages"),
+        bad(5, "--sparse-fraction 0", gen + ["--model", tiny, "--sparse-fraction", "0"], "--sparse-fraction", "(0, 1]"),
+        bad(5, "--sparse-fraction 1.5", gen + ["--model", tiny, "--sparse-fraction", "1.5"], "--sparse-fraction"),
+        bad(5, "--sparse-fraction nan", gen + ["--model", tiny, "--sparse-fraction", "nan"], "--sparse-fraction"),
+        bad(5, "--sparse-pages with --sparse-adaptive", gen + ["--model", tiny, "--sparse-pages", "4", "--sparse-adaptive"],
+            "--sparse-pages", "one of them"),
+        bad(5, "--sparse-measure alone", gen + ["--model", tiny, "--sparse-measure"], "--sparse-measure", "off"),
+        bad(5, "--sparse-pages with --kv reference", gen + ["--model", tiny, "--kv", "reference", "--sparse-pages", "4"],
+            "--sparse-pages", "reference"),
         bad(6, "model context is not --max-context", gen + ["--model", p["context_huge"]], "llama.context_length"),
         bad(6, "tensor offset near 2^64", gen + ["--model", p["offset_huge"]], "token_embd.weight", str(2**64 - 32)),
         bad(6, "directory as --model", gen + ["--model", p["dir"]], "--model"),
@@ -235,6 +252,19 @@ def cases(p):
         bad(5, "--kv-tier without a host", run + ["--kv-tier", "redis://:6379"], "--kv-tier", "host"),
         bad(5, "--kv-tier with the fake engine", fake + ["--kv-tier", "redis://127.0.0.1:6379"], "--kv-tier", "fake"),
         bad(5, "--arrival-scale nan", fake + ["--arrival-scale", "nan"], "--arrival-scale"),
+        ok("tiny model, sparse in the config", ["run", "--model", tiny, "--config", p["config_sparse_ok"], "--trace", p["trace_ok"]]),
+        ok("tiny model, --sparse-fraction 0.25", run + ["--sparse-fraction", "0.25"]),
+        bad(5, "--sparse-pages with the fake engine", fake + ["--sparse-pages", "4"], "--sparse-pages", "fake"),
+        bad(5, "--sparse-fraction -1", run + ["--sparse-fraction", "-1"], "--sparse-fraction"),
+        bad(5, "--sparse-fraction with --sparse-pages", run + ["--sparse-fraction", "0.5", "--sparse-pages", "3"], "one of them"),
+        bad(5, "sparse mode unknown in the config", ["run", "--engine", "fake", "--config", p["config_sparse_mode"]],
+            "sparse.mode"),
+        bad(5, "sparse fraction 2 in the config", ["run", "--engine", "fake", "--config", p["config_sparse_fraction"]],
+            "sparse.fraction"),
+        bad(5, "sparse pages 0 in the config", ["run", "--engine", "fake", "--config", p["config_sparse_pages_zero"]],
+            "sparse", "pages"),
+        bad(5, "sparse unknown key in the config", ["run", "--engine", "fake", "--config", p["config_sparse_key"]],
+            "sparse.budget"),
         bad(5, "--arrival-scale -5", fake + ["--arrival-scale", "-5"], "--arrival-scale"),
         bad(5, "--arrival-scale inf", fake + ["--arrival-scale", "inf"], "--arrival-scale", "finite"),
         bad(5, "--max-seqs 0", fake + ["--max-seqs", "0"], "--max-seqs"),
@@ -335,6 +365,8 @@ def cases(p):
         bad(5, "--threads 65", msrv + ["--model", tiny, "--threads", "65"], "--threads", "65"),
         bad(5, "--step-tokens 0", fsrv + ["--step-tokens", "0"], "--step-tokens"),
         bad(5, "--prefill-chunk 0", fsrv + ["--prefill-chunk", "0"], "--prefill-chunk"),
+        bad(5, "--sparse-pages 0", fsrv + ["--sparse-pages", "0"], "--sparse-pages"),
+        bad(5, "--sparse-fraction inf", msrv + ["--model", tiny, "--sparse-fraction", "inf"], "--sparse-fraction"),
         bad(5, "--engine unknown", srv + ["--engine", "nope"], "--engine"),
         bad(5, "unknown flag", fsrv + ["--nope"], "--nope"),
         bad(2, "--host-pool 131072TiB", msrv + ["--model", tiny, "--host-pool", "131072TiB"], "--host-pool"),
