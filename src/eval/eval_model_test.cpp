@@ -57,30 +57,30 @@ EvalSetting named(std::string name, SparseSettings sparse) { return EvalSetting{
 
 TEST_F(EvalOnModel, ExactAgainstExactAgreesExactlyThroughTheSharedPrefix) {
   const tokenizer::Tokenizer tok = tokenizer();
-  const std::vector<engine::TokenId> tokens = text_tokens(tok, 160);
+  const std::vector<engine::TokenId> tokens = text_tokens(tok, 120);
   const std::vector<EvalSetting> settings{named("exact", {}), named("exact again", {})};
-  std::unique_ptr<EvalRig> r = rig(settings, 128);
+  std::unique_ptr<EvalRig> r = rig(settings, 96);
   ASSERT_NE(r, nullptr);
-  Result<std::vector<Window>> windows = plan_windows(160, 128, 32, 0);
+  Result<std::vector<Window>> windows = plan_windows(120, 96, 24, 0);
   ASSERT_TRUE(windows.ok());
   ASSERT_EQ(windows->size(), 2u);
   Result<TextEvalResult> result = evaluate_text(*r, settings, tokens, *windows);
   ASSERT_TRUE(result.ok()) << result.error().describe();
-  EXPECT_EQ(result->scored_tokens, 64u);
+  EXPECT_EQ(result->scored_tokens, 48u);
   EXPECT_GT(result->tokens_adopted, 0u) << "the settings' contexts did not adopt the shared prefix";
   const SettingScore& a = result->settings[0];
   const SettingScore& b = result->settings[1];
-  EXPECT_EQ(a.tokens, 64u);
+  EXPECT_EQ(a.tokens, 48u);
   EXPECT_EQ(b.top1_agreement(), 1.0);
   EXPECT_EQ(a.nll_sum, b.nll_sum);  // bit-identical logits: adopted, copied or prefilled KV alike
   EXPECT_EQ(b.selection.mass_recall(), 1.0);
   EXPECT_GT(a.perplexity(), 1.0);  // English prose under a small model: tens, not 1 and not the vocabulary
   EXPECT_LT(a.perplexity(), 200.0);
-  // 30 layers × ceil(positions/16) pages per step, positions 97..160 within the 128-token windows.
-  EXPECT_EQ(a.selection.steps, 64u);
+  // 30 layers × ceil(length/16) pages per step; lengths 72..95 after each step of a 96-token window.
+  EXPECT_EQ(a.selection.steps, 48u);
   EXPECT_EQ(a.selection.pages_read, a.selection.pages_held);
-  EXPECT_GE(a.selection.pages_read_per_step(), 30.0 * 7);
-  EXPECT_LE(a.selection.pages_read_per_step(), 30.0 * 8);
+  EXPECT_GT(a.selection.pages_read_per_step(), 30.0 * 5);
+  EXPECT_LT(a.selection.pages_read_per_step(), 30.0 * 6);
 }
 
 TEST_F(EvalOnModel, SparseCoveringEveryPageEqualsExactAndTheJsonCarriesTheKeys) {
@@ -143,9 +143,9 @@ TEST_F(EvalOnModel, PasskeyPromptPlacesTheNeedleAndExactRetrievesIt) {
   EXPECT_FALSE(make_passkey_prompt(tok, 40, 0.5, 48213).ok());
 
   const std::vector<EvalSetting> settings{named("exact", {})};
-  std::unique_ptr<EvalRig> r = rig(settings, 256);
+  std::unique_ptr<EvalRig> r = rig(settings, 160);
   ASSERT_NE(r, nullptr);
-  PasskeyRequest request{256, {0.0, 1.0}, 1, 7};
+  PasskeyRequest request{160, {0.0, 1.0}, 1, 7};
   Result<PasskeyResult> result = evaluate_passkey(*r, tok, settings, request);
   ASSERT_TRUE(result.ok()) << result.error().describe();
   ASSERT_EQ(result->log.size(), 2u);

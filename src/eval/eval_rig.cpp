@@ -19,7 +19,8 @@ Result<std::unique_ptr<EvalRig>> EvalRig::create(const engine::Model& model, eng
   if (rig.page_tokens == 0 || rig.page_tokens > rig.context_tokens)
     return make_error(ErrorCode::invalid_argument, "--page-tokens",
                       fmt::format("{} is out of range: give 1 to --context {}", rig.page_tokens, rig.context_tokens));
-  const engine::ForwardLimits limits{rig.chunk_tokens, 1, rig.context_tokens};
+  // A prefill chunk longer than the context would be refused by the plan: no step can carry more than the context.
+  const engine::ForwardLimits limits{std::min(rig.chunk_tokens, rig.context_tokens), 1, rig.context_tokens};
   MemorySettings memory;
   memory.max_context_tokens = rig.context_tokens;
   memory.page_tokens = rig.page_tokens;
