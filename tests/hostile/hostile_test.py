@@ -388,6 +388,9 @@ def cases(p):
     ]
     ev = ["eval", "--model", tiny, "--text", p["eval_text"], "--context", "64", "--stride", "16", "--quiet"]
     c["eval"] = [
+        ok("tiny model: exact against 1/2, 4 pages and adaptive", ev + ["--sparse-fraction", "0.5", "--sparse-pages", "4",
+                                                                     "--sparse-adaptive"], "fraction 1/2", "pages 4", "adaptive"),
+        ok("tiny model: --json", ev + ["--json"], '"perplexity"', '"top1_agreement"', '"mass_recall"', '"pages_read_per_step"'),
         bad(2, "missing --text", ["eval", "--model", tiny, "--text", os.path.join(p["dir"], "nope")], "--text", "nope"),
         bad(2, "directory as --text", ["eval", "--model", tiny, "--text", p["dir"]], "--text", "directory"),
         bad(2, "/dev/zero as --text", ["eval", "--model", tiny, "--text", "/dev/zero"], "--text", "/dev/zero"),
