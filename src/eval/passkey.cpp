@@ -92,6 +92,8 @@ Status check_passkey_request(const PasskeyRequest& r) {
 Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer& tok, std::span<const EvalSetting> settings,
                                        const PasskeyRequest& request, TrialProgress progress, void* user) {
   if (Status st = check_passkey_request(request); !st) return st.error();
+  AK_ASSERT(!settings.empty(), "passkey: no setting");
+  AK_ASSERT(!settings[0].sparse.enabled(), "passkey: exact must run first");
   PasskeyResult result;
   for (const EvalSetting& s : settings) result.settings.push_back(s.name);
   result.depths = request.depths;

@@ -70,7 +70,7 @@ struct PasskeyResult {
   std::vector<std::vector<std::uint32_t>> correct;  // [setting][depth]: trials retrieved
   std::uint32_t trials = 0;                   // per depth
   std::vector<PasskeyTrial> log;              // every trial, in order
-  std::vector<SelectionTotals> selection;     // per setting, over the question's steps
+  std::vector<SelectionTotals> selection;     // per setting, over the question's and the answer's steps
 };
 
 // Refused, naming the flag: a depth outside [0, 1] (--depths), trials 0 or past passkey_trials_max (--trials).

@@ -30,13 +30,17 @@ engine::TokenId argmax(std::span<const float> logits) noexcept {
 Result<TextEvalResult> evaluate_text(EvalRig& rig, std::span<const EvalSetting> settings,
                                      std::span<const engine::TokenId> tokens, std::span<const Window> windows,
                                      WindowProgress progress, void* user) {
+  AK_ASSERT(!settings.empty(), "text eval: no setting");
+  AK_ASSERT(!settings[0].sparse.enabled(), "text eval: exact must run first (top-1 compares with it)");
   TextEvalResult result;
   result.settings.resize(settings.size());
   for (std::size_t s = 0; s < settings.size(); ++s) result.settings[s].name = settings[s].name;
   std::vector<engine::TokenId> exact_top;  // exact's argmax per scored token of the window
   SettingContexts contexts(rig.forward(), rig.runtime(), settings);
   for (const Window& w : windows) {
-    AK_ASSERT(w.end <= tokens.size() && w.scored_begin > w.begin && w.scored_begin < w.end, "text eval: bad window");
+    AK_ASSERT(w.end <= tokens.size(), "text eval: a window past the text");
+    AK_ASSERT(w.scored_begin > w.begin, "text eval: a scored token with nothing before it in its window");
+    AK_ASSERT(w.scored_begin < w.end, "text eval: a window that scores nothing");
     if (Status st = contexts.open(tokens.subspan(w.begin, w.prefill_tokens()), w.end - w.begin); !st) return st.error();
     exact_top.assign(w.scored_tokens(), 0);
     for (std::uint32_t s = 0; s < settings.size(); ++s) {
