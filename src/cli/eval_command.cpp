@@ -113,6 +113,12 @@ Status check_flags(const EvalOptions& o) {
   return Status::success();
 }
 
+// A decoded answer may end inside a UTF-8 sequence (byte-level tokens), a path may be any bytes:
+// invalid UTF-8 is replaced (U+FFFD), never an exception.
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
   if (*static_cast<bool*>(user)) return;
   std::fprintf(stderr, "activekv eval: %u of %u done\n", done, total);
@@ -205,12 +211,12 @@ int run(EvalOptions& o) {
   if (o.passkey) {
     Result<eval::PasskeyResult> r = eval::evaluate_passkey(**rig, *tok, *settings, passkey, print_progress, &quiet);
     if (!r) return fail(r.error());
-    if (o.json) std::printf("%s\n", eval::passkey_report_json(header, *r).dump(2).c_str());
+    if (o.json) std::printf("%s\n", json_text(eval::passkey_report_json(header, *r)).c_str());
     else std::fputs(eval::passkey_report_table(header, *r).c_str(), stdout);
   } else {
     Result<eval::TextEvalResult> r = eval::evaluate_text(**rig, *settings, tokens, windows, print_progress, &quiet);
     if (!r) return fail(r.error());
-    if (o.json) std::printf("%s\n", eval::text_report_json(header, *r).dump(2).c_str());
+    if (o.json) std::printf("%s\n", json_text(eval::text_report_json(header, *r)).c_str());
     else std::fputs(eval::text_report_table(header, *r).c_str(), stdout);
   }
   if (const char* broken = (*rig)->runtime().check(); broken != nullptr) {

@@ -10,7 +10,7 @@
 //   {"mode": "passkey", "context": N, "trials": K, "seed": …, "depths": [...],
 //    "settings": [{"name", "accuracy" (all depths), "accuracy_by_depth": [...],
 //                  "mass_recall", "pages_read_per_step", "pages_held_per_step"}, …],
-//    "trials_log": [{"depth", "key", "answers": [per setting]}, …]}
+//    "trials_log": [{"depth", "key", "answers": [digits per setting], "answer_texts": [decoded]}, …]}
 // pages_*_per_step are summed over the model's layers for one context's decode step.
 #pragma once
 

@@ -110,7 +110,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
       Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key);
       if (!prompt) return prompt.error();
       if (Status st = contexts.open(prompt->prefix, request.context); !st) return st.error();
-      PasskeyTrial entry{request.depths[d], prompt->key, {}};
+      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}};
       for (std::uint32_t s = 0; s < settings.size(); ++s) {
         std::span<const float> logits;
         for (engine::TokenId t : prompt->question) {
@@ -132,6 +132,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
         const std::string digits = leading_digits(answer);
         if (digits == prompt->key) ++result.correct[s][d];
         entry.answers.push_back(digits);
+        entry.texts.push_back(answer);
       }
       contexts.close();
       result.log.push_back(std::move(entry));

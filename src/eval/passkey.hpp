@@ -62,6 +62,7 @@ struct PasskeyTrial {
   double depth = 0.0;
   std::string key;
   std::vector<std::string> answers;  // per setting, the digits it gave (may be empty)
+  std::vector<std::string> texts;    // per setting, the answer as decoded (what the digits came from)
 };
 
 struct PasskeyResult {
