@@ -58,8 +58,9 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     const std::uint32_t slots = budgets_.slots();
     const std::uint32_t pages = sizes_.pages_per_layer_max;
     const std::size_t per_slot_layer = std::size_t{slots} * g.dense_layers;
-    summaries_ = std::make_unique<runtime::PageSummaries>(
-        runtime::SummaryShape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim});
+    const runtime::SummaryShape shape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim};
+    AK_ASSERT(shape.bytes() == plan_.summaries.bytes, "kv runtime: the page summaries must be the plan's");
+    summaries_ = std::make_unique<runtime::PageSummaries>(shape);
     summarized_generation_.assign(slots, 0);
     summarized_tokens_.assign(slots, 0);
     key_row_.resize(std::size_t{g.kv_heads} * g.head_dim);
@@ -137,7 +138,9 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
     return make_error(ErrorCode::invalid_argument, "--backend",
                       "the backend has already allocated its arena: a KV runtime needs a fresh backend");
   }
-  Result<MemoryPlan> plan = make_memory_plan(settings.memory);
+  MemorySettings memory = settings.memory;
+  memory.sparse_summaries = settings.sparse.enabled();  // the plan shows (and sizes) the page summaries
+  Result<MemoryPlan> plan = make_memory_plan(memory);
   if (!plan.ok()) return plan.error();
   if (settings.step_entries_max > plan->budget.concurrency) {
     return make_error(ErrorCode::invalid_argument, "--max-batch",
