@@ -28,6 +28,7 @@
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
 #include "cli/machine_memory.hpp"
+#include "cli/run_overrides.hpp"
 #include "engine/model.hpp"
 #include "engine/model_path.hpp"
 #include "engine/thread_pool.hpp"
@@ -94,6 +95,9 @@ Status check_flags(const EvalOptions& o) {
                    range("--page-tokens", o.page_tokens, 1, o.context),
                    range("--chunk-tokens", o.chunk_tokens, 1, engine::step_tokens_limit)}) {
     if (!s) return s;
+  }
+  for (std::uint32_t p : o.pages) {  // the bound generate, run and serve apply (run_overrides.hpp)
+    if (Status s = range("--sparse-pages", p, 1, sparse_pages_max); !s) return s;
   }
   if (o.passkey) {
     if (o.text_given->count() > 0) return flag_error("--text", "a passkey run makes its own text: give --text or --passkey, not both");

@@ -413,6 +413,7 @@ def cases(p):
         bad(5, "--sparse-fraction nan", ev + ["--sparse-fraction", "nan"], "--sparse-fraction"),
         bad(5, "--sparse-fraction abc (syntax)", ev + ["--sparse-fraction", "abc"], "--sparse-fraction"),
         bad(5, "--sparse-pages 0", ev + ["--sparse-pages", "0"], "--sparse-pages"),
+        bad(5, "--sparse-pages 2^32-1", ev + ["--sparse-pages", str(U32_MAX)], "--sparse-pages", "4294967295"),
         bad(5, "--sparse-pages -1 (syntax)", ev + ["--sparse-pages", "-1"], "--sparse-pages"),
         bad(5, "the same setting twice", ev + ["--sparse-fraction", "0.5", "--sparse-fraction", "0.5"], "--sparse-fraction", "twice"),
         bad(5, "--threads 0", ev + ["--threads", "0"], "--threads"),
