@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sparse-attention quality table (docs/SPARSE.md "Quality"): `activekv eval` on the
 # shipped text and the passkey test, exact against 1/2, 1/4, 1/8, 1/16 of the pages and
-# adaptive, in one process each. Slow on 2 cores (an 8K prefill is minutes): not part of
+# adaptive, in one process each. Slow on 2 cores (an 8K prefill is minutes; the text half took
+# 18 min and each 8K passkey depth 11-14 min on the loaded development VM): not part of
 # the test suite, whose quick version is eval_model_test.
 #   OUT            output folder (default out/eval)
 #   CONTEXT        tokens per window and per passkey prompt (default 8192)
