@@ -23,6 +23,15 @@ struct ResidentRun {
   std::vector<std::uint32_t> pool_pages;      // the pool page of each logical page of the run
 };
 
+// Sparse attention (filled by the KV runtime): one page the last decode step's selection read.
+struct SparsePick {
+  std::uint32_t layer = 0;
+  std::uint32_t logical = 0;
+  float bound = 0.0f;                 // the q·k upper bound from the page's summary (max over heads)
+  std::uint32_t rank = UINT32_MAX;    // the order it was taken by bound; UINT32_MAX: forced (sink,
+                                      //   newest, heavy hitter, or the budget covered every page)
+};
+
 struct Explanation {
   std::uint64_t request_id = 0;
   std::uint32_t slot = 0;
@@ -47,6 +56,11 @@ struct Explanation {
   std::uint32_t adopted_device_copied = 0;  // of the adopted pages, pool pages copied device to device from the source's resident pages
   std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history
   std::uint64_t adopted_host_pages = 0;    // the rest (adopted pages × dense layers − the two above): streamed from the host pool
+  // Sparse attention (filled by the KV runtime; empty in exact mode): the pages the last decode
+  // step that selected read, per layer, ascending; the pages the context held then, per layer.
+  std::uint64_t sparse_step = 0;
+  std::uint32_t sparse_pages_held = 0;
+  std::vector<SparsePick> sparse_picks;
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

@@ -73,6 +73,64 @@ enum class ResidencyPolicyKind : std::uint8_t {
   hotness,  // exact, plus promotion of pages below the frontier whose attention mass is high
 };
 
+// Sparse attention (docs/SPARSE.md): on decode steps (one new token per context) the kernel
+// reads only a budgeted selection of a context's pages, chosen per layer from per-page key
+// summaries (Quest: per-dimension min and max of the keys of each page and KV head), always with
+// the sink page and the newest pages. Prefill chunks stay exact. Exact (the default) keeps no
+// summaries, costs nothing and stays bit-identical.
+enum class SparseMode : std::uint8_t {
+  exact,     // every page (the default)
+  pages,     // at most `pages` pages per context and layer (--sparse-pages N)
+  fraction,  // at most ceil(fraction × the context's pages) (--sparse-fraction F)
+  adaptive,  // a per-context budget between floor_pages and the context's burst, moved by the
+             // captured attention mass over two timescales (--sparse-adaptive)
+};
+const char* sparse_mode_name(SparseMode mode) noexcept;
+
+struct SparseSettings {
+  SparseMode mode = SparseMode::exact;
+  std::uint32_t pages = 0;          // mode pages: the page budget per context and layer
+  float fraction = 0.0f;            // mode fraction: (0, 1]
+  std::uint32_t recent_pages = 2;   // the newest pages always read (the partial last page is one of them)
+  // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
+  std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
+  float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this
+  float shrink_above = 0.99f;       // shrink slowly when the slow average stays above this
+  // Heavy hitters (H2O): pages whose decayed mass share stays above heavy_share are kept.
+  float heavy_decay = 0.9f;         // per decode step
+  float heavy_share = 0.02f;
+  // Measure mode: the kernel also runs over every page so that the mass recall
+  // mass(selected) / mass(all) is exact (SparseStats::recall_*). Costs one exact pass per step.
+  bool measure = false;
+
+  bool enabled() const noexcept { return mode != SparseMode::exact; }
+};
+
+// What sparse selection did, for eval and reports. Cumulative since create() or the last
+// reset_sparse_stats(), and the last step. One "selection" is one (context, layer) of a decode step.
+struct SparseStats {
+  std::uint64_t decode_steps = 0;        // steps with at least one sparse selection
+  std::uint64_t selections = 0;          // (context, layer) pairs that selected
+  std::uint64_t pages_read = 0;          // Σ pages the kernel read in those selections
+  std::uint64_t pages_context = 0;       // Σ pages those contexts held (what exact would read)
+  // Captured mass as the runtime estimates it (the adaptive rule's signal; every selection):
+  double captured_estimate_sum = 0.0;
+  // Measure mode only: Σ over selections of the exact recall mass(selected)/mass(all),
+  // averaged over the layer's query heads.
+  double recall_sum = 0.0;
+  std::uint64_t recall_count = 0;
+  double recall_min = 1.0;
+  std::uint64_t select_ns = 0;           // time spent choosing pages (bounds, ranking), steady clock
+  // The last step:
+  std::uint64_t pages_read_last = 0, pages_context_last = 0, selections_last = 0;
+  double recall_last = 0.0;  // mean over its selections (measure mode), else 0
+
+  // Per (context, layer) selection: pages read over pages held (0 when none).
+  double read_share() const noexcept { return pages_context == 0 ? 0.0 : double(pages_read) / double(pages_context); }
+  double pages_read_per_selection() const noexcept { return selections == 0 ? 0.0 : double(pages_read) / double(selections); }
+  double mean_recall() const noexcept { return recall_count == 0 ? 0.0 : recall_sum / double(recall_count); }
+};
+
 struct KvRuntimeSettings {
   MemorySettings memory;                 // geometry, --host-pool, --device-pool, pages, tiles, budgets
   std::uint32_t q_heads = 0;             // query heads per layer (a multiple of kv_heads)
@@ -96,6 +154,8 @@ struct KvRuntimeSettings {
   // restores the prompt's blocks past the local prefix from it; finish_retaining offers the
   // history's whole blocks to it.
   KvTierPort* tier = nullptr;
+  // Sparse attention; exact by default. Summaries are kept only when enabled at create().
+  SparseSettings sparse;
 };
 
 using ContextId = ContextHandle;
@@ -226,6 +286,12 @@ class KvRuntime {
   virtual std::span<const std::byte> host_row(ContextId context, std::uint32_t layer,
                                               std::uint32_t token) const = 0;
   virtual const KvCounters& counters() const = 0;
+  // Sparse attention's statistics (all zero in exact mode).
+  virtual const SparseStats& sparse_stats() const = 0;
+  virtual void reset_sparse_stats() = 0;
+  // Between steps: another sparse setting (budget, mode, measure). Refused when the runtime was
+  // created exact (no summaries were kept) and `sparse` is enabled; exact is always accepted.
+  virtual Status set_sparse(const SparseSettings& sparse) = 0;
   virtual Explanation explain(ContextId context) const = 0;
   // Invariants 1 and 2 (pages conserved, floors and bursts kept) and the lease
   // tables; nullptr when sound, else what broke.

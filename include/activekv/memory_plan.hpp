@@ -62,6 +62,7 @@ struct MemorySettings {
   std::uint64_t floor_pages = 0;            // --floor-pages  (0 = the minimum floor)
   std::uint64_t target_pages = 0;           // --target-pages (0 = an even share of the pool)
   std::uint64_t burst_pages = 0;            // --burst-pages  (0 = all pages a max-length context can use)
+  bool sparse_summaries = false;            // sparse attention keeps page summaries (docs/SPARSE.md; plan --sparse)
 };
 
 struct HostPoolPlan {
@@ -129,11 +130,22 @@ struct BudgetPlan {
   std::uint32_t concurrency = 0;            // min(host concurrency, floors_that_fit): contexts that run at once
 };
 
+// Sparse attention's page summaries (docs/SPARSE.md): per history, dense layer and logical page
+// (one more than a max-length context holds, for a partial tail), per KV head the min and max of
+// each key dimension in fp32. Host memory (the selection runs on the host), sized at warm-up.
+struct SummaryPlan {
+  std::uint32_t histories = 0;       // = host concurrency
+  std::uint32_t pages_per_layer = 0; // max_context / page_tokens + 1
+  std::uint64_t page_bytes = 0;      // 2 × kv_heads × head_dim × 4 B
+  std::uint64_t bytes = 0;           // histories × dense_layers × pages_per_layer × page_bytes; 0 when off
+};
+
 struct MemoryPlan {
   Geometry geometry;
   HostPoolPlan host;
   ArenaPlan arena;
   BudgetPlan budget;
+  SummaryPlan summaries;
   std::uint32_t chunk_tokens = 0;
   std::uint32_t promoted_pages_per_layer = 0;
   std::uint32_t queue_max = 0;

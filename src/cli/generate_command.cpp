@@ -25,6 +25,7 @@
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
 #include "cli/machine_memory.hpp"
+#include "cli/run_overrides.hpp"
 #include "engine/engine.hpp"
 #include "engine/forward.hpp"
 #include "engine/generate.hpp"
@@ -57,6 +58,7 @@ struct GenerateOptions {
   float top_p = 1.0f;
   std::uint32_t threads = 2;
   bool verbose = false;
+  SparseFlags sparse;  // --sparse-pages, --sparse-fraction, --sparse-adaptive, --sparse-measure (docs/SPARSE.md)
 };
 
 constexpr std::uint32_t threads_max = 64;  // the host backend's compute threads
@@ -104,6 +106,11 @@ int run(const GenerateOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (o.kv != "runtime" && o.kv != "reference")
     return fail(make_error(ErrorCode::invalid_argument, "--kv", "choose 'runtime' (ActiveKV) or 'reference' (the contiguous test oracle)"));
+  SparseSettings sparse;
+  if (Status s = o.sparse.apply(sparse); !s) return fail(s.error());
+  if (sparse.enabled() && o.kv != "runtime")
+    return fail(make_error(ErrorCode::invalid_argument, o.sparse.flag_name(),
+                           "sparse attention runs in the ActiveKV runtime: drop --kv reference"));
 
   std::string path = o.model;
   if (path.empty()) {
@@ -165,6 +172,7 @@ int run(const GenerateOptions& o) {
     memory.tile_tokens = std::min(o.tile_tokens, max_context);
     memory.max_seqs = 1;
     KvRuntimeSettings settings = engine::runtime_settings(*model, memory, limits);
+    settings.sparse = sparse;
     Result<std::uint64_t> device = parse_device_pool(o.device_pool, settings.memory);
     if (!device) return fail(device.error());
     if (o.backend == "host") {  // the host backend emulates the device arena in host memory
@@ -227,6 +235,15 @@ int run(const GenerateOptions& o) {
     std::fprintf(stderr, "prefill %u tokens in %.3f s (%.1f tok/s); decode %u tokens in %.3f s (%.1f tok/s)\n",
                  stats->prompt_tokens, prefill_s, stats->prompt_tokens / std::max(prefill_s, 1e-9),
                  stats->generated_tokens, decode_s, stats->generated_tokens / std::max(decode_s, 1e-9));
+    if (runtime && sparse.enabled()) {
+      const SparseStats& ss = runtime->sparse_stats();
+      std::fprintf(stderr, "sparse %s: read %.1f of %.1f pages per layer and decode step (%.1f%%)", sparse_mode_name(sparse.mode),
+                   ss.pages_read_per_selection(),
+                   ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections),
+                   100.0 * ss.read_share());
+      if (ss.recall_count > 0) std::fprintf(stderr, ", mass recall mean %.4f min %.4f", ss.mean_recall(), ss.recall_min);
+      std::fputc('\n', stderr);
+    }
   }
   created->reset();  // the engine (and its forward pass) goes before the runtime and the backend
   if (runtime) runtime->finish(context);
@@ -253,6 +270,7 @@ Action setup(CLI::App& sub) {
   sub.add_option("--top-p", o->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   sub.add_option("--threads", o->threads, "Compute threads")->capture_default_str();
   sub.add_flag("--verbose", o->verbose, "Print the memory plan, the model and the speeds to stderr");
+  o->sparse.add_to(sub);
   return [o] { return run(*o); };
 }
 

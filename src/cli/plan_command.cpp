@@ -30,6 +30,7 @@ struct PlanOptions {
   std::string page_tokens, tile_tokens, tiles, max_context, max_seqs, chunk_tokens;
   std::string floor_pages, target_pages, burst_pages, promoted_pages, queue_max;
   bool json = false;
+  bool sparse = false;
 };
 
 int fail(const Error& error) {
@@ -52,6 +53,7 @@ Status count_into(const std::string& text, const char* setting, T& out) {
 
 Result<MemorySettings> settings_from(const PlanOptions& o) {
   MemorySettings s;
+  s.sparse_summaries = o.sparse;
   std::uint32_t preset_context = 0;
   const bool any_geometry = !o.dense_layers.empty() || !o.kv_heads.empty() || !o.head_dim.empty() || !o.dtype.empty() ||
                             !o.recurrent_layers.empty() || !o.recurrent_state_bytes.empty();
@@ -138,6 +140,7 @@ Action setup(CLI::App& sub) {
   sub.add_option("--promoted-pages", o->promoted_pages, "promoted pages per layer a policy may keep (default 32)");
   sub.add_option("--queue-max", o->queue_max, "requests that may wait at once (default 1024)");
   sub.add_flag("--json", o->json, "print the plan as JSON");
+  sub.add_flag("--sparse", o->sparse, "with sparse attention: show the page summaries it keeps (docs/SPARSE.md)");
   return [o]() -> int {
     Result<MemorySettings> settings = settings_from(*o);
     if (!settings) return fail(settings.error());

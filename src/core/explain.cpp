@@ -108,6 +108,16 @@ std::string explanation_text(const Explanation& e) {
                        e.tier_pages_first, e.tier_pages_end - 1);
   }
   out += fmt::format("  staged each step: {} pages (not resident; copied through the tiles)\n", e.pages_staged_per_step);
+  if (!e.sparse_picks.empty()) {
+    out += fmt::format("sparse selection in step {} ({} pages held per layer):\n", e.sparse_step, e.sparse_pages_held);
+    for (const SparsePick& p : e.sparse_picks) {
+      if (p.rank == UINT32_MAX) {
+        out += fmt::format("  layer {:>3} page {:>6}  forced\n", p.layer, p.logical);
+      } else {
+        out += fmt::format("  layer {:>3} page {:>6}  rank {:>5}  bound {:.4g}\n", p.layer, p.logical, p.rank, p.bound);
+      }
+    }
+  }
   out += fmt::format("decisions in step {}:\n", e.step);
   if (e.decisions.empty()) out += "  (none)\n";
   for (const Decision& d : e.decisions) {
@@ -140,6 +150,20 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["adopted_device_pages"] = e.adopted_device_pages;
   j["adopted_device_copied"] = e.adopted_device_copied;
   j["adopted_host_pages"] = e.adopted_host_pages;
+  if (!e.sparse_picks.empty()) {
+    nlohmann::json picks = nlohmann::json::array();
+    for (const SparsePick& p : e.sparse_picks) {
+      nlohmann::json one = {{"layer", p.layer}, {"page", p.logical}};
+      if (p.rank == UINT32_MAX) {
+        one["forced"] = true;
+      } else {
+        one["rank"] = p.rank;
+        one["bound"] = p.bound;
+      }
+      picks.push_back(std::move(one));
+    }
+    j["sparse"] = {{"step", e.sparse_step}, {"pages_held", e.sparse_pages_held}, {"selected", std::move(picks)}};
+  }
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {
     runs.push_back({{"layer", r.layer}, {"logical_first", r.logical_first}, {"pages", r.pages}, {"reason", r.reason},

@@ -326,6 +326,13 @@ Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
   Result<BudgetPlan> budget = plan_budget(s, plan.host, plan.arena);
   if (!budget) return budget.error();
   plan.budget = *budget;
+  if (s.sparse_summaries) {
+    SummaryPlan& sp = plan.summaries;
+    sp.histories = plan.host.concurrency;
+    sp.pages_per_layer = plan.budget.pages_per_layer_max + 1;
+    sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * sizeof(float);
+    sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * sp.pages_per_layer * sp.page_bytes;
+  }
   return plan;
 }
 

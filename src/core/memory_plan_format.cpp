@@ -51,6 +51,14 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   out += fmt::format("  pinned            = concurrency {} × {} = {}\n", h.concurrency, format_bytes(h.history_bytes),
                      format_bytes(h.used_bytes));
 
+  if (plan.summaries.bytes != 0) {
+    const SummaryPlan& sp = plan.summaries;
+    out += "\npage summaries (sparse attention; host memory, the pages are chosen on the host):\n";
+    out += fmt::format("  page_bytes        = 2 × kv_heads {} × head_dim {} × 4 B = {} B   (min and max of each key dimension)\n",
+                       g.kv_heads, g.head_dim, sp.page_bytes);
+    out += fmt::format("  summaries         = histories {} × dense_layers {} × pages {} × page_bytes {} = {}\n",
+                       sp.histories, g.dense_layers, sp.pages_per_layer, sp.page_bytes, format_bytes(sp.bytes));
+  }
   out += fmt::format("\ndevice arena (one allocation of {} at warm-up):\n", format_bytes(a.device_pool_bytes));
   out += fmt::format("  {:<16} {:>14} {:>12}   {}\n", "part", "offset (B)", "size", "formula");
   out += part_line("staging tiles", a.staging_tiles,
@@ -128,6 +136,12 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                  {"concurrency", b.concurrency}};
   j["chunk_tokens"] = plan.chunk_tokens;
   j["concurrency"] = b.concurrency;
+  if (plan.summaries.bytes != 0) {
+    j["page_summaries"] = {{"histories", plan.summaries.histories},
+                           {"pages_per_layer", plan.summaries.pages_per_layer},
+                           {"page_bytes", plan.summaries.page_bytes},
+                           {"bytes", plan.summaries.bytes}};
+  }
   return j.dump(indent);
 }
 

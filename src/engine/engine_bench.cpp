@@ -4,6 +4,10 @@
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
+//                [--sparse-fraction F]
+//
+// --sparse-fraction F (docs/SPARSE.md): after the prefill, M decode steps in exact mode and then
+// M in sparse mode reading F of the pages, on the same runtime and context, and their ratio.
 //
 // Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
 // steps after it, the decode step's time shares (matmul, attention, copies,
@@ -74,7 +78,7 @@ struct Figures {
 };
 
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
-        const std::string& kv_kind, Figures& figures) {
+        const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0) {
   Result<std::string> path = find_default_model();
   if (!path) {
     fmt::print(stderr, "{}\n", path.error().describe());
@@ -90,7 +94,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   const std::uint64_t weight_bytes = model->weight_bytes_per_token();
   const ForwardLimits limits{chunk, 1};
   const std::uint32_t page_tokens = 16;
-  const std::uint32_t final_length = (context + decode + 1 + page_tokens - 1) / page_tokens * page_tokens;
+  const std::uint32_t decode_total = sparse_fraction > 0.0 ? 2 * decode : decode;
+  const std::uint32_t final_length = (context + decode_total + 1 + page_tokens - 1) / page_tokens * page_tokens;
 
   std::unique_ptr<Backend> backend;
   std::unique_ptr<KvRuntime> runtime;
@@ -105,6 +110,10 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     memory.max_seqs = 1;
     memory.chunk_tokens = chunk;  // a prefill step appends up to --chunk tokens
     KvRuntimeSettings settings = runtime_settings(*model, memory, limits);
+    if (sparse_fraction > 0.0) {
+      settings.sparse.mode = SparseMode::fraction;
+      settings.sparse.fraction = static_cast<float>(sparse_fraction);
+    }
     const std::uint64_t row = settings.memory.geometry.row_bytes();
     const std::uint64_t pages = static_cast<std::uint64_t>(
         std::ceil(pool * cfg.layers * (final_length / page_tokens)));
@@ -152,6 +161,37 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   const PhaseTimes prefill_times = eng.times();
   eng.reset_times();
   const std::uint64_t staged_before = runtime ? runtime->counters().bytes_staged : 0;
+  if (sparse_fraction > 0.0 && runtime) {
+    // The same context, exact then sparse: M steps each, the ratio of their wall times.
+    SparseSettings sparse;
+    sparse.mode = SparseMode::fraction;
+    sparse.fraction = static_cast<float>(sparse_fraction);
+    double seconds[2] = {0, 0}, cpu[2] = {0, 0};
+    for (int phase = 0; phase < 2; ++phase) {
+      if (Status s = runtime->set_sparse(phase == 0 ? SparseSettings{} : sparse); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+      runtime->reset_sparse_stats();
+      eng.reset_times();
+      const double c0 = cpu_seconds();
+      const auto w0 = std::chrono::steady_clock::now();
+      for (std::uint32_t i = 0; i < decode; ++i) {
+        const TokenId t = Sampler::argmax(eng.logits(0));
+        const StepInput in{ctx, {&t, 1}, true};
+        if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+      }
+      seconds[phase] = seconds_since(w0);
+      cpu[phase] = cpu_seconds() - c0;
+      const SparseStats& ss = runtime->sparse_stats();
+      fmt::print("decode {} tokens, {}: {:.2f} s, {:.2f} ms/token; {:.2f} CPU s; pages read per layer {:.1f} of {:.1f}\n",
+                 decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages", sparse_fraction), seconds[phase],
+                 1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
+                 ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
+      print_shares(phase == 0 ? "decode (exact)" : "decode (sparse)", eng.times());
+    }
+    fmt::print("sparse decode speed / exact decode speed at context {}: {:.3f} (wall), {:.3f} (CPU time)\n", context,
+               seconds[0] / seconds[1], cpu[0] / cpu[1]);
+    created->reset();
+    return 0;
+  }
   cpu0 = cpu_seconds();
   t0 = std::chrono::steady_clock::now();
   for (std::uint32_t i = 0; i < decode; ++i) {
@@ -184,6 +224,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
 
 int main(int argc, char** argv) {
   std::uint32_t context = 512, decode = 32, threads = 2, chunk = 128;
+  double sparse_fraction = 0.0;
   std::string pools = "1";
   std::string kv_kind = "runtime";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -195,6 +236,7 @@ int main(int argc, char** argv) {
     else if (k == "--threads") threads = static_cast<std::uint32_t>(std::atoi(v));
     else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
     else if (k == "--kv") kv_kind = v;
+    else if (k == "--sparse-fraction") sparse_fraction = std::atof(v);
     else {
       fmt::print(stderr, "unknown option {}\n", k);
       return 2;
@@ -209,7 +251,7 @@ int main(int argc, char** argv) {
   }
   std::vector<Figures> figures(fractions.size());
   for (std::size_t i = 0; i < fractions.size(); ++i)
-    if (int rc = run(context, decode, threads, chunk, fractions[i], kv_kind, figures[i]); rc != 0) return rc;
+    if (int rc = run(context, decode, threads, chunk, fractions[i], kv_kind, figures[i], sparse_fraction); rc != 0) return rc;
   for (std::size_t i = 1; i < fractions.size(); ++i)
     fmt::print("decode speed at pool {:.0f}% / at pool {:.0f}%: {:.3f} (wall), {:.3f} (CPU time)\n", fractions[i] * 100,
                fractions[0] * 100, figures[i].decode_tokens_per_s / figures[0].decode_tokens_per_s,

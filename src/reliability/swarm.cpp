@@ -138,6 +138,22 @@ class SeedRun {
     lose_device_at_ = chance(20) ? uniform(1, std::max(1u, static_cast<std::uint32_t>(fault_phase_steps_))) : 0;
     lose_device_layer_ = uniform(0, g.dense_layers - 1);
     refuse_warmup_ = chance(10);
+    // Sparse attention (docs/SPARSE.md) in about one seed of three, from its own generator so that
+    // every other draw of the seed is what it was before sparse existed.
+    std::mt19937_64 sparse_rng(report_.seed ^ 0x5BA75E5EEDull);
+    auto sparse_pick = [&](std::uint32_t lo, std::uint32_t hi) {
+      return std::uniform_int_distribution<std::uint32_t>(lo, hi)(sparse_rng);
+    };
+    if (sparse_pick(0, 2) == 0) {
+      SparseSettings& sp = settings_.sparse;
+      const std::uint32_t mode = sparse_pick(0, 2);
+      sp.mode = mode == 0 ? SparseMode::pages : mode == 1 ? SparseMode::fraction : SparseMode::adaptive;
+      sp.pages = sparse_pick(3, 6);
+      sp.fraction = 0.25f * static_cast<float>(sparse_pick(1, 3));
+      sp.floor_pages = sparse_pick(3, 6);
+      sp.recent_pages = sparse_pick(1, 2);
+      sp.measure = sparse_pick(0, 1) == 1;
+    }
     settings_.prefix_reuse = chance(67);
 
     // The workload.
@@ -514,7 +530,9 @@ class SeedRun {
     const bool lose = device_.faulty && lose_device_at_ != 0 && step_ >= lose_device_at_;
     // (A context cancelled mid-step is gone before its rows can be read back:
     // the damage test turns these off so that the damaged row is always read.)
-    const bool cancel_mid_step = chance(2) && hooks_.corrupt_host_row_after_step == 0;
+    // (Sparse seeds: the output check reads the step's selection from explain(), which a context
+    // cancelled in the step no longer has.)
+    const bool cancel_mid_step = chance(2) && hooks_.corrupt_host_row_after_step == 0 && !settings_.sparse.enabled();
     const std::uint32_t cancel_layer = uniform(0, g.dense_layers - 1);
 
     if (exhausted()) {  // nothing more runs here: the fault phase ends before this step
@@ -581,7 +599,29 @@ class SeedRun {
         const float* k = buffers_k_[l].data() + row * kv_;
         const float* v = buffers_v_[l].data() + row * kv_;
         reference_->append(r.reference, l, k, v, n);
-        reference_->attend(r.reference, l, buffers_q_[l].data() + row * qe_, n, r.length, expected_.data());
+        // Sparse decode: the reference reads the pages the runtime's selection named (explain).
+        std::span<const std::uint8_t> pages_read;
+        if (settings_.sparse.enabled() && n == 1) {
+          if (l == 0) sparse_explanation_ = rt.explain(r.handle);
+          pages_read_.assign((r.length + n + settings_.memory.page_tokens - 1) / settings_.memory.page_tokens, 0);
+          std::uint32_t picked = 0;
+          for (const SparsePick& pick : sparse_explanation_.sparse_picks) {
+            if (pick.layer != l) continue;
+            if (pick.logical >= pages_read_.size()) {
+              fail(fmt::format("request {} layer {}: the selection names page {} past the context", r.id, l, pick.logical));
+              return true;
+            }
+            pages_read_[pick.logical] = 1;
+            ++picked;
+          }
+          if (picked == 0 || pages_read_.front() == 0 || pages_read_.back() == 0) {
+            fail(fmt::format("request {} layer {}: a sparse selection without the sink or the newest page", r.id, l));
+            return true;
+          }
+          pages_read = pages_read_;
+          ++report_.sparse_selections_verified;
+        }
+        reference_->attend(r.reference, l, buffers_q_[l].data() + row * qe_, n, r.length, expected_.data(), pages_read);
         const float* out = buffers_out_[l].data() + row * qe_;
         for (std::size_t i = 0; i < n * qe_; ++i) {
           if (!(std::fabs(out[i] - expected_[i]) <= reference_tolerance)) {
@@ -739,6 +779,8 @@ class SeedRun {
   std::uint64_t next_request_id_ = 1;
   Device device_;
   std::unique_ptr<runtime::ReferenceKv> reference_;
+  Explanation sparse_explanation_;       // sparse seeds: the step's selection of the entry checked
+  std::vector<std::uint8_t> pages_read_;
 
   std::uint32_t tokens_max_ = 0;
   std::size_t kv_ = 0, qe_ = 0;
@@ -762,6 +804,7 @@ void SwarmSummary::add(const SeedReport& r) {
   steps += r.steps, steps_failed += r.steps_failed, requests += r.requests;
   requests_completed += r.requests_completed, requests_cancelled += r.requests_cancelled;
   rows_verified += r.rows_verified, outputs_verified += r.outputs_verified, pages_quarantined += r.pages_quarantined;
+  sparse_selections_verified += r.sparse_selections_verified;
   pages_staged += r.pages_staged, tiles_retired += r.tiles_retired, histories_retired += r.histories_retired;
   contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
   follow_ups += r.follow_ups, adoptions += r.adoptions, tokens_reused += r.tokens_reused;
@@ -787,6 +830,8 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
                      s.faults.torn_copies, s.faults.poisoned, s.faults.device_losses, s.faults.warmup_refusals);
   out += fmt::format("rows verified        {}\n", s.rows_verified);
   out += fmt::format("outputs verified     {} tokens\n", s.outputs_verified);
+  out += fmt::format("sparse selections    {} (context × layer, output checked over the selected pages)\n",
+                     s.sparse_selections_verified);
   out += fmt::format("pages staged         {} (read through the tiles)\n", s.pages_staged);
   out += fmt::format("pages quarantined    {}\n", s.pages_quarantined);
   out += fmt::format("retired              {} staging tiles, {} host histories (after failed copies)\n", s.tiles_retired,

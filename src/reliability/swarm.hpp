@@ -3,7 +3,8 @@
 // One seed is one run, fixed by that seed alone. The seed draws a workload
 // (request arrivals, lengths, cancellations), a configuration (geometry of a
 // tiny synthetic model, page and tile sizes, pools, budgets, residency policy)
-// and fault rates (copy errors 0–10%, failed and unknown fences 0–2%, late and
+// (sparse attention in about one seed of three: fixed, fractional or adaptive budgets, with or
+// without measure mode) and fault rates (copy errors 0–10%, failed and unknown fences 0–2%, late and
 // reordered completions, a refused warm-up, a device loss). It then drives the
 // real core, the real KV runtime and the host backend in its deterministic
 // mode step by step, with random K/V/q rows, and checks at every step:
@@ -60,6 +61,8 @@ struct SeedReport {
   std::uint64_t requests = 0, requests_completed = 0, requests_cancelled = 0;
   std::uint64_t rows_verified = 0;       // host rows compared against their checksums
   std::uint64_t outputs_verified = 0;    // attention outputs compared against the reference
+  std::uint64_t sparse_selections_verified = 0;  // sparse decode (context × layer): the output equals the
+                                                 //   reference over exactly the pages explain() names
   std::uint64_t pages_quarantined = 0;
   std::uint64_t pages_staged = 0;        // page reads served from the staging tiles (history beyond the pool)
   std::uint64_t tiles_retired = 0;       // staging tiles out of the planner's rotation after a failed copy
@@ -90,6 +93,7 @@ struct SwarmSummary {
   std::uint64_t first_failed_seed = 0;
   std::uint64_t steps = 0, steps_failed = 0, requests = 0, requests_completed = 0, requests_cancelled = 0;
   std::uint64_t rows_verified = 0, outputs_verified = 0, pages_quarantined = 0;
+  std::uint64_t sparse_selections_verified = 0;
   std::uint64_t pages_staged = 0, tiles_retired = 0, histories_retired = 0;
   std::uint64_t contexts_recovered = 0, contexts_lost = 0, corrupted = 0;
   std::uint64_t follow_ups = 0, adoptions = 0, tokens_reused = 0, device_pages_handed_over = 0, device_pages_copied = 0;

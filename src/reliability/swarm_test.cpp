@@ -59,6 +59,8 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   EXPECT_GT(summary.adoptions, 0u);
   EXPECT_GT(summary.tokens_reused, 0u);
   EXPECT_GT(summary.device_pages_handed_over, 0u) << "retained device pages handed over, outputs checked";
+  // Sparse attention: decode steps whose output was checked over exactly the selected pages.
+  EXPECT_GT(summary.sparse_selections_verified, 0u);
 }
 
 TEST(Swarm, ASeedDeterminesItsRunExactly) {

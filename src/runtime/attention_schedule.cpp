@@ -21,11 +21,14 @@ AttentionSchedule::AttentionSchedule(const AttentionScheduleLimits& limits) : li
   tasks_.resize(calls_max * limits.entries_max);
   pages_.resize(pages_max);
   keys_.resize(pages_max);
+  full_tasks_.resize(calls_max * limits.entries_max);
+  full_pages_.resize(pages_max);
 }
 
 void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::uint32_t page_tokens,
                               std::span<const std::uint32_t> query_first,
-                              std::span<const std::uint32_t> query_count) noexcept {
+                              std::span<const std::uint32_t> query_count, std::span<const std::uint8_t> keep,
+                              bool full) noexcept {
   const auto entries = static_cast<std::uint32_t>(plan.scheduled.size());
   AK_ASSERT(entries <= limits_.entries_max, "attention schedule: more entries than reserved");
   AK_ASSERT(plan.layers.size() >= std::size_t{layer + 1} * entries, "attention schedule: layer not in the plan");
@@ -110,13 +113,22 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
     context_entry_[i] = lp.entry;
   }
 
-  // Calls in order; within a call, tasks in entry order, each a slice of its context's pages.
+  // Calls in order; within a call, tasks in entry order, each a slice of its context's pages
+  // (only the kept ones under a selection).
+  const bool select = !keep.empty();
+  AK_ASSERT(!select || keep.size() >= std::size_t{entries} * limits_.pages_per_layer_max,
+            "attention schedule: a keep flag per context and page");
+  const bool with_full = select && full;
   call_count_ = 0;
   task_count_ = 0;
   page_count_ = 0;
+  full_task_count_ = 0;
+  full_page_count_ = 0;
   for (std::uint32_t c = 0; c <= final_call; ++c) {
     AttentionCall& call = calls_[call_count_++];
     call = AttentionCall{c == final_call ? UINT32_MAX : pass_first_ + c, task_count_, 0, page_count_, 0};
+    call.full_task_first = full_task_count_;
+    call.full_page_first = full_page_count_;
     for (std::uint32_t i = 0; i < entries; ++i) {
       const std::uint32_t* ctx_calls = context_call_.data() + std::size_t{i} * limits_.pages_per_layer_max;
       const auto* begin = std::lower_bound(ctx_calls, ctx_calls + context_count_[i], c);
@@ -125,16 +137,35 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
       if (count == 0) continue;
       const auto from = static_cast<std::size_t>(begin - ctx_calls);
       const std::size_t base = std::size_t{i} * limits_.pages_per_layer_max + from;
-      std::copy_n(context_pages_.data() + base, count, pages_.data() + page_count_);
-      std::copy_n(context_keys_.data() + base, count, keys_.data() + page_count_);
       const std::uint32_t entry = context_entry_[i];
-      tasks_[task_count_++] =
-          AttentionTask{page_count_ - call.page_first, count, query_first[entry], query_count[entry]};
-      page_count_ += count;
+      if (with_full) {
+        std::copy_n(context_pages_.data() + base, count, full_pages_.data() + full_page_count_);
+        full_tasks_[full_task_count_++] =
+            AttentionTask{full_page_count_ - call.full_page_first, count, query_first[entry], query_count[entry]};
+        full_page_count_ += count;
+      }
+      std::uint32_t kept = 0;
+      if (!select) {
+        std::copy_n(context_pages_.data() + base, count, pages_.data() + page_count_);
+        std::copy_n(context_keys_.data() + base, count, keys_.data() + page_count_);
+        kept = count;
+      } else {
+        for (std::uint32_t j = 0; j < count; ++j) {
+          if (keep[base + j] == 0) continue;
+          pages_[page_count_ + kept] = context_pages_[base + j];
+          keys_[page_count_ + kept] = context_keys_[base + j];
+          ++kept;
+        }
+        if (kept == 0) continue;
+      }
+      tasks_[task_count_++] = AttentionTask{page_count_ - call.page_first, kept, query_first[entry], query_count[entry]};
+      page_count_ += kept;
     }
     call.task_count = task_count_ - call.task_first;
     call.page_count = page_count_ - call.page_first;
-    AK_ASSERT(call.task_count > 0, "attention schedule: a call without tasks");
+    call.full_task_count = full_task_count_ - call.full_task_first;
+    call.full_page_count = full_page_count_ - call.full_page_first;
+    AK_ASSERT(select || call.task_count > 0, "attention schedule: a call without tasks");
   }
 }
 

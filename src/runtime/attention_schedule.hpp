@@ -34,9 +34,13 @@ namespace activekv::runtime {
 struct AttentionCall {
   std::uint32_t pass = UINT32_MAX;  // global index into StepPlan::passes; UINT32_MAX: the final call
   std::uint32_t task_first = 0;     // into tasks()
-  std::uint32_t task_count = 0;
+  std::uint32_t task_count = 0;     // 0 only under a sparse selection: the pass runs, no kernel
   std::uint32_t page_first = 0;     // into pages(); tasks' page_begin are relative to this
   std::uint32_t page_count = 0;
+  // With a selection and `full` asked: the same call over every page (measure mode), into
+  // full_tasks() / full_pages().
+  std::uint32_t full_task_first = 0, full_task_count = 0;
+  std::uint32_t full_page_first = 0, full_page_count = 0;
   bool final() const noexcept { return pass == UINT32_MAX; }
 };
 
@@ -59,13 +63,20 @@ class AttentionSchedule {
   explicit AttentionSchedule(const AttentionScheduleLimits& limits);
 
   // query_first[e], query_count[e]: the query rows of entry e in the step's q array.
+  // keep (sparse attention): empty = every page; else [entries_max × pages_per_layer_max], by the
+  // plan's entry order within the layer: page g of context i is read iff keep[i × max + g] != 0.
+  // Pages not kept leave the tasks; the calls (and so the passes) stay. full: also the
+  // unfiltered tasks (full_tasks(), full_pages()), for measuring the mass of every page.
   void build(const StepPlan& plan, std::uint32_t layer, std::uint32_t page_tokens,
-             std::span<const std::uint32_t> query_first, std::span<const std::uint32_t> query_count) noexcept;
+             std::span<const std::uint32_t> query_first, std::span<const std::uint32_t> query_count,
+             std::span<const std::uint8_t> keep = {}, bool full = false) noexcept;
 
   std::span<const AttentionCall> calls() const noexcept { return {calls_.data(), call_count_}; }
   std::span<const AttentionTask> tasks() const noexcept { return {tasks_.data(), task_count_}; }
   std::span<const AttentionPage> pages() const noexcept { return {pages_.data(), page_count_}; }
   std::span<const PageKey> keys() const noexcept { return {keys_.data(), page_count_}; }
+  std::span<const AttentionTask> full_tasks() const noexcept { return {full_tasks_.data(), full_task_count_}; }
+  std::span<const AttentionPage> full_pages() const noexcept { return {full_pages_.data(), full_page_count_}; }
   // The global pass indices of this layer: [pass_first, pass_first + pass_count).
   std::uint32_t pass_first() const noexcept { return pass_first_; }
   std::uint32_t pass_count() const noexcept { return pass_count_; }
@@ -84,6 +95,9 @@ class AttentionSchedule {
   std::vector<AttentionTask> tasks_;
   std::vector<AttentionPage> pages_;
   std::vector<PageKey> keys_;
+  std::vector<AttentionTask> full_tasks_;
+  std::vector<AttentionPage> full_pages_;
+  std::uint32_t full_task_count_ = 0, full_page_count_ = 0;
   std::uint32_t call_count_ = 0, task_count_ = 0, page_count_ = 0;
   std::uint32_t pass_first_ = 0, pass_count_ = 0;
   std::uint32_t pages_staged_ = 0, pages_resident_ = 0;

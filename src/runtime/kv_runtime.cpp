@@ -57,6 +57,39 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   device_copies_.resize(budgets_.slots());
   device_copy_pages_.resize(std::size_t{budgets_.slots()} * g.dense_layers * plan_.budget.layer_pages_max);
   device_copy_regions_.resize(std::size_t{g.dense_layers} * plan_.budget.layer_pages_max);
+  if (settings.sparse.enabled()) {
+    const std::uint32_t slots = budgets_.slots();
+    const std::uint32_t pages = sizes_.pages_per_layer_max;
+    const std::size_t per_slot_layer = std::size_t{slots} * g.dense_layers;
+    const runtime::SummaryShape shape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim};
+    AK_ASSERT(shape.bytes() == plan_.summaries.bytes, "kv runtime: the page summaries must be the plan's");
+    summaries_ = std::make_unique<runtime::PageSummaries>(shape);
+    summarized_generation_.assign(slots, 0);
+    summarized_tokens_.assign(slots, 0);
+    key_row_.resize(std::size_t{g.kv_heads} * g.head_dim);
+    bounds_.resize(std::size_t{g.kv_heads} * pages);
+    q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
+    q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
+    selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
+    selected_.resize(pages);
+    keep_.resize(std::size_t{sizes_.entries_max} * pages);
+    heavy_flags_.resize(pages);
+    heavy_.assign(per_slot_layer * pages, 0.0f);
+    pick_rank_.assign(per_slot_layer * pages, UINT32_MAX);
+    pick_bound_.assign(per_slot_layer * pages, 0.0f);
+    pick_pages_.assign(per_slot_layer, 0);
+    pick_step_.assign(slots, 0);
+    budget_pages_.assign(slots, 0.0f);
+    captured_slow_.assign(slots, 1.0f);
+    captured_sum_.resize(sizes_.entries_max);
+    captured_layers_.resize(sizes_.entries_max);
+    fill_.resize(sizes_.entries_max);
+    unselected_.resize(sizes_.entries_max);
+    tail_count_.resize(sizes_.entries_max);
+    tail_mass_.resize(sizes_.entries_max);
+    entry_of_slot_.assign(slots, UINT32_MAX);
+    full_state_.resize(state_.size());
+  }
   tier_ = settings.tier;
   tier_segments_.resize(g.dense_layers);
   tier_csegments_.resize(g.dense_layers);
@@ -108,7 +141,9 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
     return make_error(ErrorCode::invalid_argument, "--backend",
                       "the backend has already allocated its arena: a KV runtime needs a fresh backend");
   }
-  Result<MemoryPlan> plan = make_memory_plan(settings.memory);
+  MemorySettings memory = settings.memory;
+  memory.sparse_summaries = settings.sparse.enabled();  // the plan shows (and sizes) the page summaries
+  Result<MemoryPlan> plan = make_memory_plan(memory);
   if (!plan.ok()) return plan.error();
   if (settings.step_entries_max > plan->budget.concurrency) {
     return make_error(ErrorCode::invalid_argument, "--max-batch",

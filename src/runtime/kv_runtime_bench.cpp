@@ -14,8 +14,12 @@
 // and the heap allocations inside the step calls (must be 0).
 //
 //   activekv_runtime_bench [--steps N] [--batch B]
+//   activekv_runtime_bench --sparse [--steps N]   sparse attention (docs/SPARSE.md): decode at an
+//       8K context, exact and reading 1/8 of the pages (fixed fraction), in the same run; the
+//       step and attention medians and their ratios
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +44,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std::uint32_t steps) {
+struct Medians {
+  double step_us = 0, attention_us = 0, pages_read = 0, pages_held = 0, cpu_us = 0;
+};
+
+// CPU time of the whole process (all threads): what a loaded machine distorts less than wall time.
+double cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + 1e-3 * static_cast<double>(ts.tv_nsec);
+}
+
+int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std::uint32_t steps,
+        const SparseSettings& sparse = {}, Medians* medians = nullptr) {
   const Preset preset = find_preset("smollm2-135m").value();
   const Geometry g = preset.geometry;
   const std::uint32_t q_heads = 9;
@@ -60,6 +76,7 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
   const std::uint64_t tile_bytes = std::uint64_t{m.max_context_tokens} * g.row_bytes();
   m.device_pool_bytes = 4 * arena_alignment_bytes + m.tiles * tile_bytes + pages * page_tokens * g.row_bytes();
   settings.q_heads = q_heads;
+  settings.sparse = sparse;
 
   BackendOptions options;
   options.compute_threads = 2;
@@ -114,6 +131,7 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
   std::vector<double> step_us, plan_us, attention_us, copies_us, issue_us;
   std::uint64_t allocations = 0;
   const KvCounters before_all = rt.counters();
+  const double cpu_before = cpu_us();
   for (std::uint32_t i = 0; i < steps; ++i) {
     const KvCounters before = rt.counters();
     const std::uint64_t heap_before = testing::heap_allocations();
@@ -130,9 +148,21 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
     copies_us.push_back(c_us);
     issue_us.push_back(s_us - p_us - a_us - c_us);
   }
+  const double cpu_per_step = (cpu_us() - cpu_before) / steps;
   const KvCounters& end = rt.counters();
   const double staged_mib = static_cast<double>(end.bytes_staged - before_all.bytes_staged) / steps / (1024.0 * 1024.0);
   const double issue = median(issue_us), plan = median(plan_us), step_med = median(step_us);
+  if (medians != nullptr) {
+    const SparseStats& ss = rt.sparse_stats();
+    *medians = Medians{step_med, median(attention_us), ss.pages_read_per_selection(),
+                       ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / ss.selections, cpu_per_step};
+    std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %9.0f | %7.1f | %7.1f | %u |\n", context_tokens,
+                sparse.enabled() ? "sparse 1/8" : "exact", step_med, cpu_per_step, median(attention_us),
+                static_cast<double>(ss.select_ns) / 1e3 / std::max<std::uint64_t>(1, ss.decode_steps),
+                medians->pages_read, medians->pages_held, static_cast<unsigned>(allocations));
+    for (const ContextId c : contexts) rt.finish(c);
+    return rt.pages_free() == rt.pages_total() ? 0 : 1;
+  }
   std::printf("| %5u | %4.0f%% | %5u | %9.0f | %7.1f | %9.0f | %7.0f | %7.1f | %5.1f%% | %8.2f | %u |\n", context_tokens,
               fraction * 100, batch, step_med, plan, median(attention_us), median(copies_us), issue,
               100.0 * (plan + issue) / step_med, staged_mib, static_cast<unsigned>(allocations));
@@ -146,17 +176,35 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
 int main(int argc, char** argv) {
   std::uint32_t steps = 32;
   std::uint32_t batch = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool sparse = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sparse") == 0) sparse = true;
+  }
+  for (int i = 1; i + 1 < argc; i += 1) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--batch") == 0) batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+  }
+  // "8K": the longest prompt that leaves room for the decode steps in the model's 8,192 tokens.
+  const std::uint32_t long_context = std::min(8192u - 64u, 8192u - steps - 8u);
+  if (sparse) {
+    std::printf("sparse attention: smollm2-135m geometry, host backend (threaded, 2 compute threads), batch 1, "
+                "%u decode steps, pool 100%%, medians in us\n\n", steps);
+    std::printf("| context | mode | step (wall) | step (CPU, mean) | attention wait | selection (mean) | pages read | pages held | heap allocs |\n|---|---|---|---|---|---|---|---|---|\n");
+    activekv::Medians exact, eighth;
+    activekv::SparseSettings s;
+    s.mode = activekv::SparseMode::fraction;
+    s.fraction = 0.125f;
+    int rc = activekv::run(long_context, 1.0, 1, steps, {}, &exact);
+    rc |= activekv::run(long_context, 1.0, 1, steps, s, &eighth);
+    std::printf("\nsparse 1/8 against exact: step %.2fx faster (wall medians), %.2fx (CPU time per step)\n",
+                exact.step_us / eighth.step_us, exact.cpu_us / eighth.cpu_us);
+    return rc;
   }
   std::printf("smollm2-135m geometry, host backend (threaded, 2 compute threads), batch %u, %u decode steps, medians in us\n\n",
               batch, steps);
   std::printf("| context | pool | batch | step | plan | attention | copies | issue | overhead | staged MiB/step | heap allocs |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   int rc = 0;
-  // "8K": the longest prompt that leaves room for the decode steps in the model's 8,192 tokens.
-  const std::uint32_t long_context = std::min(8192u - 64u, 8192u - steps - 8u);
   for (const std::uint32_t context : {2048u, long_context}) {
     for (const double fraction : {1.0, 0.25}) rc |= activekv::run(context, fraction, batch, steps);
   }

@@ -51,6 +51,7 @@
 #include "runtime/attention_schedule.hpp"
 #include "runtime/element_codec.hpp"
 #include "runtime/prefix_index.hpp"
+#include "runtime/sparse_selection.hpp"
 #include "testing/alloc_counter.hpp"
 
 namespace activekv::runtime_impl {
@@ -162,6 +163,9 @@ class KvRuntimeImpl final : public KvRuntime {
 
   std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
   const KvCounters& counters() const override { return counters_; }
+  const SparseStats& sparse_stats() const override { return sparse_stats_; }
+  void reset_sparse_stats() override { sparse_stats_ = SparseStats{}; }
+  Status set_sparse(const SparseSettings& sparse) override;
   Explanation explain(ContextId context) const override;
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
@@ -284,6 +288,50 @@ class KvRuntimeImpl final : public KvRuntime {
   bool stalled_ = false;       // a fence did not resolve in time: no step may follow
   std::string backend_error_;  // the backend's own words for a refused call (error path only)
   KvCounters counters_{};
+  SparseStats sparse_stats_{};
+
+  // ---- sparse attention (docs/SPARSE.md): null summaries when created exact ----
+  // Summaries of each history's pages, valid up to summarized_tokens_[slot] for the context
+  // whose generation + 1 is summarized_generation_[slot] (else rebuilt from the host rows).
+  std::unique_ptr<runtime::PageSummaries> summaries_;
+  std::vector<std::uint32_t> summarized_generation_, summarized_tokens_;  // [slots]
+  std::vector<float> key_row_;                 // [kv_heads × head_dim]: one decoded key row
+  std::vector<float> bounds_;                  // [kv_heads × pages_per_layer_max]
+  std::vector<float> q_positive_, q_negative_; // [q_heads × head_dim]: the decode query, split
+  std::unique_ptr<runtime::SelectionScratch> selection_;
+  std::vector<std::uint32_t> selected_;        // [pages_per_layer_max]
+  std::vector<std::uint8_t> keep_;             // [entries_max × pages_per_layer_max]
+  std::vector<std::uint8_t> heavy_flags_;      // [pages_per_layer_max]
+  std::vector<float> heavy_;                   // [slots × layers × pages_per_layer_max]: decayed page mass
+  // The last step's selection per (slot, layer, page): rank (UINT32_MAX: not read) and bound.
+  std::vector<std::uint32_t> pick_rank_;
+  std::vector<float> pick_bound_;
+  std::vector<std::uint32_t> pick_pages_;      // [slots × layers]: pages the context held
+  std::vector<std::uint64_t> pick_step_;       // [slots]: the step of the last selection
+  // Adaptive budget per slot: the budget (pages), the slow average of the captured mass.
+  std::vector<float> budget_pages_, captured_slow_;
+  // Per entry of the step: Σ captured-mass estimate over layers, layers counted, selection width.
+  std::vector<double> captured_sum_;
+  std::vector<std::uint32_t> captured_layers_, fill_, unselected_, tail_count_;
+  std::vector<float> tail_mass_;
+  std::vector<std::uint32_t> entry_of_slot_;   // [slots]: this step's entry, UINT32_MAX if none
+  std::vector<float> full_state_;              // measure mode: the softmax state over every page
+  double recall_step_sum_ = 0.0;
+  std::uint64_t recall_step_count_ = 0;
+  // write_kv: the layer's new keys join their pages' summaries (rebuilt first when stale).
+  void summarize_rows(std::uint32_t layer) noexcept;
+  // attend: chooses each decode entry's pages into keep_; false when every page is read.
+  bool select_sparse(std::uint32_t layer, const float* q) noexcept;
+  std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept;
+  // attend: the kernel's per-page mass of a call joins the heavy-hitter scores and the estimate.
+  void note_page_mass(std::span<const runtime::PageKey> keys, std::span<const float> mass) noexcept;
+  // attend, after the layer's calls: each decode entry's captured mass (exact in measure mode,
+  // else estimated), for the statistics and the adaptive rule.
+  void note_captured_mass(bool measured, bool estimated) noexcept;
+  // end_step: the adaptive budgets move; the step's statistics close.
+  void finish_sparse_step() noexcept;
+  // explain: the last selection's pages, bounds and ranks (off the step path: it allocates).
+  void explain_sparse(ContextId context, Explanation& e) const;
 
   // ---- prefix reuse: null index when off ----
   struct Adoption {

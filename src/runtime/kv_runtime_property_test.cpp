@@ -57,10 +57,14 @@ std::uint32_t seeds_from_environment() {
 
 struct Totals {
   std::uint64_t device_kept = 0, device_reclaimed_under_pressure = 0;
+  std::uint64_t sparse_checked = 0;  // sparse decode outputs checked over the selected pages
+  std::uint64_t sparse_pages_read = 0, sparse_pages_held = 0;
   std::uint64_t steps = 0, queued = 0, admitted_later = 0, mid_step_cancels = 0, bytes_staged = 0, pages_staged = 0, passes = 0, promotions = 0;
 };
 
-void run_seed(std::uint64_t seed, Totals& totals) {
+// sparse: the runtime runs sparse attention (a budget drawn from the seed); every decode output
+// is checked after the step against the reference over exactly the pages explain() names.
+void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](std::uint32_t lo, std::uint32_t hi) {  // inclusive
     return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng);
@@ -97,6 +101,15 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   const bool retain = seed % 2 == 0;  // prefix reuse with device retention in every other seed
   settings.prefix_reuse = retain;
   settings.prefix_reuse_device = true;
+  if (sparse) {
+    const std::uint32_t mode = uniform(0, 2);
+    settings.sparse.mode = mode == 0 ? SparseMode::pages : mode == 1 ? SparseMode::fraction : SparseMode::adaptive;
+    settings.sparse.pages = uniform(3, 8);
+    settings.sparse.fraction = 0.125f * static_cast<float>(uniform(1, 6));
+    settings.sparse.floor_pages = uniform(3, 6);
+    settings.sparse.recent_pages = uniform(1, 3);
+    settings.sparse.measure = uniform(0, 1) == 1;
+  }
 
   BackendOptions options;
   options.deterministic = true;
@@ -140,6 +153,8 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   std::vector<float> k, v, q, out, expected;
   std::vector<StepEntry> entries;
   std::vector<std::uint32_t> chosen;
+  std::vector<std::vector<float>> step_q, step_out;  // sparse: each layer's q and out, checked after the step
+  std::vector<std::uint8_t> pages_read;
 
   for (std::uint32_t op = 0; op < 300; ++op) {
     const std::uint32_t dice = uniform(0, 99);
@@ -195,11 +210,21 @@ void run_seed(std::uint64_t seed, Totals& totals) {
         for (auto& x : q) x = normal(rng);
         ASSERT_TRUE(rt.write_kv(l, k.data(), v.data()).ok());
         ASSERT_TRUE(rt.attend(l, q.data(), out.data()).ok());
+        if (sparse) {
+          step_q.resize(g.dense_layers);
+          step_out.resize(g.dense_layers);
+          step_q[l] = q;
+          step_out[l] = out;
+        }
         std::uint32_t row = 0;
         for (std::size_t e = 0; e < entries.size(); ++e) {
           const Request& r = requests[chosen[e]];
           const std::uint32_t n = entries[e].tokens_new;
           reference.append(r.reference, l, k.data() + row * kv, v.data() + row * kv, n);
+          if (sparse && n == 1) {  // checked after the step, over the selection
+            row += n;
+            continue;
+          }
           expected.resize(n * qe);
           reference.attend(r.reference, l, q.data() + row * qe, n, r.length, expected.data());
           for (std::size_t i = 0; i < n * qe; ++i) {
@@ -210,6 +235,35 @@ void run_seed(std::uint64_t seed, Totals& totals) {
         if (cancel_mid_step && l == cancel_layer) rt.cancel(entries[0].context);  // deferred to end_step
       }
       ASSERT_TRUE(rt.end_step().ok());
+      if (sparse) {
+        std::uint32_t row = 0;
+        for (std::size_t e = 0; e < entries.size(); ++e) {
+          const Request& r = requests[chosen[e]];
+          const std::uint32_t n = entries[e].tokens_new;
+          const bool cancelled = cancel_mid_step && e == 0;  // gone: its selection with it
+          if (n == 1 && !cancelled) {
+            const Explanation ex = rt.explain(r.handle);
+            for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+              pages_read.assign((r.length + 1 + page_tokens - 1) / page_tokens, 0);
+              for (const SparsePick& pick : ex.sparse_picks) {
+                if (pick.layer != l) continue;
+                ASSERT_LT(pick.logical, pages_read.size()) << "seed " << seed << " op " << op;
+                pages_read[pick.logical] = 1;
+              }
+              ASSERT_EQ(pages_read.front(), 1) << "the sink page; seed " << seed << " op " << op;
+              ASSERT_EQ(pages_read.back(), 1) << "the newest page; seed " << seed << " op " << op;
+              expected.resize(qe);
+              reference.attend(r.reference, l, step_q[l].data() + row * qe, 1, r.length, expected.data(), pages_read);
+              for (std::size_t i = 0; i < qe; ++i) {
+                ASSERT_NEAR(step_out[l][row * qe + i], expected[i], reference_tolerance)
+                    << "sparse, seed " << seed << " op " << op << " layer " << l;
+              }
+              ++totals.sparse_checked;
+            }
+          }
+          row += n;
+        }
+      }
       ++totals.steps;
       totals.mid_step_cancels += cancel_mid_step ? 1u : 0u;
       for (std::size_t e = 0; e < entries.size(); ++e) {
@@ -274,6 +328,9 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   totals.pages_staged += rt.counters().pages_staged;
   totals.passes += rt.counters().passes;
   totals.promotions += rt.counters().promotions;
+  totals.sparse_pages_read += rt.sparse_stats().pages_read;
+  totals.sparse_pages_held += rt.sparse_stats().pages_context;
+  EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u) << "seed " << seed;
   EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;
   EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
@@ -307,6 +364,27 @@ TEST(KvRuntimeProperty, RandomOperationSequencesKeepTheInvariants) {
               static_cast<unsigned long long>(totals.device_reclaimed_under_pressure));
   EXPECT_GT(totals.device_kept, 0u);
   EXPECT_GT(totals.device_reclaimed_under_pressure, 0u) << "retained device pages gave way under pressure";
+}
+
+// The same sequences with sparse attention (fixed, fractional and adaptive budgets, measure mode
+// in half the seeds): the invariants hold and every decode output is the reference's over the
+// pages the selection named (explain).
+TEST(KvRuntimeProperty, SparseStepsKeepTheInvariants) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const std::uint32_t seeds = std::max(1u, seeds_from_environment() / 2);
+  Totals totals;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    run_seed(seed + 100000, totals, true);
+    if (HasFatalFailure()) return;
+  }
+  std::printf("%u sparse seeds: %llu steps, %llu sparse outputs checked (%llu of %llu pages read), %llu pages staged\n",
+              seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.sparse_checked),
+              static_cast<unsigned long long>(totals.sparse_pages_read),
+              static_cast<unsigned long long>(totals.sparse_pages_held),
+              static_cast<unsigned long long>(totals.pages_staged));
+  EXPECT_LT(totals.sparse_pages_read, totals.sparse_pages_held) << "the selections must leave pages out";
+  EXPECT_GT(totals.sparse_checked, 0u);
+  EXPECT_GT(totals.pages_staged, 0u);
 }
 
 }  // namespace

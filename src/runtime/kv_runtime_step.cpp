@@ -116,6 +116,19 @@ Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   counters_.pages_resident_last = 0;
   counters_.pages_staged_last = 0;
   counters_.passes_last = plan.passes.size();
+  if (summaries_ != nullptr) {
+    sparse_stats_.pages_read_last = 0;
+    sparse_stats_.pages_context_last = 0;
+    sparse_stats_.selections_last = 0;
+    sparse_stats_.recall_last = 0.0;
+    recall_step_sum_ = 0.0;
+    recall_step_count_ = 0;
+    for (std::uint32_t e = 0; e < entries.size(); ++e) {
+      captured_sum_[e] = 0.0;
+      captured_layers_[e] = 0;
+      entry_of_slot_[entries[e].context.slot] = e;
+    }
+  }
   // Layer 0's first pass copies while the engine computes layer 0's K, V and q.
   issue_next_pass_of(0);
   return Status::success();
@@ -254,6 +267,7 @@ Status KvRuntimeImpl::write_kv(std::uint32_t layer, const float* k, const float*
     runtime::encode_elements(g.dtype, k + i * head_elements, head_elements, row);
     runtime::encode_elements(g.dtype, v + i * head_elements, head_elements, row + g.half_row_bytes());
   }
+  summarize_rows(layer);  // sparse attention: the new keys join their pages' summaries
   // Each write-back names rows of a tail page: upload exactly those rows there.
   const StepPlan& plan = planner_.plan();
   upload_count_ = 0;
@@ -295,8 +309,13 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   }
   const StepPlan& plan = planner_.plan();
   const Geometry& g = plan_.geometry;
+  // Sparse attention: decode entries read their selected pages only (none selected: exact).
+  const bool selective = select_sparse(layer, q);
+  const bool measure = selective && settings_.sparse.measure;
   schedule_.build(plan, layer, plan_.arena.page_tokens, {query_first_.data(), entries()},
-                  {query_count_.data(), entries()});
+                  {query_count_.data(), entries()},
+                  selective ? std::span<const std::uint8_t>{keep_.data(), keep_.size()} : std::span<const std::uint8_t>{},
+                  measure);
   counters_.pages_resident_last += schedule_.pages_resident();
   counters_.pages_staged_last += schedule_.pages_staged();
   counters_.pages_resident += schedule_.pages_resident();
@@ -310,12 +329,22 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     s[0] = -std::numeric_limits<float>::infinity();
     std::fill(s + 1, s + state_stride, 0.0f);
   }
+  if (measure) std::copy_n(state_.data(), states * state_stride, full_state_.data());
   const std::size_t q_elements = std::size_t{total_new_} * settings_.q_heads * g.head_dim;
   // The hotness signal comes from decode steps (one query per context): it is what the policy
   // needs, and it keeps the kernel's per-page scratch bounded by the page table (prefill chunks
-  // would multiply it by the chunk length).
-  const bool scored = settings_.policy == ResidencyPolicyKind::hotness && backend_.capabilities().page_mass &&
-                      total_new_ == entries();
+  // would multiply it by the chunk length). Adaptive sparse attention reads it too (heavy
+  // hitters and the captured-mass estimate).
+  const bool decode_only = total_new_ == entries();
+  const bool hot = settings_.policy == ResidencyPolicyKind::hotness;
+  const bool sparse_mass = selective && settings_.sparse.mode == SparseMode::adaptive;
+  const bool scored = (hot || sparse_mass) && backend_.capabilities().page_mass && decode_only;
+  if (sparse_mass) {
+    for (std::uint32_t e = 0; e < entries(); ++e) {
+      tail_mass_[e] = 0.0f;
+      tail_count_[e] = 0;
+    }
+  }
 
   Fence attention{};
   for (const AttentionCall& call : schedule_.calls()) {
@@ -328,46 +357,77 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       waits_[wait_count++] = pass_copy_;
     }
     for (std::uint32_t i = 0; i < upload_count_; ++i) waits_[wait_count++] = uploads_[i];
-    AttentionBatch batch;
-    batch.shape = shape_;
-    batch.tasks = schedule_.tasks().subspan(call.task_first, call.task_count);
-    batch.pages = schedule_.pages().subspan(call.page_first, call.page_count);
-    batch.query_positions = {positions_.data(), total_new_};
-    batch.queries = {q, q_elements};
-    batch.output = call.final() ? std::span<float>{out, q_elements} : std::span<float>{};
-    batch.page_mass = scored ? std::span<float>{page_mass_.data(), call.page_count} : std::span<float>{};
-    batch.state = {state_.data(), states * state_stride};
-    batch.load_state = true;
-    batch.store_state = !call.final();
-    batch.write_output = call.final();
-    Result<Fence> fence = backend_.attention(batch, {waits_.data(), wait_count});
-    if (!fence.ok()) {
-      note_refusal("the attention kernel was refused by the backend", fence.error(), layer);
-      break;
-    }
-    attention = fence.value();
-    ++counters_.attention_calls;
-    if (!call.final()) {
-      for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], attention);
-      ++counters_.passes;
-    }
-    // The engine needs the output (and the next pass needs the tiles): wait for this kernel.
-    const FenceOutcome o = wait(attention, "the attention kernel did not signal", layer, true);
-    if (scored && o == FenceOutcome::signalled) {
-      std::uint32_t n = 0;
-      const auto keys = schedule_.keys().subspan(call.page_first, call.page_count);
-      for (std::uint32_t i = 0; i < call.page_count; ++i) {
-        if (keys[i].staged) scores_[n++] = PageScore{keys[i].slot, keys[i].layer, keys[i].logical, page_mass_[i]};
+    FenceOutcome o = FenceOutcome::signalled;
+    // Under a selection a pass may hold no selected page: it still runs (its promotions), no kernel.
+    if (call.task_count > 0) {
+      AttentionBatch batch;
+      batch.shape = shape_;
+      batch.tasks = schedule_.tasks().subspan(call.task_first, call.task_count);
+      batch.pages = schedule_.pages().subspan(call.page_first, call.page_count);
+      batch.query_positions = {positions_.data(), total_new_};
+      batch.queries = {q, q_elements};
+      batch.output = call.final() ? std::span<float>{out, q_elements} : std::span<float>{};
+      batch.page_mass = scored ? std::span<float>{page_mass_.data(), call.page_count} : std::span<float>{};
+      batch.state = {state_.data(), states * state_stride};
+      batch.load_state = true;
+      batch.store_state = !call.final() || measure;
+      batch.write_output = call.final();
+      Result<Fence> fence = backend_.attention(batch, {waits_.data(), wait_count});
+      if (!fence.ok()) {
+        note_refusal("the attention kernel was refused by the backend", fence.error(), layer);
+        break;
       }
-      if (n > 0) policy_->observe({scores_.data(), n});
+      attention = fence.value();
+      ++counters_.attention_calls;
+      if (!call.final()) {
+        for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], attention);
+      }
+      // The engine needs the output (and the next pass needs the tiles): wait for this kernel.
+      o = wait(attention, "the attention kernel did not signal", layer, true);
+      if (scored && o == FenceOutcome::signalled) {
+        std::uint32_t n = 0;
+        const auto keys = schedule_.keys().subspan(call.page_first, call.page_count);
+        for (std::uint32_t i = 0; i < call.page_count; ++i) {
+          if (hot && keys[i].staged) scores_[n++] = PageScore{keys[i].slot, keys[i].layer, keys[i].logical, page_mass_[i]};
+        }
+        if (n > 0) policy_->observe({scores_.data(), n});
+        if (sparse_mass) note_page_mass(keys, {page_mass_.data(), call.page_count});
+      }
+    }
+    // Measure mode: the same call over every page, into its own state (no output).
+    if (measure && call.full_task_count > 0 && o == FenceOutcome::signalled && fault_.what == nullptr) {
+      AttentionBatch batch;
+      batch.shape = shape_;
+      batch.tasks = schedule_.full_tasks().subspan(call.full_task_first, call.full_task_count);
+      batch.pages = schedule_.full_pages().subspan(call.full_page_first, call.full_page_count);
+      batch.query_positions = {positions_.data(), total_new_};
+      batch.queries = {q, q_elements};
+      batch.state = {full_state_.data(), states * state_stride};
+      batch.load_state = true;
+      batch.store_state = true;
+      batch.write_output = false;
+      Result<Fence> fence = backend_.attention(batch, {waits_.data(), wait_count});
+      if (!fence.ok()) {
+        note_refusal("the attention kernel (sparse measure) was refused by the backend", fence.error(), layer);
+        break;
+      }
+      Fence full = fence.value();
+      ++counters_.attention_calls;
+      if (!call.final()) {
+        for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], full);
+      }
+      o = wait(full, "the attention kernel (sparse measure) did not signal", layer, true);
+      release_fence(full);
     }
     if (!call.final()) {
+      ++counters_.passes;
       retire_pass();
       issue_next_pass_of(layer);  // the layer's next pass, if the plan has one
     }
     if (o != FenceOutcome::signalled) break;
     if (!call.final()) release_fence(attention);
   }
+  if (summaries_ != nullptr && settings_.sparse.enabled() && fault_.what == nullptr) note_captured_mass(measure, sparse_mass);
   retire_pass();
   retire_uploads(layer);
   if (fault_.what == nullptr) write_back(layer, {&attention, 1});
@@ -481,6 +541,7 @@ Status KvRuntimeImpl::end_step() {
   leases_.poll();
   tickets_.poll();
   retire_device_copies();  // copies on adopt: the step's kernels waited for them on the device
+  finish_sparse_step();
   finish_promotions();
   const bool failed = fault_.what != nullptr || layers_attended_ < layers;
   if (failed) {

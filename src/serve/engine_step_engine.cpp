@@ -108,6 +108,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   kvs.step_tokens_max = c.step_tokens;
   kvs.prefix_reuse = c.prefix_reuse;
   kvs.prefix_reuse_device = c.prefix_reuse_device;
+  kvs.sparse = c.sparse;  // docs/SPARSE.md
   // The model's identity seeds the prefix hashes: its name, vocabulary and geometry.
   std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
   identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();

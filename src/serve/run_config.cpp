@@ -61,7 +61,59 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "kv_tier", "prefix_reuse_device", "comment"};
+                                        "kv_tier", "prefix_reuse_device", "sparse", "comment"};
+
+// The sparse key: "exact", or an object (docs/SPARSE.md "Configuration").
+Status read_sparse(const json& value, SparseSettings& out, std::string_view source) {
+  if (value.is_string()) {
+    if (value.get<std::string>() != "exact") {
+      return field_error(source, "sparse", "as a string only \"exact\"; give an object such as {\"mode\": \"fraction\", \"fraction\": 0.125}");
+    }
+    out = SparseSettings{};
+    return {};
+  }
+  if (!value.is_object()) return field_error(source, "sparse", "must be \"exact\" or an object with mode, pages, fraction, recent_pages, floor_pages, measure");
+  for (const auto& [key, v] : value.items()) {
+    (void)v;
+    if (key != "mode" && key != "pages" && key != "fraction" && key != "recent_pages" && key != "floor_pages" &&
+        key != "measure" && key != "comment") {
+      return field_error(source, "sparse." + key, "unknown setting (known: mode, pages, fraction, recent_pages, floor_pages, measure)");
+    }
+  }
+  SparseSettings s;
+  const std::string mode = value.contains("mode") && value["mode"].is_string() ? value["mode"].get<std::string>() : "";
+  if (mode == "exact") {
+    s.mode = SparseMode::exact;
+  } else if (mode == "pages") {
+    s.mode = SparseMode::pages;
+  } else if (mode == "fraction") {
+    s.mode = SparseMode::fraction;
+  } else if (mode == "adaptive") {
+    s.mode = SparseMode::adaptive;
+  } else {
+    return field_error(source, "sparse.mode", "must be \"exact\", \"pages\", \"fraction\" or \"adaptive\"");
+  }
+  json object = value;
+  const std::string nested = fmt::format("{}: sparse", source);  // errors name "file: sparse: pages"
+  for (Status st : {read_count(object, "pages", s.pages, nested, s.mode == SparseMode::pages, 1),
+                    read_count(object, "recent_pages", s.recent_pages, nested, false, 1),
+                    read_count(object, "floor_pages", s.floor_pages, nested, false, 1)}) {
+    if (!st) return st;
+  }
+  if (s.mode == SparseMode::fraction || value.contains("fraction")) {
+    if (!value.contains("fraction") || !value["fraction"].is_number() || !(value["fraction"].get<double>() > 0.0) ||
+        !(value["fraction"].get<double>() <= 1.0)) {
+      return field_error(source, "sparse.fraction", "must be a fraction of the pages in (0, 1], for example 0.125");
+    }
+    s.fraction = static_cast<float>(value["fraction"].get<double>());
+  }
+  if (value.contains("measure")) {
+    if (!value["measure"].is_boolean()) return field_error(source, "sparse.measure", "must be true or false");
+    s.measure = value["measure"].get<bool>();
+  }
+  out = s;
+  return {};
+}
 
 bool is_known(std::string_view key) {
   for (const char* k : known_fields) {
@@ -103,7 +155,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse)");
     }
   }
   RunConfig config;
@@ -161,6 +213,9 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
   if (object.contains("prefix_reuse_device")) {
     if (!object["prefix_reuse_device"].is_boolean()) return field_error(source, "prefix_reuse_device", "must be true or false");
     config.prefix_reuse_device = object["prefix_reuse_device"].get<bool>();
+  }
+  if (object.contains("sparse")) {
+    if (Status s = read_sparse(object["sparse"], config.sparse, source); !s) return s.error();
   }
   if (object.contains("arrival_scale")) {
     if (!object["arrival_scale"].is_number()) return field_error(source, "arrival_scale", "must be a number >= 0");

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "activekv/kv_runtime.hpp"
 #include "activekv/result.hpp"
 
 namespace activekv::serve {
@@ -38,6 +39,10 @@ struct RunConfig {
   std::uint32_t kv_tier_timeout_ms = 500;    // connect and command timeout: a slower store is a miss
   std::uint32_t kv_tier_write_queue = 8;     // blocks waiting to be written; more are dropped (counted)
   bool prefix_reuse_device = true;         // ... and its full device pages stay, borrowed, handed over in place
+  // Sparse attention (docs/SPARSE.md): key sparse, "exact" or {"mode": "pages" | "fraction" |
+  // "adaptive" | "exact", "pages": N, "fraction": F, "recent_pages": N, "floor_pages": N,
+  // "measure": bool}; --sparse-pages, --sparse-fraction, --sparse-adaptive override the mode.
+  SparseSettings sparse;
   // `activekv serve` only (docs/SERVE.md):
   std::uint32_t max_queue = 16;            // requests waiting beyond the running ones; more get 429
   double shutdown_grace_s = 10.0;          // SIGINT/SIGTERM: let what runs finish this long, then cancel

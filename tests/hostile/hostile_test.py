@@ -121,6 +121,8 @@ def make_inputs(tmp):
         f'{{"arrival_s": {i}, "session": "s", "prompt_tokens": [1, 2], "max_tokens": 1048576}}\n' for i in range(60)))
     cfg = ('{"host_pool": "64MiB", "device_pool": "8MiB", "page_tokens": 16, "tile_tokens": 64, "tiles": 2, '
            '"max_context": 256, "max_seqs": 2, "step_tokens": 64, "prefill_chunk_tokens": 32, "threads": 1%s}')
+    text("eval_text", "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n" * 8)
+    text("eval_empty", "  \n\n")
     text("config_tiny", cfg % "")
     text("config_deep", '{"comment": ' + "[" * 100000 + "]" * 100000 + "}")
     text("config_deep_value", '{"host_pool": ' + "{\"a\":" * 50000 + "1" + "}" * 50000 + "}")
@@ -129,6 +131,11 @@ def make_inputs(tmp):
     text("config_arrival_inf", cfg % ', "arrival_scale": 1e308')
     text("config_max_queue_huge", cfg % ', "max_queue": 5000')
     text("config_grace_negative", cfg % ', "shutdown_grace_s": -1')
+    text("config_sparse_mode", cfg % ', "sparse": {"mode": "most"}')
+    text("config_sparse_fraction", cfg % ', "sparse": {"mode": "fraction", "fraction": 2}')
+    text("config_sparse_pages_zero", cfg % ', "sparse": {"mode": "pages", "pages": 0}')
+    text("config_sparse_key", cfg % ', "sparse": {"mode": "pages", "pages": 4, "budget": 3}')
+    text("config_sparse_ok", cfg % ', "sparse": {"mode": "fraction", "fraction": 0.5, "measure": true}')
     p["dir"] = tmp
     here = os.path.dirname(os.path.abspath(__file__))
     found = subprocess.run([os.path.join(here, "..", "..", "scripts", "find-model.sh")], capture_output=True, text=True)
@@ -188,6 +195,18 @@ def cases(p):
         bad(5, "--page-tokens 2^32 (syntax)", gen + ["--model", tiny, "--page-tokens", str(2**32)], "--page-tokens"),
         bad(5, "unknown flag", gen + ["--model", tiny, "--no-such-flag"], "--no-such-flag"),
         bad(5, "--prompt without value", ["generate", "--prompt"], "--prompt"),
+        ok("tiny model, --sparse-pages 2 --sparse-measure", gen + ["--model", tiny, "--sparse-pages", "2", "--sparse-measure"]),
+        ok("tiny model, --sparse-adaptive", gen + ["--model", tiny, "--sparse-adaptive"]),
+        bad(5, "--sparse-pages 0", gen + ["--model", tiny, "--sparse-pages", "0"], "--sparse-pages", "0"),
+        bad(5, "--sparse-pages 2^32-1", gen + ["--model", tiny, "--sparse-pages", str(U32_MAX)], "--sparse-pages"),
+        bad(5, "--sparse-fraction 0", gen + ["--model", tiny, "--sparse-fraction", "0"], "--sparse-fraction", "(0, 1]"),
+        bad(5, "--sparse-fraction 1.5", gen + ["--model", tiny, "--sparse-fraction", "1.5"], "--sparse-fraction"),
+        bad(5, "--sparse-fraction nan", gen + ["--model", tiny, "--sparse-fraction", "nan"], "--sparse-fraction"),
+        bad(5, "--sparse-pages with --sparse-adaptive", gen + ["--model", tiny, "--sparse-pages", "4", "--sparse-adaptive"],
+            "--sparse-pages", "one of them"),
+        bad(5, "--sparse-measure alone", gen + ["--model", tiny, "--sparse-measure"], "--sparse-measure", "off"),
+        bad(5, "--sparse-pages with --kv reference", gen + ["--model", tiny, "--kv", "reference", "--sparse-pages", "4"],
+            "--sparse-pages", "reference"),
         bad(6, "model context is not --max-context", gen + ["--model", p["context_huge"]], "llama.context_length"),
         bad(6, "tensor offset near 2^64", gen + ["--model", p["offset_huge"]], "token_embd.weight", str(2**64 - 32)),
         bad(6, "directory as --model", gen + ["--model", p["dir"]], "--model"),
@@ -233,6 +252,19 @@ def cases(p):
         bad(5, "--kv-tier without a host", run + ["--kv-tier", "redis://:6379"], "--kv-tier", "host"),
         bad(5, "--kv-tier with the fake engine", fake + ["--kv-tier", "redis://127.0.0.1:6379"], "--kv-tier", "fake"),
         bad(5, "--arrival-scale nan", fake + ["--arrival-scale", "nan"], "--arrival-scale"),
+        ok("tiny model, sparse in the config", ["run", "--model", tiny, "--config", p["config_sparse_ok"], "--trace", p["trace_ok"]]),
+        ok("tiny model, --sparse-fraction 0.25", run + ["--sparse-fraction", "0.25"]),
+        bad(5, "--sparse-pages with the fake engine", fake + ["--sparse-pages", "4"], "--sparse-pages", "fake"),
+        bad(5, "--sparse-fraction -1", run + ["--sparse-fraction", "-1"], "--sparse-fraction"),
+        bad(5, "--sparse-fraction with --sparse-pages", run + ["--sparse-fraction", "0.5", "--sparse-pages", "3"], "one of them"),
+        bad(5, "sparse mode unknown in the config", ["run", "--engine", "fake", "--config", p["config_sparse_mode"]],
+            "sparse.mode"),
+        bad(5, "sparse fraction 2 in the config", ["run", "--engine", "fake", "--config", p["config_sparse_fraction"]],
+            "sparse.fraction"),
+        bad(5, "sparse pages 0 in the config", ["run", "--engine", "fake", "--config", p["config_sparse_pages_zero"]],
+            "sparse", "pages"),
+        bad(5, "sparse unknown key in the config", ["run", "--engine", "fake", "--config", p["config_sparse_key"]],
+            "sparse.budget"),
         bad(5, "--arrival-scale -5", fake + ["--arrival-scale", "-5"], "--arrival-scale"),
         bad(5, "--arrival-scale inf", fake + ["--arrival-scale", "inf"], "--arrival-scale", "finite"),
         bad(5, "--max-seqs 0", fake + ["--max-seqs", "0"], "--max-seqs"),
@@ -333,6 +365,8 @@ def cases(p):
         bad(5, "--threads 65", msrv + ["--model", tiny, "--threads", "65"], "--threads", "65"),
         bad(5, "--step-tokens 0", fsrv + ["--step-tokens", "0"], "--step-tokens"),
         bad(5, "--prefill-chunk 0", fsrv + ["--prefill-chunk", "0"], "--prefill-chunk"),
+        bad(5, "--sparse-pages 0", fsrv + ["--sparse-pages", "0"], "--sparse-pages"),
+        bad(5, "--sparse-fraction inf", msrv + ["--model", tiny, "--sparse-fraction", "inf"], "--sparse-fraction"),
         bad(5, "--engine unknown", srv + ["--engine", "nope"], "--engine"),
         bad(5, "unknown flag", fsrv + ["--nope"], "--nope"),
         bad(2, "--host-pool 131072TiB", msrv + ["--model", tiny, "--host-pool", "131072TiB"], "--host-pool"),
@@ -351,6 +385,49 @@ def cases(p):
         bad(6, "model context_length 2^32-1", msrv + ["--model", p["context_huge"]], "llama.context_length"),
         bad(6, "directory as --model", msrv + ["--model", p["dir"]], "--model"),
         bad(6, "/dev/zero as --model", msrv + ["--model", "/dev/zero"], "--model"),
+    ]
+    ev = ["eval", "--model", tiny, "--text", p["eval_text"], "--context", "64", "--stride", "16", "--quiet"]
+    c["eval"] = [
+        ok("tiny model: exact against 1/2, 4 pages and adaptive", ev + ["--sparse-fraction", "0.5", "--sparse-pages", "4",
+                                                                     "--sparse-adaptive"], "fraction 1/2", "pages 4", "adaptive"),
+        ok("tiny model: --json", ev + ["--json"], '"perplexity"', '"top1_agreement"', '"mass_recall"', '"pages_read_per_step"'),
+        bad(2, "missing --text", ["eval", "--model", tiny, "--text", os.path.join(p["dir"], "nope")], "--text", "nope"),
+        bad(2, "directory as --text", ["eval", "--model", tiny, "--text", p["dir"]], "--text", "directory"),
+        bad(2, "/dev/zero as --text", ["eval", "--model", tiny, "--text", "/dev/zero"], "--text", "/dev/zero"),
+        bad(2, "empty text", ev[:4] + [p["eval_empty"]], "--text", "no text"),
+        bad(5, "neither --text nor --passkey", ["eval", "--model", tiny], "--text", "--passkey"),
+        bad(5, "--text and --passkey", ev + ["--passkey"], "--text", "--passkey"),
+        bad(5, "text shorter than --context", ev[:5] + ["--context", "2000", "--stride", "16"], "--context", "2000"),
+        bad(5, "--context past the model's", ev[:5] + ["--context", "512"], "--context", "512", "256"),
+        bad(5, "--context 2^32-1", ev[:5] + ["--context", str(U32_MAX)], "--context"),
+        bad(5, "--context 1", ev[:5] + ["--context", "1"], "--context"),
+        bad(2, "--context larger than the --host-pool holds", ev + ["--host-pool", "16KiB"], "--host-pool", "--context"),
+        bad(2, "--host-pool 131072TiB", ev + ["--host-pool", "131072TiB"], "--host-pool"),
+        bad(2, "--device-pool 1TiB on the host backend", ev + ["--device-pool", "1TiB"], "--device-pool"),
+        bad(5, "--stride 0", ev[:7] + ["--stride", "0"], "--stride", "0"),
+        bad(5, "--stride equal to --context", ev[:7] + ["--stride", "64"], "--stride", "64"),
+        bad(5, "--stride past --context", ev[:7] + ["--stride", "1000"], "--stride", "1000"),
+        bad(5, "--max-windows 0", ev + ["--max-windows", "0"], "--max-windows"),
+        bad(5, "--sparse-fraction 0", ev + ["--sparse-fraction", "0"], "--sparse-fraction", "(0, 1]"),
+        bad(5, "--sparse-fraction 1.5", ev + ["--sparse-fraction", "1.5"], "--sparse-fraction", "1.5"),
+        bad(5, "--sparse-fraction nan", ev + ["--sparse-fraction", "nan"], "--sparse-fraction"),
+        bad(5, "--sparse-fraction abc (syntax)", ev + ["--sparse-fraction", "abc"], "--sparse-fraction"),
+        bad(5, "--sparse-pages 0", ev + ["--sparse-pages", "0"], "--sparse-pages"),
+        bad(5, "--sparse-pages 2^32-1", ev + ["--sparse-pages", str(U32_MAX)], "--sparse-pages", "4294967295"),
+        bad(5, "--sparse-pages -1 (syntax)", ev + ["--sparse-pages", "-1"], "--sparse-pages"),
+        bad(5, "the same setting twice", ev + ["--sparse-fraction", "0.5", "--sparse-fraction", "0.5"], "--sparse-fraction", "twice"),
+        bad(5, "--threads 0", ev + ["--threads", "0"], "--threads"),
+        bad(5, "--page-tokens 0", ev + ["--page-tokens", "0"], "--page-tokens"),
+        bad(5, "--chunk-tokens 0", ev + ["--chunk-tokens", "0"], "--chunk-tokens"),
+        bad(5, "unknown flag", ev + ["--nope"], "--nope"),
+        bad(5, "--depths with --text", ev + ["--depths", "0.5"], "--depths"),
+        bad(5, "--passkey --depths 1.5", ["eval", "--model", tiny, "--passkey", "--context", "128", "--depths", "0,1.5"], "--depths", "1.5"),
+        bad(5, "--passkey --trials 0", ["eval", "--model", tiny, "--passkey", "--context", "128", "--trials", "0"], "--trials"),
+        bad(5, "--passkey --stride", ["eval", "--model", tiny, "--passkey", "--stride", "8"], "--stride"),
+        bad(5, "--passkey --context too short for the prompt", ["eval", "--model", tiny, "--passkey", "--context", "16"],
+            "--context", "passkey"),
+        bad(1, "block_count 2^32-1", ev[:2] + [p["layers_huge"]] + ev[3:], "llama.block_count"),
+        bad(6, "directory as --model", ["eval", "--model", p["dir"], "--text", p["eval_text"]], "--model"),
     ]
     c["swarm"] = [
         bad(3, "--seeds 2^64-1 (the end wraps)", ["swarm", "--seeds", str(2**64 - 1)], "--seeds"),

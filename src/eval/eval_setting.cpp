@@ -1,0 +1,80 @@
+// eval_setting.cpp — see eval_setting.hpp.
+#include "eval/eval_setting.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace activekv::eval {
+namespace {
+
+EvalSetting sparse_setting(std::string name, SparseMode mode) {
+  EvalSetting s;
+  s.name = std::move(name);
+  s.sparse.mode = mode;
+  s.sparse.measure = true;
+  return s;
+}
+
+EvalSetting fraction_setting(float fraction) {
+  EvalSetting s = sparse_setting("fraction " + fraction_name(fraction), SparseMode::fraction);
+  s.sparse.fraction = fraction;
+  return s;
+}
+
+EvalSetting pages_setting(std::uint32_t pages) {
+  EvalSetting s = sparse_setting(fmt::format("pages {}", pages), SparseMode::pages);
+  s.sparse.pages = pages;
+  return s;
+}
+
+}  // namespace
+
+std::string fraction_name(float fraction) {
+  if (fraction > 0.0f && fraction <= 1.0f) {
+    const double inverse = 1.0 / static_cast<double>(fraction);
+    const double whole = std::round(inverse);
+    if (std::fabs(inverse - whole) < 1e-4 * whole) return whole == 1.0 ? "1" : fmt::format("1/{}", whole);
+  }
+  return fmt::format("{}", fraction);
+}
+
+Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
+  std::vector<EvalSetting> out;
+  EvalSetting exact;
+  exact.name = "exact";
+  out.push_back(exact);
+  const bool none = request.fractions.empty() && request.pages.empty() && !request.adaptive;
+  if (none) {
+    for (float f : {0.5f, 0.25f, 0.125f, 0.0625f}) out.push_back(fraction_setting(f));
+    out.push_back(sparse_setting("adaptive", SparseMode::adaptive));
+    return out;
+  }
+  for (float f : request.fractions) {
+    if (!(f > 0.0f && f <= 1.0f))
+      return make_error(ErrorCode::invalid_argument, "--sparse-fraction",
+                        fmt::format("{} is not a share of the pages: give a number in (0, 1], e.g. 0.125", f));
+    out.push_back(fraction_setting(f));
+  }
+  for (std::uint32_t p : request.pages) {
+    if (p == 0)
+      return make_error(ErrorCode::invalid_argument, "--sparse-pages",
+                        "0 pages reads nothing: give a page budget of at least 1");
+    out.push_back(pages_setting(p));
+  }
+  if (request.adaptive) out.push_back(sparse_setting("adaptive", SparseMode::adaptive));
+  if (out.size() > settings_max)
+    return make_error(ErrorCode::invalid_argument, "--sparse-fraction/--sparse-pages",
+                      fmt::format("{} settings asked for; at most {} (exact included) run in one evaluation",
+                                  out.size(), settings_max));
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (out[i].name == out[j].name)
+        return make_error(ErrorCode::invalid_argument, out[i].sparse.mode == SparseMode::pages ? "--sparse-pages" : "--sparse-fraction",
+                          fmt::format("the setting '{}' is asked for twice", out[i].name));
+    }
+  }
+  return out;
+}
+
+}  // namespace activekv::eval

@@ -1,0 +1,49 @@
+// eval_setting.hpp — the attention settings `activekv eval` compares, and their names.
+//
+// An evaluation always runs exact attention first (the baseline every other
+// setting is compared with), then each sparse setting the command line asked
+// for, in the order given: fixed page budgets (--sparse-pages N), fixed shares
+// of the context's pages (--sparse-fraction F) and the adaptive budget
+// (--sparse-adaptive). With none asked for, the default comparison is exact
+// against 1/2, 1/4, 1/8 and 1/16 of the pages and adaptive.
+//
+// Every sparse setting runs in the runtime's measure mode: the kernel also
+// reads every page so that the attention-mass recall of the selection is exact
+// rather than estimated (SparseSettings::measure). Measuring costs time, never
+// changes the selection or the output.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "activekv/kv_runtime.hpp"
+#include "activekv/result.hpp"
+
+namespace activekv::eval {
+
+inline constexpr std::uint32_t settings_max = 16;  // settings in one evaluation, exact included
+
+struct EvalSetting {
+  std::string name;        // "exact", "fraction 1/8", "fraction 0.3", "pages 64", "adaptive"
+  SparseSettings sparse;   // mode exact for the baseline; measure on for every sparse one
+};
+
+// What the command line asked for (each list in the order given).
+struct SettingRequest {
+  std::vector<float> fractions;       // --sparse-fraction, each in (0, 1]
+  std::vector<std::uint32_t> pages;   // --sparse-pages, each ≥ 1
+  bool adaptive = false;              // --sparse-adaptive
+};
+
+// Exact first, then the requested settings (the default set when none was
+// requested). Refused, naming the flag: a fraction outside (0, 1] or not a
+// number, a page budget of 0, more than settings_max settings, a setting asked
+// twice.
+Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request);
+
+// "1/8" for a fraction that is the inverse of a whole number, else the decimal.
+std::string fraction_name(float fraction);
+
+}  // namespace activekv::eval

@@ -1,0 +1,60 @@
+// eval_setting_test.cpp — exact first, the default set, names, refusals.
+#include "eval/eval_setting.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace activekv::eval {
+namespace {
+
+TEST(EvalSettings, DefaultIsExactThenHalvingsAndAdaptive) {
+  Result<std::vector<EvalSetting>> s = make_settings({});
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 6u);
+  EXPECT_EQ((*s)[0].name, "exact");
+  EXPECT_FALSE((*s)[0].sparse.enabled());
+  EXPECT_EQ((*s)[1].name, "fraction 1/2");
+  EXPECT_EQ((*s)[3].name, "fraction 1/8");
+  EXPECT_EQ((*s)[3].sparse.mode, SparseMode::fraction);
+  EXPECT_FLOAT_EQ((*s)[3].sparse.fraction, 0.125f);
+  EXPECT_EQ((*s)[4].name, "fraction 1/16");
+  EXPECT_EQ((*s)[5].name, "adaptive");
+  for (std::size_t i = 1; i < s->size(); ++i) EXPECT_TRUE((*s)[i].sparse.measure) << (*s)[i].name;
+}
+
+TEST(EvalSettings, RequestedInOrder) {
+  SettingRequest r;
+  r.fractions = {0.3f, 1.0f};
+  r.pages = {64};
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 4u);
+  EXPECT_EQ((*s)[1].name, "fraction 0.3");
+  EXPECT_EQ((*s)[2].name, "fraction 1");
+  EXPECT_EQ((*s)[3].name, "pages 64");
+  EXPECT_EQ((*s)[3].sparse.pages, 64u);
+}
+
+TEST(EvalSettings, Refusals) {
+  for (float f : {0.0f, -0.5f, 1.5f, std::nanf("")}) {
+    SettingRequest r;
+    r.fractions = {f};
+    Result<std::vector<EvalSetting>> s = make_settings(r);
+    ASSERT_FALSE(s.ok()) << f;
+    EXPECT_EQ(s.error().setting, "--sparse-fraction");
+  }
+  SettingRequest zero;
+  zero.pages = {0};
+  ASSERT_FALSE(make_settings(zero).ok());
+  SettingRequest twice;
+  twice.fractions = {0.125f, 0.125f};
+  ASSERT_FALSE(make_settings(twice).ok());
+  SettingRequest many;
+  many.pages.resize(settings_max, 1);
+  for (std::uint32_t i = 0; i < settings_max; ++i) many.pages[i] = i + 1;
+  ASSERT_FALSE(make_settings(many).ok());
+}
+
+}  // namespace
+}  // namespace activekv::eval

@@ -1,0 +1,89 @@
+// passkey.hpp — retrieval of a number hidden at a chosen depth in filler text.
+//
+// The prompt (generated here, deterministic for a seed; after Mohtashami and
+// Jaggi's landmark-attention passkey test):
+//
+//   There is an important piece of information hidden inside a lot of irrelevant text. ...
+//   The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.   × k
+//   The pass key is 48213. Remember it. 48213 is the pass key.                                  at depth d
+//   The grass is green. ...                                                                     × rest
+//   What is the pass key? The pass key is
+//
+// Depth d in [0, 1] places the needle after round(d × filler units) whole
+// filler units; the prompt fills the context less answer_tokens_max tokens.
+// Keys are five-digit numbers drawn from std::mt19937_64 seeded with --seed
+// (a generator whose sequence the standard fixes), one per (depth, trial).
+//
+// Retrieval, per setting: everything before the question is the shared exact
+// prefix (setting_contexts.hpp); the question's tokens are fed one at a time
+// as decode steps under the setting — so the step that must find the needle
+// is a sparse one — and then the answer is decoded greedily, at most
+// answer_tokens_max tokens, stopping at the first token after the digits
+// began that is not part of the number. Correct: the answer's digits, leading
+// spaces dropped, are the key.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "eval/eval_rig.hpp"
+#include "eval/setting_contexts.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace activekv::eval {
+
+inline constexpr std::uint32_t passkey_answer_tokens_max = 8;
+inline constexpr std::uint32_t passkey_trials_max = 1000;
+inline constexpr std::uint32_t passkey_depths_max = 101;
+
+struct PasskeyPrompt {
+  std::vector<engine::TokenId> prefix;    // intro, filler, needle, filler: prefilled exactly
+  std::vector<engine::TokenId> question;  // fed as decode steps
+  std::string key;                        // five digits
+  std::uint32_t needle_token = 0;         // where the needle starts in the prompt
+};
+
+// The prompt for one trial: `context` tokens at most, answer room included.
+// Refused (naming --context) when the context cannot hold the intro, the
+// needle, the question, the answer and one filler unit.
+Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::uint32_t context, double depth,
+                                          std::uint32_t key);
+
+struct PasskeyRequest {
+  std::uint32_t context = 0;
+  std::vector<double> depths;  // each in [0, 1]
+  std::uint32_t trials = 1;    // per depth
+  std::uint64_t seed = 0;
+};
+
+struct PasskeyTrial {
+  double depth = 0.0;
+  std::string key;
+  std::vector<std::string> answers;  // per setting, the digits it gave (may be empty)
+  std::vector<std::string> texts;    // per setting, the answer as decoded (what the digits came from)
+};
+
+struct PasskeyResult {
+  std::vector<std::string> settings;          // names, exact first
+  std::vector<double> depths;
+  std::vector<std::vector<std::uint32_t>> correct;  // [setting][depth]: trials retrieved
+  std::uint32_t trials = 0;                   // per depth
+  std::vector<PasskeyTrial> log;              // every trial, in order
+  std::vector<SelectionTotals> selection;     // per setting, over the question's and the answer's steps
+};
+
+// Refused, naming the flag: a depth outside [0, 1] (--depths), trials 0 or past passkey_trials_max (--trials).
+Status check_passkey_request(const PasskeyRequest& request);
+
+using TrialProgress = void (*)(void* user, std::uint32_t done, std::uint32_t total);
+
+Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer& tok, std::span<const EvalSetting> settings,
+                                       const PasskeyRequest& request, TrialProgress progress = nullptr,
+                                       void* user = nullptr);
+
+// The digits an answer starts with (leading whitespace dropped): "48213" from " 48213.".
+std::string leading_digits(std::string_view answer);
+
+}  // namespace activekv::eval

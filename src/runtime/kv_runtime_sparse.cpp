@@ -1,0 +1,317 @@
+// kv_runtime_sparse.cpp — sparse attention in the runtime: summaries as rows land, the choice of
+// pages per decode entry and layer, the adaptive budgets, the statistics (docs/SPARSE.md; the
+// class: kv_runtime_impl.hpp; the summaries, the bound and the choice: sparse_selection.hpp).
+//
+// Invariants: created exact, none of this exists and a step runs exactly as before; created
+// sparse, a page's summary holds exactly the keys the kernel reads from it (rebuilt from the
+// authoritative host rows whenever the table is not known to be current for the context), and a
+// step whose every entry reads all its pages hands the schedule no selection at all, so its
+// arithmetic is exact mode's, bit for bit. Nothing here allocates after create().
+#include "runtime/kv_runtime_impl.hpp"
+
+namespace activekv {
+
+const char* sparse_mode_name(SparseMode mode) noexcept {
+  switch (mode) {
+    case SparseMode::exact: return "exact";
+    case SparseMode::pages: return "pages";
+    case SparseMode::fraction: return "fraction";
+    case SparseMode::adaptive: return "adaptive";
+  }
+  return "?";
+}
+
+}  // namespace activekv
+
+namespace activekv::runtime_impl {
+
+namespace {
+// The adaptive rule (docs/SPARSE.md "The adaptive rule"): grow fast, shrink slowly.
+constexpr float grow_factor = 1.5f;     // one step below grow_below multiplies the budget by this
+constexpr float shrink_factor = 0.97f;  // one comfortable step shrinks it by 3%
+constexpr float slow_weight = 0.1f;     // the slow average's weight of a new step (~10 steps)
+constexpr std::uint32_t initial_divisor = 8;  // a new context starts at 1/8 of its pages (or the floor)
+}  // namespace
+
+Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
+  AK_ASSERT(!step_open_, "kv runtime: set_sparse() during a step");
+  if (sparse.enabled() && summaries_ == nullptr) {
+    return make_error(ErrorCode::invalid_argument, "--sparse-pages",
+                      "this runtime was created exact and keeps no page summaries: create it with sparse enabled");
+  }
+  settings_.sparse = sparse;
+  std::fill(budget_pages_.begin(), budget_pages_.end(), 0.0f);
+  std::fill(captured_slow_.begin(), captured_slow_.end(), 1.0f);
+  std::fill(heavy_.begin(), heavy_.end(), 0.0f);
+  return Status::success();
+}
+
+void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
+  if (summaries_ == nullptr) return;
+  const Geometry& g = plan_.geometry;
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const std::size_t head_elements = std::size_t{g.kv_heads} * g.head_dim;
+  const std::uint64_t row_bytes = g.row_bytes();
+  const std::span<const std::byte> host = backend_.host_pool();
+  for (std::uint32_t e = 0; e < entries(); ++e) {
+    const LayerPlan& lp = layer_plan(layer, e);
+    const ContextId context = scheduled_[e].context;
+    const std::uint32_t slot = context.slot;
+    // Stale (another context held the slot, an adopted or restored prefix, a failed step):
+    // rebuild the layer's pages from the host rows, which are authoritative below length_before.
+    if (summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before) {
+      for (std::uint32_t t = 0; t < lp.length_before; ++t) {
+        if (t % P == 0) summaries_->clear(slot, layer, t / P);
+        const std::byte* row = host.data() + plan_.host.row_offset(slot, layer, t);
+        runtime::decode_elements(g.dtype, row, head_elements, key_row_.data());
+        summaries_->add(slot, layer, t / P, key_row_.data());
+      }
+    }
+    for (std::uint32_t i = 0; i < query_count_[e]; ++i) {
+      const std::uint32_t t = lp.length_before + i;
+      if (t % P == 0) summaries_->clear(slot, layer, t / P);
+      // The key as stored (encoded), decoded as the kernel widens it.
+      runtime::decode_elements(g.dtype, rows_.data() + (query_first_[e] + i) * row_bytes, head_elements, key_row_.data());
+      summaries_->add(slot, layer, t / P, key_row_.data());
+    }
+  }
+}
+
+std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept {
+  const SparseSettings& s = settings_.sparse;
+  const std::uint32_t least = 1u + std::max(1u, s.recent_pages);  // the sink and the newest pages
+  switch (s.mode) {
+    case SparseMode::exact: return pages;
+    case SparseMode::pages: return std::max(least, s.pages);
+    case SparseMode::fraction:
+      return std::max(least, static_cast<std::uint32_t>(std::ceil(static_cast<double>(s.fraction) * pages)));
+    case SparseMode::adaptive: {
+      const float floor = static_cast<float>(std::max(least, s.floor_pages));
+      float& b = budget_pages_[slot];
+      if (b == 0.0f) b = std::max(floor, std::ceil(static_cast<float>(pages) / initial_divisor));
+      b = std::clamp(b, floor, std::max(floor, static_cast<float>(pages)));
+      return static_cast<std::uint32_t>(std::ceil(b));
+    }
+  }
+  return pages;
+}
+
+bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept {
+  if (summaries_ == nullptr || !settings_.sparse.enabled()) return false;
+  ScopedTimer timer(sparse_stats_.select_ns);
+  const Geometry& g = plan_.geometry;
+  const SparseSettings& s = settings_.sparse;
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  const std::uint32_t group = settings_.q_heads / g.kv_heads;
+  const bool heavy = s.mode == SparseMode::adaptive;
+  bool any = false;
+  for (std::uint32_t e = 0; e < entries(); ++e) {
+    const LayerPlan& lp = layer_plan(layer, e);
+    const std::uint32_t slot = scheduled_[e].context.slot;
+    const std::uint32_t n = (lp.length_tokens + P - 1) / P;
+    std::uint8_t* keep = keep_.data() + std::size_t{e} * max;
+    const std::size_t sl = std::size_t{slot} * g.dense_layers + layer;
+    std::uint32_t* pick_rank = pick_rank_.data() + sl * max;
+    float* pick_bound = pick_bound_.data() + sl * max;
+    float* scores = heavy_.data() + sl * max;
+    fill_[e] = 0;
+    unselected_[e] = 0;
+    if (query_count_[e] != 1) {  // prefill stays exact
+      std::fill_n(keep, n, std::uint8_t{1});
+      continue;
+    }
+    const std::uint32_t budget = sparse_budget(slot, n);
+    ++sparse_stats_.selections;
+    ++sparse_stats_.selections_last;
+    sparse_stats_.pages_context += n;
+    sparse_stats_.pages_context_last += n;
+    pick_pages_[sl] = n;
+    pick_step_[slot] = planner_.step() + 1;
+    if (heavy) {
+      for (std::uint32_t p = 0; p < n; ++p) scores[p] *= s.heavy_decay;
+    }
+    if (budget >= n) {
+      std::fill_n(keep, n, std::uint8_t{1});
+      std::fill_n(pick_rank, n, runtime::rank_forced);
+      std::fill_n(pick_bound, n, 0.0f);
+      sparse_stats_.pages_read += n;
+      sparse_stats_.pages_read_last += n;
+      continue;
+    }
+    // Each group's bound per page: the maximum over its query heads.
+    const float* qe = q + std::size_t{query_first_[e]} * settings_.q_heads * g.head_dim;
+    for (std::uint32_t h = 0; h < settings_.q_heads; ++h) {
+      runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
+                           q_negative_.data() + std::size_t{h} * g.head_dim);
+    }
+    for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
+      float* bound = bounds_.data() + std::size_t{kh} * n;
+      const float* qp = q_positive_.data() + std::size_t{kh} * group * g.head_dim;
+      const float* qn = q_negative_.data() + std::size_t{kh} * group * g.head_dim;
+      for (std::uint32_t p = 0; p < n; ++p) {
+        const float* sum = summaries_->page(slot, layer, p) + std::size_t{kh} * 2u * g.head_dim;
+        bound[p] = runtime::group_bound(qp, qn, group, sum, sum + g.head_dim, g.head_dim);
+      }
+    }
+    // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
+    std::uint32_t heavy_count = 0;
+    if (heavy) {
+      const float threshold = s.heavy_share / std::max(1e-6f, 1.0f - s.heavy_decay);
+      const std::uint32_t recent = std::max(1u, s.recent_pages);
+      for (std::uint32_t p = 0; p < n; ++p) {
+        heavy_flags_[p] = 0;
+        if (p != 0 && p + recent < n && scores[p] >= threshold) selected_[heavy_count++] = p;
+      }
+      const std::uint32_t cap = budget / 2;
+      if (heavy_count > cap) {
+        std::partial_sort(selected_.data(), selected_.data() + cap, selected_.data() + heavy_count,
+                          [scores](std::uint32_t a, std::uint32_t b) {
+                            return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+                          });
+        heavy_count = cap;
+      }
+      for (std::uint32_t i = 0; i < heavy_count; ++i) heavy_flags_[selected_[i]] = 1;
+    }
+    runtime::SelectionInput in;
+    in.pages = n;
+    in.groups = g.kv_heads;
+    in.budget = budget;
+    in.recent = std::max(1u, s.recent_pages);
+    in.bound = {bounds_.data(), std::size_t{g.kv_heads} * n};
+    if (heavy) in.heavy = {heavy_flags_.data(), n};
+    const std::uint32_t count = runtime::select_pages(in, *selection_, {selected_.data(), n});
+    std::fill_n(keep, n, std::uint8_t{0});
+    std::uint32_t ranked = 0;
+    for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = 1;
+    for (std::uint32_t p = 0; p < n; ++p) {
+      const std::uint32_t r = selection_->rank[p];
+      pick_rank[p] = r;
+      float b = bounds_[p];
+      for (std::uint32_t kh = 1; kh < g.kv_heads; ++kh) b = std::max(b, bounds_[std::size_t{kh} * n + p]);
+      pick_bound[p] = b;
+      ranked += (r != UINT32_MAX && r != runtime::rank_forced) ? 1u : 0u;
+    }
+    fill_[e] = ranked;
+    unselected_[e] = n - count;
+    sparse_stats_.pages_read += count;
+    sparse_stats_.pages_read_last += count;
+    any = any || count < n;
+  }
+  return any;
+}
+
+void KvRuntimeImpl::finish_sparse_step() noexcept {
+  if (summaries_ == nullptr) return;
+  const std::uint32_t layers = plan_.geometry.dense_layers;
+  for (std::uint32_t e = 0; e < entries(); ++e) {
+    const ContextId context = scheduled_[e].context;
+    const std::uint32_t slot = context.slot;
+    // The summaries are current for this context up to its new length (every layer wrote).
+    if (layers_written_ == layers && fault_.what == nullptr) {
+      summarized_generation_[slot] = context.generation + 1;
+      summarized_tokens_[slot] = layer_plan(0, e).length_tokens;
+    } else {
+      summarized_generation_[slot] = 0;
+    }
+    entry_of_slot_[slot] = UINT32_MAX;
+    if (settings_.sparse.mode != SparseMode::adaptive || captured_layers_[e] == 0) continue;
+    // The adaptive rule: fast growth below grow_below, slow shrink while the slow average of the
+    // captured mass stays above shrink_above.
+    const float captured = static_cast<float>(captured_sum_[e] / captured_layers_[e]);
+    float& slow = captured_slow_[slot];
+    slow = (1.0f - slow_weight) * slow + slow_weight * captured;
+    float& b = budget_pages_[slot];
+    if (captured < settings_.sparse.grow_below) {
+      b *= grow_factor;
+    } else if (slow > settings_.sparse.shrink_above && captured > settings_.sparse.shrink_above) {
+      b *= shrink_factor;
+    }
+  }
+  if (sparse_stats_.selections_last > 0) ++sparse_stats_.decode_steps;
+  if (recall_step_count_ > 0) sparse_stats_.recall_last = recall_step_sum_ / static_cast<double>(recall_step_count_);
+}
+
+}  // namespace activekv::runtime_impl
+
+namespace activekv::runtime_impl {
+
+void KvRuntimeImpl::note_page_mass(std::span<const runtime::PageKey> keys, std::span<const float> mass) noexcept {
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  const std::uint32_t layers = plan_.geometry.dense_layers;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const runtime::PageKey& k = keys[i];
+    const std::size_t at = (std::size_t{k.slot} * layers + k.layer) * max + k.logical;
+    heavy_[at] += mass[i];
+    const std::uint32_t e = entry_of_slot_[k.slot];
+    const std::uint32_t r = pick_rank_[at];
+    // The lower half of the pages chosen by rank: the marginal pages, whose mass stands for
+    // what the pages left out would have carried.
+    if (e != UINT32_MAX && r != UINT32_MAX && r != runtime::rank_forced && r >= fill_[e] / 2) {
+      tail_mass_[e] += mass[i];
+      ++tail_count_[e];
+    }
+  }
+}
+
+void KvRuntimeImpl::note_captured_mass(bool measured, bool estimated) noexcept {
+  const std::uint32_t heads = settings_.q_heads;
+  const std::size_t stride = 2u + plan_.geometry.head_dim;
+  for (std::uint32_t e = 0; e < entries(); ++e) {
+    if (query_count_[e] != 1) continue;
+    double captured = 1.0;
+    bool known = unselected_[e] == 0;
+    if (!known && measured) {
+      // mass = s · exp(m) per (query, head); recall = mass(selected) / mass(all).
+      double sum = 0.0;
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        const float* sel = state_.data() + (std::size_t{query_first_[e]} * heads + h) * stride;
+        const float* all = full_state_.data() + (std::size_t{query_first_[e]} * heads + h) * stride;
+        sum += static_cast<double>(sel[1]) * std::exp(static_cast<double>(sel[0]) - all[0]) / all[1];
+      }
+      captured = sum / heads;
+      known = true;
+    } else if (!known && estimated && tail_count_[e] > 0) {
+      const double tail = static_cast<double>(tail_mass_[e]) / tail_count_[e];
+      captured = 1.0 / (1.0 + unselected_[e] * tail);
+      known = true;
+    }
+    if (!known) continue;
+    captured_sum_[e] += captured;
+    ++captured_layers_[e];
+    sparse_stats_.captured_estimate_sum += captured;
+    if (settings_.sparse.measure) {
+      sparse_stats_.recall_sum += captured;
+      ++sparse_stats_.recall_count;
+      sparse_stats_.recall_min = std::min(sparse_stats_.recall_min, captured);
+      recall_step_sum_ += captured;
+      ++recall_step_count_;
+    }
+  }
+}
+
+}  // namespace activekv::runtime_impl
+
+namespace activekv::runtime_impl {
+
+void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
+  if (summaries_ == nullptr || pick_step_[context.slot] == 0 ||
+      summarized_generation_[context.slot] != context.generation + 1) {
+    return;
+  }
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  const std::uint32_t layers = plan_.geometry.dense_layers;
+  e.sparse_step = pick_step_[context.slot] - 1;
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    const std::size_t sl = std::size_t{context.slot} * layers + l;
+    const std::uint32_t n = pick_pages_[sl];
+    e.sparse_pages_held = std::max(e.sparse_pages_held, n);
+    for (std::uint32_t p = 0; p < n; ++p) {
+      const std::uint32_t r = pick_rank_[sl * max + p];
+      if (r == UINT32_MAX) continue;
+      e.sparse_picks.push_back(SparsePick{l, p, pick_bound_[sl * max + p], r == runtime::rank_forced ? UINT32_MAX : r});
+    }
+  }
+}
+
+}  // namespace activekv::runtime_impl
