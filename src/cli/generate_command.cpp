@@ -230,8 +230,8 @@ int run(const GenerateOptions& o) {
   std::fputc('\n', stdout);
   if (!stats) return fail(stats.error());
   if (o.verbose) {
-    const double prefill_s = stats->prefill_ns * 1e-9;
-    const double decode_s = stats->decode_ns * 1e-9;
+    const double prefill_s = static_cast<double>(stats->prefill_ns) * 1e-9;
+    const double decode_s = static_cast<double>(stats->decode_ns) * 1e-9;
     std::fprintf(stderr, "prefill %u tokens in %.3f s (%.1f tok/s); decode %u tokens in %.3f s (%.1f tok/s)\n",
                  stats->prompt_tokens, prefill_s, stats->prompt_tokens / std::max(prefill_s, 1e-9),
                  stats->generated_tokens, decode_s, stats->generated_tokens / std::max(decode_s, 1e-9));

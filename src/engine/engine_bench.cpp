@@ -66,8 +66,9 @@ double memcpy_read_gbps() {
 void print_shares(const char* what, const PhaseTimes& t) {
   const double total = static_cast<double>(t.total_ns());
   fmt::print("{} time shares: matmul {:.1f}%  attention {:.1f}%  copies {:.1f}%  planning {:.1f}%  other {:.1f}%\n", what,
-             100.0 * t.matmul_ns / total, 100.0 * t.attention_ns / total, 100.0 * t.copies_ns / total,
-             100.0 * t.planning_ns / total, 100.0 * t.other_ns / total);
+             100.0 * static_cast<double>(t.matmul_ns) / total, 100.0 * static_cast<double>(t.attention_ns) / total,
+             100.0 * static_cast<double>(t.copies_ns) / total, 100.0 * static_cast<double>(t.planning_ns) / total,
+             100.0 * static_cast<double>(t.other_ns) / total);
 }
 
 }  // namespace
@@ -215,7 +216,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   const double floor_ms = static_cast<double>(weight_bytes) / (gbps * 1e9) * 1e3;
   fmt::print("weights read per token {:.1f} MiB; memcpy {:.1f} GB/s; traffic floor {:.2f} ms/token ({:.0f} tokens/s); "
              "decode at {:.0f}% of the floor's speed\n",
-             weight_bytes / 1048576.0, gbps, floor_ms, 1e3 / floor_ms, 100.0 * floor_ms / (1e3 * decode_s / decode));
+             static_cast<double>(weight_bytes) / 1048576.0, gbps, floor_ms, 1e3 / floor_ms, 100.0 * floor_ms / (1e3 * decode_s / decode));
   created->reset();
   figures.decode_tokens_per_s = decode / decode_s;
   figures.decode_tokens_per_cpu_s = decode / decode_cpu;

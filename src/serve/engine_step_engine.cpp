@@ -313,14 +313,14 @@ EngineCounters EngineStepEngine::counters() const {
   c.retained_histories = k.retained_histories;
   c.tier_restored_tokens = k.tier_restored_tokens;
   if (p.tier != nullptr) {
-    const tier::TierCounters& t = p.tier->counters();
-    c.tier_hits = t.hits.load(std::memory_order_relaxed);
-    c.tier_misses = t.misses.load(std::memory_order_relaxed);
-    c.tier_errors = t.errors.load(std::memory_order_relaxed);
-    c.tier_refused = t.refused.load(std::memory_order_relaxed);
-    c.tier_bytes_read = t.bytes_read.load(std::memory_order_relaxed);
-    c.tier_bytes_written = t.bytes_written.load(std::memory_order_relaxed);
-    c.tier_dropped_writes = t.dropped_writes.load(std::memory_order_relaxed);
+    const tier::TierCounters& tc = p.tier->counters();
+    c.tier_hits = tc.hits.load(std::memory_order_relaxed);
+    c.tier_misses = tc.misses.load(std::memory_order_relaxed);
+    c.tier_errors = tc.errors.load(std::memory_order_relaxed);
+    c.tier_refused = tc.refused.load(std::memory_order_relaxed);
+    c.tier_bytes_read = tc.bytes_read.load(std::memory_order_relaxed);
+    c.tier_bytes_written = tc.bytes_written.load(std::memory_order_relaxed);
+    c.tier_dropped_writes = tc.dropped_writes.load(std::memory_order_relaxed);
   }
   c.retained_device_pages_adopted = k.retained_device_pages_adopted;
   c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;
