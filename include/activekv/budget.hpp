@@ -266,6 +266,11 @@ class BudgetManager {
   // admission can write into it, until release_history(). Invariant: free + running + retired +
   // held (not retired) histories = slots.
   void hold_history(std::uint32_t slot) noexcept;
+  // A free history reserved for a request before its admission (the KV tier's reader writes its
+  // rows, docs/TIER.md): taken off the free list as admission would take it (`preferred` if free,
+  // else another by the same order) and held like a finished one, until release_history().
+  // Needs a free history; returns the slot.
+  std::uint32_t reserve_history(std::uint32_t preferred) noexcept;
   void release_history(std::uint32_t slot) noexcept;  // back on the free list (unless retired); admits from the queue
   bool history_held(std::uint32_t slot) const noexcept { return held_[slot] != 0; }
   std::uint32_t histories_held() const noexcept { return held_count_; }

@@ -199,6 +199,8 @@ struct KvCounters {
   std::uint64_t tier_restores = 0;            // admissions that restored blocks from the tier
   std::uint64_t tier_leases = 0;              // finished histories held while the tier's writer read them
   std::uint64_t tier_restored_tokens = 0;     // prompt tokens restored from the tier instead of prefilled
+  std::uint64_t tier_reservations = 0;        // histories reserved for a lookup's reader to write into
+  std::uint64_t tier_reservations_lost = 0;   // ready lookups not adopted: their history was taken meanwhile
   std::uint64_t retained_device_pages_kept = 0;       // device pages left with finished contexts' retained histories
   std::uint64_t retained_device_pages_adopted = 0;    // of them, handed over in place to the adopting context
   std::uint64_t retained_device_pages_reclaimed = 0;  // of them, freed (reclaimed first, history taken or dropped)
@@ -245,6 +247,13 @@ class KvRuntime {
   // open_context may run now (the lookup ended, or there is nothing to look up); false: the
   // lookup runs, ask again (the request waits in admission; other contexts keep stepping).
   virtual bool prepare_tier(std::span<const std::int32_t> prompt) = 0;
+  // A request that waits in the queue: starts the lookup of its blocks when a reader is free (no
+  // history is reserved yet), so the round trip runs while it waits. True when its lookup runs
+  // or ended; false: none could start (ask again later). Without a tier: true.
+  virtual bool prefetch_tier(std::span<const std::int32_t> prompt) = 0;
+  // A request that leaves the queue unadmitted (cancelled): its lookup goes unused; a history
+  // reserved for it is given back once the tier's reader is out of its rows (release_tier_leases).
+  virtual void drop_tier(std::span<const std::int32_t> prompt) = 0;
   // Gives back the histories the tier's writer finished reading; returns how many are still held
   // (finished contexts whose rows it still reads: neither free nor running).
   virtual std::uint32_t release_tier_leases() = 0;

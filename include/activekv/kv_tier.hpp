@@ -2,14 +2,19 @@
 //
 // The runtime knows nothing of the store behind it (src/tier/ implements this
 // port on Redis). It calls the port between steps, never inside one, and no
-// call touches the network:
+// call touches the network or copies rows:
 //
-//   before admission  prepare(): starts (or checks) a background lookup of the
-//               prompt's whole blocks past what the host pool holds; until it
-//               has ended the request waits in admission while others step.
-//   admission   restore(): the blocks that lookup read and checked, copied into
-//               the new history; the context's length starts after them, so
-//               only the rest is prefilled.
+//   arrival     lookup(): starts a background lookup of the prompt's whole
+//               blocks past what the host pool holds (a prefetch: a bounded
+//               number run at once; the queue head may evict one that waits).
+//   queue head  attach(): the history the runtime reserved for the request;
+//               the tier's reader writes the accepted blocks' rows straight
+//               into it, off the engine thread, while writing_into() says so
+//               (the runtime keeps the history off its free list meanwhile).
+//   admission   adopt(): the end of the run written there; the context's length
+//               starts after it, so only the rest is prefilled.
+//   cancel      abandon(): the lookup goes unused; the history stays reserved
+//               until writing_into() is false.
 //   finish      offer(): the finished history's whole blocks, handed to a
 //               background writer that reads the history's rows itself, under
 //               a lease (the history): the runtime keeps that history off its
@@ -18,6 +23,9 @@
 // A block is block_tokens tokens (a whole number of pages) starting at a
 // multiple of block_tokens; block b's rows of layer l are
 // layer_segments[l][b × block_tokens × row_bytes, (b + 1) × block_tokens × row_bytes).
+// A lookup is named by its prompt's blocks [first_block, blocks_end): the chain
+// hash of block blocks_end − 1 names every token before it, and a lookup that
+// started at or before first_block covers a request that needs less.
 // A port never fails a caller: whatever goes wrong is a miss (fewer blocks).
 #pragma once
 
@@ -27,26 +35,49 @@
 
 namespace activekv {
 
+inline constexpr std::uint32_t kTierNoSlot = UINT32_MAX;
+
+enum class TierLookupStatus : std::uint8_t {
+  busy,     // no lookup of these blocks, and none could start now (every reader busy): ask again
+  reading,  // the reader reads the store; no history attached yet
+  read,     // read and checked; no history attached yet (attach)
+  writing,  // a history is attached: the reader reads, then writes the accepted rows into it
+  ready,    // the accepted rows are in the attached history: adopt()
+};
+
 class KvTierPort {
  public:
   virtual ~KvTierPort() = default;
   virtual std::uint32_t block_tokens() const noexcept = 0;
-  // True when restore() of these blocks may run now: a background lookup of them ended (or there
-  // is nothing to look up). False: a lookup runs (this one, started now, or another's); ask again.
-  virtual bool prepare(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end) = 0;
-  // Restores blocks first_block, first_block + 1, … (< blocks_end) of `prompt` that the ended
-  // lookup read and accepted, stopping at the first it did not; blocks before first_block are
-  // already in the history. Returns the end of the restored run (first_block when nothing was
-  // restored, and always when no matching lookup ended: never waits).
-  virtual std::uint32_t restore(std::span<const std::int32_t> prompt, std::uint32_t first_block,
-                                std::uint32_t blocks_end, std::span<const std::span<std::byte>> layer_segments) = 0;
+  // Finds, or starts, the background lookup of blocks [first_block, blocks_end) of `prompt`
+  // (blocks_end > first_block). With `evict`, a lookup of another prompt that is not in a history's
+  // rows (read, or ready but not adopted) gives way when every reader is busy.
+  virtual TierLookupStatus lookup(std::span<const std::int32_t> prompt, std::uint32_t first_block,
+                                  std::uint32_t blocks_end, bool evict) = 0;
+  // The lookup of these blocks (reading or read: none attached) writes its accepted rows into
+  // `layer_segments` (history `slot`), rows from token `from_token` on only. False: not attached.
+  virtual bool attach(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
+                      std::span<const std::span<std::byte>> layer_segments, std::uint32_t from_token,
+                      std::uint32_t slot) = 0;
+  // The ready lookup of these blocks: the history its rows are in, and the first token written
+  // (kTierNoSlot when there is none).
+  virtual std::uint32_t ready_slot(std::span<const std::int32_t> prompt, std::uint32_t first_block,
+                                   std::uint32_t blocks_end, std::uint32_t& from_token) = 0;
+  // Ends the ready lookup of these blocks: returns the end of the accepted run written into its
+  // history (first_block when none, and always when no lookup of these blocks is ready).
+  virtual std::uint32_t adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block,
+                              std::uint32_t blocks_end) = 0;
+  // Lets the lookup of the blocks before blocks_end go unused (a no-op when there is none).
+  virtual void abandon(std::span<const std::int32_t> prompt, std::uint32_t blocks_end) = 0;
+  // True while a lookup's reader may still write into history `slot`.
+  virtual bool writing_into(std::uint32_t slot) const = 0;
   // Offers the whole blocks of `tokens`, whose rows the segments hold, to be written behind: the
   // writer reads the rows after offer() returns, while lease_held(lease) is true.
   virtual void offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments,
                      std::uint32_t lease) = 0;
   virtual bool lease_held(std::uint32_t lease) const = 0;
-  // Waits up to timeout_ms for a lookup to end or a write to finish (a waiting admission with
-  // nothing else to step); true if one did.
+  // Waits up to timeout_ms for a reader to end its read or copy, or a write to finish (a waiting
+  // admission with nothing else to step); true if one did.
   virtual bool wait(std::uint32_t timeout_ms) = 0;
 };
 

@@ -285,6 +285,14 @@ void BudgetManager::hold_history(std::uint32_t slot) noexcept {
   held_[slot] = 1;
 }
 
+std::uint32_t BudgetManager::reserve_history(std::uint32_t preferred) noexcept {
+  const std::uint32_t slot = take_free_slot(preferred);
+  held_[slot] = 1;
+  ++held_count_;  // neither free nor running: counted with the held histories
+  AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after reserve_history");
+  return slot;
+}
+
 void BudgetManager::release_history(std::uint32_t slot) noexcept {
   AK_ASSERT(slot < contexts_.size() && held_[slot] != 0, "release_history of a history that is not held");
   held_[slot] = 0;

@@ -93,6 +93,7 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   tier_ = settings.tier;
   tier_segments_.resize(g.dense_layers);
   tier_csegments_.resize(g.dense_layers);
+  tier_generation_.assign(budgets_.slots(), 0);
   if (settings.prefix_reuse) {
     std::uint64_t identity = settings.model_identity;
     if (identity == 0) {

@@ -20,8 +20,11 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   // another free history and the matched pages are copied (from a free or a running history).
   const bool in_place =
       match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
-  const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, in_place ? match.slot : UINT32_MAX,
-                                             /*adopt=*/in_place && settings_.prefix_reuse_device);
+  // A history the tier's reader wrote this prompt's blocks into is taken instead (kv_runtime_tier.cpp).
+  const std::uint32_t tier_slot = tier_ != nullptr ? tier_ready_history(prompt, match) : UINT32_MAX;
+  const std::uint32_t preferred = tier_slot != UINT32_MAX ? tier_slot : in_place ? match.slot : UINT32_MAX;
+  const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, preferred,
+                                             /*adopt=*/in_place && preferred == match.slot && settings_.prefix_reuse_device);
   if (result.outcome == AdmitOutcome::refused && result.reason == Reason::no_usable_history) {
     return make_error(ErrorCode::backend, "device", fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
   }
@@ -32,7 +35,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   if (result.outcome == AdmitOutcome::admitted) {
     slot_faulted_[result.handle.slot] = 0;
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
-    if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens);
+    if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
   }
   return result;
 }
@@ -45,27 +48,6 @@ runtime::PrefixMatch KvRuntimeImpl::local_prefix(std::span<const std::int32_t> p
     match = prefix_->longest(prompt, pages_max);
   }
   return match;
-}
-
-bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
-  if (tier_ == nullptr) return true;
-  release_tier_leases();
-  std::uint32_t first = 0, end = 0;
-  if (!tier_blocks(prompt, local_prefix(prompt).pages * plan_.arena.page_tokens, first, end)) return true;
-  return tier_->prepare(prompt, first, end);
-}
-
-std::uint32_t KvRuntimeImpl::release_tier_leases() {
-  if (tier_ == nullptr || budgets_.histories_held() == 0) return 0;
-  bool released = false;
-  for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {
-    if (budgets_.history_held(slot) && !budgets_.context(slot).running && !tier_->lease_held(slot)) {
-      budgets_.release_history(slot);  // may admit a queued request into it
-      released = true;
-    }
-  }
-  if (released) sweep_retained();  // a retained prefix in a history just taken is dropped
-  return budgets_.histories_held();
 }
 
 std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
@@ -146,49 +128,6 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
   prefix_->touch(match.slot, ++retain_stamp_);
   counters_.retained_histories = prefix_->histories_held();
   return c.length_tokens;
-}
-
-// The shared tier (docs/TIER.md): the prompt's whole blocks past the `reused` tokens the host pool
-// gave, while at least one prompt token is left to prefill. Between steps: no copy is in flight
-// into this history (it was just admitted), so the port writes its rows directly.
-std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt,
-                                               std::uint32_t reused) noexcept {
-  const std::uint32_t B = tier_->block_tokens();
-  const std::uint32_t P = plan_.arena.page_tokens;
-  std::uint32_t first_block = 0, blocks_end = 0;
-  if (!tier_blocks(prompt, reused, first_block, blocks_end)) return reused;
-  // Pages still landing by a device-to-device copy end the run at the adopted prefix, and they
-  // cannot be given up before their fence: the tier is not asked this time (the rest prefills).
-  if (adoption_[slot].device_copied > 0) return reused;
-  const std::span<std::byte> host = backend_.host_pool();
-  for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
-    tier_segments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
-  }
-  const std::uint32_t end = tier_->restore(prompt, first_block, blocks_end, tier_segments_);
-  AK_ASSERT(end >= first_block && end <= blocks_end, "kv tier: a restore ends inside the blocks asked for");
-  const std::uint32_t length = end * B;
-  if (length <= reused) return reused;
-  // Device pages handed over in place end at the local prefix; the history now ends past them, and
-  // a run is contiguous up to its tail: the run's pages give way (logged), the sink and promoted stay.
-  const std::uint32_t given_up = budgets_.release_runs(slot, Reason::run_behind_tier);
-  adoption_[slot].device_pages -= std::min(adoption_[slot].device_pages, given_up);
-  ContextState& c = budgets_.context(slot);
-  c.length_tokens = length;
-  adoption_[slot].tier_pages_first = reused / P;
-  adoption_[slot].tier_pages_end = length / P;
-  ++counters_.tier_restores;
-  counters_.tier_restored_tokens += length - reused;
-  return length;
-}
-
-bool KvRuntimeImpl::tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
-                                std::uint32_t& end) const noexcept {
-  const std::uint32_t B = tier_->block_tokens();
-  AK_ASSERT(B > 0 && B % plan_.arena.page_tokens == 0, "kv tier: a block is a whole number of pages");
-  if (prompt.size() <= B) return false;
-  end = static_cast<std::uint32_t>(std::min<std::size_t>((prompt.size() - 1) / B, plan_.host.max_context_tokens / B));
-  first = reused / B;
-  return end > first && std::uint64_t{end} * B > reused;
 }
 
 void KvRuntimeImpl::drop_retained(std::uint32_t slot, Reason reason) noexcept {

@@ -173,6 +173,8 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
   std::uint32_t histories_free() const override { return budgets_.histories_free(); }
   bool prepare_tier(std::span<const std::int32_t> prompt) override;
+  bool prefetch_tier(std::span<const std::int32_t> prompt) override;
+  void drop_tier(std::span<const std::int32_t> prompt) override;
   std::uint32_t release_tier_leases() override;
   bool wait_tier(std::uint32_t timeout_ms) override { return tier_ != nullptr && tier_->wait(timeout_ms); }
   std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
@@ -346,7 +348,12 @@ class KvRuntimeImpl final : public KvRuntime {
   KvTierPort* tier_ = nullptr;
   std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
   std::vector<std::span<const std::byte>> tier_csegments_;  // [dense layers] the same, read-only
-  std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
+  std::vector<std::uint32_t> tier_generation_;              // per slot: the generation when reserved for a lookup
+  // Admission: the history a ready lookup wrote this prompt's blocks into, while it is still free and
+  // untouched since (kv_runtime_tier.cpp); UINT32_MAX when there is none.
+  std::uint32_t tier_ready_history(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept;
+  std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused,
+                                  std::uint32_t tier_slot) noexcept;
   // The prompt's whole blocks [first, end) the tier may give past `reused` local tokens; false: none.
   bool tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
                    std::uint32_t& end) const noexcept;

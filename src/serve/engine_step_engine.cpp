@@ -122,6 +122,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
     ts.store.command_timeout_ms = c.kv_tier_timeout_ms;
     ts.block_tokens = c.kv_tier_block_tokens;
     ts.write_queue_blocks = c.kv_tier_write_queue;
+    ts.lookups = c.kv_tier_lookups;
     ts.page_tokens = memory.page_tokens;
     ts.max_context_tokens = memory.max_context_tokens;
     ts.model_identity = kvs.model_identity;
@@ -236,6 +237,9 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
 }
 
 void EngineStepEngine::wait_admission(std::uint32_t timeout_ms) { parts_->runtime->wait_tier(timeout_ms); }
+
+bool EngineStepEngine::prefetch(std::span<const std::int32_t> prompt) { return parts_->runtime->prefetch_tier(prompt); }
+void EngineStepEngine::drop_prefetch(std::span<const std::int32_t> prompt) { parts_->runtime->drop_tier(prompt); }
 
 void EngineStepEngine::set_sampling(ContextHandle context, const SamplingSettings& sampling) {
   AK_ASSERT(context.index < parts_->samplers.size(), "EngineStepEngine::set_sampling: context index beyond the histories");

@@ -50,6 +50,8 @@ class EngineStepEngine final : public StepEngine {
   std::string decode(std::span<const std::int32_t> tokens) override;
   Admission admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) override;
   void wait_admission(std::uint32_t timeout_ms) override;
+  bool prefetch(std::span<const std::int32_t> prompt) override;
+  void drop_prefetch(std::span<const std::int32_t> prompt) override;
   void set_sampling(ContextHandle context, const SamplingSettings& sampling) override;
   void finish(ContextHandle context) override;
   void cancel(ContextHandle context) override;

@@ -191,8 +191,10 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     } else if (t.is_object()) {
       for (const auto& [key, value] : t.items()) {
         (void)value;
-        if (key != "url" && key != "block_tokens" && key != "timeout_ms" && key != "write_queue") {
-          return field_error(source, "kv_tier." + key, "unknown setting (known: url, block_tokens, timeout_ms, write_queue)");
+        if (key != "url" && key != "block_tokens" && key != "timeout_ms" && key != "write_queue" &&
+            key != "lookups") {
+          return field_error(source, "kv_tier." + key,
+                             "unknown setting (known: url, block_tokens, timeout_ms, write_queue, lookups)");
         }
       }
       if (!t.contains("url") || !t["url"].is_string()) return field_error(source, "kv_tier.url", "must be a redis://host:port string");
@@ -200,11 +202,12 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
       json tier = t;
       for (Status s : {read_count(tier, "block_tokens", config.kv_tier_block_tokens, source, false, 1),
                        read_count(tier, "timeout_ms", config.kv_tier_timeout_ms, source, false, 1),
-                       read_count(tier, "write_queue", config.kv_tier_write_queue, source, false, 1)}) {
+                       read_count(tier, "write_queue", config.kv_tier_write_queue, source, false, 1),
+                       read_count(tier, "lookups", config.kv_tier_lookups, source, false, 1)}) {
         if (!s) return s.error();
       }
     } else {
-      return field_error(source, "kv_tier", "must be a redis://host:port string or an object with url, block_tokens, timeout_ms, write_queue");
+      return field_error(source, "kv_tier", "must be a redis://host:port string or an object with url, block_tokens, timeout_ms, write_queue, lookups");
     }
     if (config.kv_tier.rfind("redis://", 0) != 0) {
       return field_error(source, "kv_tier", "the KV tier is a redis://host:port address, for example redis://127.0.0.1:6379");

@@ -33,11 +33,12 @@ struct RunConfig {
   double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
   bool prefix_reuse = true;                // a finished history stays as a retained prefix; a follow-up adopts it
   // The shared KV tier (docs/TIER.md): key kv_tier, "redis://host:port" or
-  // {"url": …, "block_tokens": …, "timeout_ms": …, "write_queue": …}; --kv-tier sets the url.
+  // {"url": …, "block_tokens": …, "timeout_ms": …, "write_queue": …, "lookups": …}; --kv-tier sets the url.
   std::string kv_tier;                     // empty: no tier
   std::uint32_t kv_tier_block_tokens = 256;  // tokens per stored block (a whole number of pages)
   std::uint32_t kv_tier_timeout_ms = 500;    // connect and command timeout: a slower store is a miss
   std::uint32_t kv_tier_write_queue = 8;     // blocks waiting to be written; more are dropped (counted)
+  std::uint32_t kv_tier_lookups = 2;         // lookups at once: queued requests are looked up while they wait
   bool prefix_reuse_device = true;         // ... and its full device pages stay, borrowed, handed over in place
   // Sparse attention (docs/SPARSE.md): key sparse, "exact" or {"mode": "pages" | "fraction" |
   // "adaptive" | "exact", "pages": N, "fraction": F, "recent_pages": N, "floor_pages": N,

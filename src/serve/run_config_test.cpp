@@ -126,15 +126,20 @@ TEST(RunConfig, KvTierParsesAsAUrlOrAnObjectAndRefusesOthers) {
   EXPECT_EQ(url->kv_tier, "redis://127.0.0.1:7000");
   EXPECT_EQ(url->kv_tier_block_tokens, 256u);
   auto object = parse_run_config(
-      base + R"(, "kv_tier": {"url": "redis://cache:6379", "block_tokens": 512, "timeout_ms": 50, "write_queue": 3}})", "c.json");
+      base + R"(, "kv_tier": {"url": "redis://cache:6379", "block_tokens": 512, "timeout_ms": 50, "write_queue": 3,
+                      "lookups": 4}})",
+      "c.json");
   ASSERT_TRUE(object) << object.error().describe();
   EXPECT_EQ(object->kv_tier, "redis://cache:6379");
   EXPECT_EQ(object->kv_tier_block_tokens, 512u);
   EXPECT_EQ(object->kv_tier_timeout_ms, 50u);
   EXPECT_EQ(object->kv_tier_write_queue, 3u);
+  EXPECT_EQ(object->kv_tier_lookups, 4u);
+  EXPECT_EQ(url->kv_tier_lookups, 2u);
   for (const char* bad : {R"(, "kv_tier": "http://x:1"})", R"(, "kv_tier": 5})", R"(, "kv_tier": {"block_tokens": 256}})",
                           R"(, "kv_tier": {"url": "redis://h:1", "colour": 1}})",
-                          R"(, "kv_tier": {"url": "redis://h:1", "write_queue": 0}})"}) {
+                          R"(, "kv_tier": {"url": "redis://h:1", "write_queue": 0}})",
+                          R"(, "kv_tier": {"url": "redis://h:1", "lookups": 0}})"}) {
     auto refused = parse_run_config(base + bad, "c.json");
     ASSERT_FALSE(refused) << bad;
     EXPECT_FALSE(refused.error().describe().empty());

@@ -52,7 +52,8 @@ namespace {
 constexpr std::size_t pages_samples_max = 4u << 20;  // bound on the pages time series (entries)
 // Live mode's bounds on the time series (later entries are dropped, counted in steps_dropped).
 constexpr std::size_t live_steps_max = 1u << 16;
-constexpr std::uint32_t kTierWaitMs = 20;  // a head waiting on the KV tier, nothing running: wait, then admit again
+constexpr std::uint32_t kTierWaitMs = 20;
+constexpr std::size_t kPrefetchWindow = 8;  // queued requests asked to prefetch (the engine bounds what runs)  // a head waiting on the KV tier, nothing running: wait, then admit again
 constexpr std::size_t live_token_samples_max = 1u << 18;
 
 WaitReason wait_reason_of(AdmitOutcome outcome) {
@@ -299,6 +300,12 @@ void Scheduler::reject(std::uint32_t request, RejectReason reason, double now_s)
 }
 
 void Scheduler::admit(double now_s) {
+  // The first queued requests start what their admission will need (the KV tier's lookup) while
+  // they wait; the engine bounds how many run at once and says false when it cannot start one yet.
+  for (std::size_t k = 0; k < std::min<std::size_t>(queue_count_, kPrefetchWindow); ++k) {
+    RequestRecord& q = requests_[queue_[(queue_head_ + k) % queue_.size()]];
+    if (!q.prefetched) q.prefetched = engine_.prefetch(std::span<const std::int32_t>(q.tokens).first(q.prompt_tokens));
+  }
   while (queue_count_ > 0) {
     const std::uint32_t i = queue_[queue_head_];
     RequestRecord& r = requests_[i];
@@ -324,6 +331,7 @@ void Scheduler::admit(double now_s) {
       // Nothing else holds memory, so waiting cannot help: the request does not fit at all.
       queue_head_ = (queue_head_ + 1) % queue_.size();
       --queue_count_;
+      engine_.drop_prefetch(std::span<const std::int32_t>(r.tokens).first(r.prompt_tokens));
       reject(i, RejectReason::never_admissible, now_s);
       continue;
     }
@@ -462,6 +470,7 @@ void Scheduler::end_request(std::uint32_t request, RequestState state, double no
     remove_running(request);
   } else if (r.state == RequestState::queued) {
     remove_queued(request);
+    engine_.drop_prefetch(std::span<const std::int32_t>(r.tokens).first(r.prompt_tokens));
   }
   r.state = state;
   r.ended_s = now_s;

@@ -111,6 +111,7 @@ struct RequestRecord {
   RejectReason reject_reason = RejectReason::none;
   std::array<std::uint32_t, wait_reason_count> wait_steps{};  // steps spent waiting, per reason
   bool waited = false;
+  bool prefetched = false;                 // the engine started what its admission will need (prefetch)
   WaitReason first_wait_reason = WaitReason::behind_queue_head;
   ContextHandle context{};
   SamplingSettings sampling{};             // set on the engine at admission

@@ -152,6 +152,11 @@ class StepEngine {
   // After admit() said tier_pending with nothing else to step: waits up to timeout_ms for the
   // tier's lookup or writer to move on. Engines without a tier never say tier_pending.
   virtual void wait_admission(std::uint32_t timeout_ms) { (void)timeout_ms; }
+  // A queued request, before it reaches the head: the engine may start fetching what admission
+  // will need (the KV tier's lookup, docs/TIER.md). True when started or nothing to do; false: ask
+  // again later. drop_prefetch: the request leaves the queue unadmitted; what was fetched goes.
+  virtual bool prefetch(std::span<const std::int32_t> prompt) { (void)prompt; return true; }
+  virtual void drop_prefetch(std::span<const std::int32_t> prompt) { (void)prompt; }
   // Sets how an admitted context samples, from its next token on (allocation-free).
   // Contexts start greedy; an engine whose model has no logits (the fake one) ignores it.
   virtual void set_sampling(ContextHandle context, const SamplingSettings& sampling) = 0;

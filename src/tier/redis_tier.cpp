@@ -34,8 +34,11 @@ Result<std::unique_ptr<RedisTier>> RedisTier::create(const RedisTierSettings& se
   if (!writer.ok()) return writer.error();
   tier->writer_ = std::move(writer).value();
   tier->chain_.resize(settings.max_context_tokens / settings.block_tokens);
-  tier->lookup_ = std::make_unique<TierLookup>(settings.store, &tier->counters_, settings.model_identity, settings.geometry,
-                                               settings.block_tokens, static_cast<std::uint32_t>(tier->chain_.size()));
+  for (std::uint32_t i = 0; i < std::max<std::uint32_t>(1, settings.lookups); ++i) {
+    tier->lookups_.push_back(std::make_unique<TierLookup>(settings.store, &tier->counters_, settings.model_identity,
+                                                          settings.geometry, settings.block_tokens,
+                                                          static_cast<std::uint32_t>(tier->chain_.size())));
+  }
   tier->known_.assign(kKnownEntries, 0);
   tier->block_layers_.resize(settings.geometry.dense_layers);
   return tier;
@@ -52,56 +55,122 @@ std::uint32_t RedisTier::chain_of(std::span<const std::int32_t> prompt, std::uin
   return blocks_end;
 }
 
-bool RedisTier::lookup_covers(std::uint32_t first_block, std::uint32_t blocks_end) const noexcept {
-  const TierLookup& l = *lookup_;
-  if (l.state() != TierLookup::State::done) return false;
-  const std::span<const std::uint64_t> asked = l.chain();
-  if (l.first_block() > first_block || l.first_block() + asked.size() < blocks_end) return false;
-  // The chain hash of the last block names it and every block before it.
-  return asked[blocks_end - 1 - l.first_block()] == chain_[blocks_end - 1];
+std::size_t RedisTier::find(std::uint32_t blocks_end) const noexcept {
+  for (std::size_t i = 0; i < lookups_.size(); ++i) {
+    const TierLookup& l = *lookups_[i];
+    if (l.phase() == TierLookup::Phase::idle) continue;
+    // The chain hash of the last block names it and every block before it.
+    if (l.first_block() + l.chain().size() == blocks_end && l.last_hash() == chain_[blocks_end - 1]) return i;
+  }
+  return lookups_.size();
 }
 
-bool RedisTier::prepare(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end) {
+TierLookupStatus RedisTier::lookup(std::span<const std::int32_t> prompt, std::uint32_t first_block,
+                                   std::uint32_t blocks_end, bool evict) {
   blocks_end = std::min<std::uint32_t>(blocks_end, static_cast<std::uint32_t>(chain_.size()));
-  if (blocks_end <= first_block) return true;  // nothing to look up
-  if (lookup_->state() == TierLookup::State::running) return false;
+  AK_ASSERT(blocks_end > first_block, "redis tier: a lookup of at least one block");
   chain_of(prompt, blocks_end);
-  if (lookup_covers(first_block, blocks_end)) return true;
-  lookup_->start(std::span<const std::uint64_t>(chain_).subspan(first_block, blocks_end - first_block), first_block);
-  return false;
+  if (const std::size_t i = find(blocks_end); i < lookups_.size()) {
+    TierLookup& l = *lookups_[i];
+    if (l.first_block() <= first_block) {
+      switch (l.phase()) {
+        case TierLookup::Phase::read: return TierLookupStatus::read;
+        case TierLookup::Phase::done: return TierLookupStatus::ready;
+        case TierLookup::Phase::copying: return TierLookupStatus::writing;
+        default: return l.slot() == kNoSlot ? TierLookupStatus::reading : TierLookupStatus::writing;
+      }
+    }
+    l.abandon();  // started past a local prefix that has since gone: look up again from first_block
+  }
+  TierLookup* idle = nullptr;
+  for (auto& l : lookups_) {
+    if (l->phase() == TierLookup::Phase::idle) idle = l.get();
+  }
+  if (idle == nullptr && evict) {
+    // The queue head goes first: a lookup that is not in any history's rows gives way.
+    for (auto& l : lookups_) {
+      const TierLookup::Phase p = l->phase();
+      if (idle == nullptr && (p == TierLookup::Phase::read || p == TierLookup::Phase::done)) {
+        l->abandon();
+        idle = l.get();
+      }
+    }
+  }
+  if (idle == nullptr) return TierLookupStatus::busy;
+  const bool started =
+      idle->start(std::span<const std::uint64_t>(chain_).subspan(first_block, blocks_end - first_block), first_block);
+  AK_ASSERT(started, "redis tier: an idle lookup starts");
+  return TierLookupStatus::reading;
 }
 
-std::uint32_t RedisTier::restore(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
-                                 std::span<const std::span<std::byte>> layer_segments) {
-  const std::uint32_t B = settings_.block_tokens;
-  const Geometry& g = settings_.geometry;
-  AK_ASSERT(layer_segments.size() == g.dense_layers, "redis tier: one segment per dense layer");
+bool RedisTier::attach(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
+                       std::span<const std::span<std::byte>> layer_segments, std::uint32_t from_token, std::uint32_t slot) {
+  AK_ASSERT(layer_segments.size() == settings_.geometry.dense_layers, "redis tier: one segment per dense layer");
+  blocks_end = std::min<std::uint32_t>(blocks_end, static_cast<std::uint32_t>(chain_.size()));
+  if (blocks_end <= first_block) return false;
+  chain_of(prompt, blocks_end);
+  const std::size_t i = find(blocks_end);
+  if (i == lookups_.size() || lookups_[i]->first_block() > first_block) return false;
+  return lookups_[i]->attach(layer_segments, from_token, slot);
+}
+
+std::uint32_t RedisTier::ready_slot(std::span<const std::int32_t> prompt, std::uint32_t first_block,
+                                    std::uint32_t blocks_end, std::uint32_t& from_token) {
+  blocks_end = std::min<std::uint32_t>(blocks_end, static_cast<std::uint32_t>(chain_.size()));
+  if (blocks_end <= first_block) return kTierNoSlot;
+  chain_of(prompt, blocks_end);
+  const std::size_t i = find(blocks_end);
+  if (i == lookups_.size() || lookups_[i]->phase() != TierLookup::Phase::done || lookups_[i]->first_block() > first_block) {
+    return kTierNoSlot;
+  }
+  from_token = lookups_[i]->from_token();
+  return lookups_[i]->slot();
+}
+
+std::uint32_t RedisTier::adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end) {
   blocks_end = std::min<std::uint32_t>(blocks_end, static_cast<std::uint32_t>(chain_.size()));
   if (blocks_end <= first_block) return first_block;
   chain_of(prompt, blocks_end);
-  if (!lookup_covers(first_block, blocks_end)) return first_block;  // no lookup of these blocks ended: a miss
-  const TierChainRead& read = lookup_->result();
-  const std::uint32_t read_first = lookup_->first_block();
-  const std::uint32_t end = std::min(blocks_end, read_first + read.blocks);
-  const std::uint64_t layer_bytes = std::uint64_t{B} * g.row_bytes();
-  std::uint32_t b = first_block;
-  for (; b < end; ++b) {
-    const std::span<const std::byte> payload = tier_chain_payload(read, b - read_first);
-    const std::uint64_t at = std::uint64_t{b} * layer_bytes;
-    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
-      AK_ASSERT(at + layer_bytes <= layer_segments[l].size(), "redis tier: a restored block fits the history");
-      std::memcpy(layer_segments[l].data() + at, tier_block_layer(payload, g, B, l).data(), layer_bytes);
-    }
-    remember(chain_[b]);
+  const std::size_t i = find(blocks_end);
+  if (i == lookups_.size()) return first_block;
+  TierLookup& l = *lookups_[i];
+  if (l.phase() != TierLookup::Phase::done || l.first_block() > first_block) return first_block;
+  const std::uint32_t end = std::min(blocks_end, l.first_block() + l.accepted());
+  for (std::uint32_t b = first_block; b < end; ++b) remember(chain_[b]);
+  l.consume();
+  return std::max(first_block, end);
+}
+
+void RedisTier::abandon(std::span<const std::int32_t> prompt, std::uint32_t blocks_end) {
+  blocks_end = std::min<std::uint32_t>(blocks_end, static_cast<std::uint32_t>(chain_.size()));
+  if (blocks_end == 0) return;
+  chain_of(prompt, blocks_end);
+  if (const std::size_t i = find(blocks_end); i < lookups_.size()) lookups_[i]->abandon();
+}
+
+bool RedisTier::writing_into(std::uint32_t slot) const {
+  for (const auto& l : lookups_) {
+    if (l->writing_into(slot)) return true;
   }
-  lookup_->consume();
-  return std::max(first_block, b);
+  return false;
 }
 
 bool RedisTier::wait(std::uint32_t timeout_ms) {
   const std::chrono::milliseconds timeout(timeout_ms);
-  if (lookup_->state() == TierLookup::State::running) return lookup_->wait(timeout);
+  for (auto& l : lookups_) {
+    const TierLookup::Phase p = l->phase();
+    if (p == TierLookup::Phase::reading || p == TierLookup::Phase::copying) return l->wait(timeout);
+  }
   return writer_->wait_progress(timeout);
+}
+
+void RedisTier::drain() {
+  for (auto& l : lookups_) {
+    l->abandon();
+    while (!l->wait(std::chrono::milliseconds(100))) {
+    }
+  }
+  writer_->drain();
 }
 
 void RedisTier::offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments,

@@ -1,6 +1,8 @@
 // tier_lookup.cpp — see tier_lookup.hpp.
 #include "tier/tier_lookup.hpp"
 
+#include <cstring>
+
 #include "activekv/assert.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -16,6 +18,7 @@ TierLookup::TierLookup(TierStoreConfig config, TierCounters* counters, std::uint
   chain_.resize(max_blocks);
   read_.keys.reserve(max_blocks);
   read_.values.reserve(max_blocks);
+  dest_.segments.resize(geometry.dense_layers);
   worker_ = std::thread([this] { run(); });
 }
 
@@ -25,44 +28,142 @@ TierLookup::~TierLookup() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) worker_.join();  // a read or copy in progress ends first
 }
 
 bool TierLookup::start(std::span<const std::uint64_t> chain, std::uint32_t first_block) {
   AK_ASSERT(chain.size() <= chain_.size(), "tier lookup: a chain longer than the max context");
   {
     std::lock_guard lock(mutex_);
-    if (state_.load(std::memory_order_relaxed) == State::running) return false;
+    if (phase_.load(std::memory_order_relaxed) != Phase::idle) return false;
     std::copy(chain.begin(), chain.end(), chain_.begin());
     chain_size_ = chain.size();
     first_block_ = first_block;
-    state_.store(State::running, std::memory_order_release);
+    read_.blocks = 0;
+    abandoned_ = false;
+    dest_.slot = kNoSlot;
+    phase_.store(Phase::reading, std::memory_order_release);
   }
   wake_.notify_one();
   return true;
 }
 
+bool TierLookup::attach(std::span<const std::span<std::byte>> segments, std::uint32_t from_token, std::uint32_t slot) {
+  AK_ASSERT(segments.size() == dest_.segments.size(), "tier lookup: one destination segment per dense layer");
+  {
+    std::lock_guard lock(mutex_);
+    const Phase p = phase_.load(std::memory_order_relaxed);
+    if ((p != Phase::reading && p != Phase::read) || abandoned_ || dest_.slot != kNoSlot) return false;
+    std::copy(segments.begin(), segments.end(), dest_.segments.begin());
+    dest_.from_token = from_token;
+    dest_.slot = slot;
+    if (p == Phase::read) phase_.store(Phase::copying, std::memory_order_release);
+  }
+  wake_.notify_one();
+  return true;
+}
+
+void TierLookup::reset_locked() noexcept {
+  dest_.slot = kNoSlot;
+  abandoned_ = false;
+  phase_.store(Phase::idle, std::memory_order_release);
+}
+
+void TierLookup::abandon() noexcept {
+  std::lock_guard lock(mutex_);
+  const Phase p = phase_.load(std::memory_order_relaxed);
+  if (p == Phase::reading || p == Phase::copying) {
+    abandoned_ = true;  // the reader lets it go when it leaves the rows
+  } else {
+    reset_locked();
+  }
+}
+
+bool TierLookup::writing_into(std::uint32_t slot) const noexcept {
+  std::lock_guard lock(mutex_);
+  const Phase p = phase_.load(std::memory_order_relaxed);
+  return (p == Phase::reading || p == Phase::copying) && dest_.slot == slot;
+}
+
+std::uint32_t TierLookup::slot() const noexcept {
+  std::lock_guard lock(mutex_);
+  return dest_.slot;
+}
+
+std::uint32_t TierLookup::from_token() const noexcept {
+  std::lock_guard lock(mutex_);
+  return dest_.from_token;
+}
+
 void TierLookup::consume() noexcept {
-  State expected = State::done;
-  state_.compare_exchange_strong(expected, State::idle, std::memory_order_acq_rel);
+  std::lock_guard lock(mutex_);
+  if (phase_.load(std::memory_order_relaxed) == Phase::done) reset_locked();
 }
 
 bool TierLookup::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  return done_.wait_for(lock, timeout, [&] { return state_.load(std::memory_order_acquire) != State::running; });
+  return done_.wait_for(lock, timeout, [&] {
+    const Phase p = phase_.load(std::memory_order_acquire);
+    return p != Phase::reading && p != Phase::copying;
+  });
+}
+
+// The accepted blocks' rows, layer by layer, into the destination (rows below from_token skipped).
+void TierLookup::copy_accepted() noexcept {
+  const std::uint64_t row = geometry_.row_bytes();
+  const std::uint64_t layer_bytes = std::uint64_t{block_tokens_} * row;
+  for (std::uint32_t i = 0; i < read_.blocks; ++i) {
+    const std::uint32_t b = first_block_ + i;
+    const std::uint64_t first_token = std::uint64_t{b} * block_tokens_;
+    const std::uint64_t skip_tokens = dest_.from_token > first_token ? dest_.from_token - first_token : 0;
+    if (skip_tokens >= block_tokens_) continue;
+    const std::uint64_t skip = skip_tokens * row;
+    const std::span<const std::byte> payload = tier_chain_payload(read_, i);
+    for (std::uint32_t l = 0; l < geometry_.dense_layers; ++l) {
+      const std::span<std::byte> seg = dest_.segments[l];
+      AK_ASSERT(first_token * row + layer_bytes <= seg.size(), "tier lookup: a restored block fits the history");
+      std::memcpy(seg.data() + first_token * row + skip,
+                  tier_block_layer(payload, geometry_, block_tokens_, l).data() + skip, layer_bytes - skip);
+    }
+  }
+  copies_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void TierLookup::run() {
   testing::mark_io_thread();  // its allocations (hiredis replies) are not the step path's
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || state_.load(std::memory_order_relaxed) == State::running; });
+    wake_.wait(lock, [&] {
+      const Phase p = phase_.load(std::memory_order_relaxed);
+      return stop_ || p == Phase::reading || p == Phase::copying;
+    });
     if (stop_) return;
+    if (phase_.load(std::memory_order_relaxed) == Phase::reading) {
+      lock.unlock();
+      read_tier_chain(store_, *counters_, model_identity_, geometry_, block_tokens_, chain(), read_, first_block_);
+      lock.lock();
+      finished_.fetch_add(1, std::memory_order_relaxed);
+      if (abandoned_) {
+        reset_locked();
+      } else if (dest_.slot != kNoSlot) {
+        phase_.store(Phase::copying, std::memory_order_release);  // copied below, on this thread
+        continue;
+      } else {
+        phase_.store(Phase::read, std::memory_order_release);
+      }
+      done_.notify_all();
+      continue;
+    }
+    // copying: the destination was attached (before or after the read); the engine thread does not
+    // touch it (nor dest_) until this lookup is done or idle.
     lock.unlock();
-    read_tier_chain(store_, *counters_, model_identity_, geometry_, block_tokens_, chain(), read_, first_block_);
+    copy_accepted();
     lock.lock();
-    finished_.fetch_add(1, std::memory_order_relaxed);
-    state_.store(State::done, std::memory_order_release);
+    if (abandoned_) {
+      reset_locked();
+    } else {
+      phase_.store(Phase::done, std::memory_order_release);
+    }
     done_.notify_all();
   }
 }

@@ -1,0 +1,149 @@
+// kv_runtime_tier.cpp — the KV runtime's side of the shared tier (docs/TIER.md): lookups, the history
+// reserved for one, adoption (the class: kv_runtime_impl.hpp).
+//
+// A request's lookup may start while it waits in the queue (prefetch_tier: no history yet). At the
+// queue head, prepare_tier() reserves a free history for it (BudgetManager::reserve_history: off
+// the free list, held like a history the writer reads) and attaches it to the lookup; the tier's
+// reader copies the accepted blocks' rows straight into that history's host rows. Invariants:
+//   - a reserved history is held (neither free nor running) while the reader may write into it
+//     (KvTierPort::writing_into); release_tier_leases() gives it back only once it does not, so a
+//     cancel, a head that changed or a shutdown never recycles rows under the reader;
+//   - rows past a context's length are invisible: the reader writes only rows no context reads
+//     (past the local prefix the history holds), and admission adopts the run the reader accepted
+//     — a refused block ends the run before it is written, so it is never adopted;
+//   - once the reader is done the history is free again, keeping its rows: admission takes it
+//     back only if no context took it since (its generation is the one reserved), else the
+//     request prefills as on a miss.
+#include "runtime/kv_runtime_impl.hpp"
+
+namespace activekv::runtime_impl {
+
+bool KvRuntimeImpl::tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
+                                std::uint32_t& end) const noexcept {
+  const std::uint32_t B = tier_->block_tokens();
+  AK_ASSERT(B > 0 && B % plan_.arena.page_tokens == 0, "kv tier: a block is a whole number of pages");
+  if (prompt.size() <= B) return false;
+  end = static_cast<std::uint32_t>(std::min<std::size_t>((prompt.size() - 1) / B, plan_.host.max_context_tokens / B));
+  first = reused / B;
+  return end > first && std::uint64_t{end} * B > reused;
+}
+
+std::uint32_t KvRuntimeImpl::release_tier_leases() {
+  if (tier_ == nullptr || budgets_.histories_held() == 0) return 0;
+  bool released = false;
+  for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {
+    if (budgets_.history_held(slot) && !budgets_.context(slot).running && !tier_->lease_held(slot) &&
+        !tier_->writing_into(slot)) {
+      budgets_.release_history(slot);  // may admit a queued request into it
+      released = true;
+    }
+  }
+  if (released) sweep_retained();  // a retained prefix in a history just taken is dropped
+  return budgets_.histories_held();
+}
+
+bool KvRuntimeImpl::prefetch_tier(std::span<const std::int32_t> prompt) {
+  if (tier_ == nullptr) return true;
+  std::uint32_t first = 0, end = 0;
+  if (!tier_blocks(prompt, local_prefix(prompt).pages * plan_.arena.page_tokens, first, end)) return true;
+  return tier_->lookup(prompt, first, end, /*evict=*/false) != TierLookupStatus::busy;
+}
+
+void KvRuntimeImpl::drop_tier(std::span<const std::int32_t> prompt) {
+  if (tier_ == nullptr) return;
+  std::uint32_t first = 0, end = 0;
+  if (!tier_blocks(prompt, 0, first, end)) return;
+  tier_->abandon(prompt, end);
+  release_tier_leases();  // a reserved history the reader is out of goes back now, else later
+}
+
+bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
+  if (tier_ == nullptr) return true;
+  release_tier_leases();
+  const runtime::PrefixMatch match = local_prefix(prompt);
+  const std::uint32_t reused = match.pages * plan_.arena.page_tokens;
+  std::uint32_t first = 0, end = 0;
+  if (!tier_blocks(prompt, reused, first, end)) return true;
+  switch (tier_->lookup(prompt, first, end, /*evict=*/true)) {
+    case TierLookupStatus::busy:
+    case TierLookupStatus::writing: return false;
+    case TierLookupStatus::ready:
+      release_tier_leases();  // the reader may have finished since the call above
+      return true;
+    case TierLookupStatus::reading:
+    case TierLookupStatus::read: break;
+  }
+  // No history yet: reserve one now, so the reader writes the rows there as soon as it has them.
+  // Without a free history admission waits anyway (the read is kept); with requests queued in the
+  // budget manager this one would queue behind them: no reservation, it prefills.
+  if (budgets_.histories_free() == 0 || budgets_.queued() > 0) return true;
+  const bool in_place =
+      match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
+  const std::uint32_t slot = budgets_.reserve_history(in_place ? match.slot : UINT32_MAX);
+  // The reader writes past `reused` only; a retained prefix of another prompt in this history is
+  // given up now (its rows are about to change), the one in place stays (rows below `reused`).
+  if (!(in_place && slot == match.slot)) drop_retained(slot, Reason::retained_lru);
+  const std::span<std::byte> host = backend_.host_pool();
+  for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+    tier_segments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
+  }
+  tier_generation_[slot] = budgets_.context(slot).generation;
+  if (!tier_->attach(prompt, first, end, tier_segments_, reused, slot)) {
+    budgets_.release_history(slot);  // nothing was written into it
+    return false;
+  }
+  ++counters_.tier_reservations;
+  return false;
+}
+
+std::uint32_t KvRuntimeImpl::tier_ready_history(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept {
+  const std::uint32_t reused = match.pages * plan_.arena.page_tokens;
+  std::uint32_t first = 0, end = 0, from = 0;
+  if (!tier_blocks(prompt, reused, first, end)) return UINT32_MAX;
+  const std::uint32_t slot = tier_->ready_slot(prompt, first, end, from);
+  if (slot == kTierNoSlot) return UINT32_MAX;
+  // Still free and untouched since the reserve (no context took it), and written from a token the
+  // local prefix reaches (rows below `from` come from the host pool's own prefix).
+  const bool intact = slot < budgets_.slots() && !budgets_.context(slot).running && !budgets_.history_held(slot) &&
+                      !budgets_.history_retired(slot) && budgets_.context(slot).generation == tier_generation_[slot] &&
+                      from <= reused;
+  if (intact) return slot;
+  tier_->abandon(prompt, end);
+  ++counters_.tier_reservations_lost;
+  return UINT32_MAX;
+}
+
+// The shared tier (docs/TIER.md): the prompt's whole blocks past the `reused` tokens the host pool
+// gave, while at least one prompt token is left to prefill. The rows are already in the history
+// (the tier's reader wrote them into `tier_slot`, reserved for this request): only the length moves.
+std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt,
+                                               std::uint32_t reused, std::uint32_t tier_slot) noexcept {
+  const std::uint32_t B = tier_->block_tokens();
+  const std::uint32_t P = plan_.arena.page_tokens;
+  std::uint32_t first_block = 0, blocks_end = 0;
+  if (!tier_blocks(prompt, reused, first_block, blocks_end)) return reused;
+  // Not admitted into the history the reader wrote, or pages still landing by a device-to-device
+  // copy (they end the run at the adopted prefix and cannot be given up before their fence): the
+  // tier's rows are not used this time (the rest prefills) and the lookup is let go.
+  if (slot != tier_slot || adoption_[slot].device_copied > 0) {
+    tier_->abandon(prompt, blocks_end);
+    return reused;
+  }
+  const std::uint32_t end = tier_->adopt(prompt, first_block, blocks_end);
+  AK_ASSERT(end >= first_block && end <= blocks_end, "kv tier: a restore ends inside the blocks asked for");
+  const std::uint32_t length = end * B;
+  if (length <= reused) return reused;
+  // Device pages handed over in place end at the local prefix; the history now ends past them, and
+  // a run is contiguous up to its tail: the run's pages give way (logged), the sink and promoted stay.
+  const std::uint32_t given_up = budgets_.release_runs(slot, Reason::run_behind_tier);
+  adoption_[slot].device_pages -= std::min(adoption_[slot].device_pages, given_up);
+  ContextState& c = budgets_.context(slot);
+  c.length_tokens = length;
+  adoption_[slot].tier_pages_first = reused / P;
+  adoption_[slot].tier_pages_end = length / P;
+  ++counters_.tier_restores;
+  counters_.tier_restored_tokens += length - reused;
+  return length;
+}
+
+}  // namespace activekv::runtime_impl
