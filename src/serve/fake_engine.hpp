@@ -30,6 +30,8 @@
 #include "serve/clock.hpp"
 #include "serve/step_engine.hpp"
 
+#include <algorithm>
+
 namespace activekv::serve {
 
 struct FakeEngineConfig {
@@ -63,6 +65,16 @@ class FakeEngine final : public StepEngine {
   Admission admit(std::span<const std::int32_t> prompt, std::uint32_t tokens_max) override;
   void wait_admission(std::uint32_t) override { ++tier_waits_; }
   std::uint32_t tier_waits() const noexcept { return tier_waits_; }  // wait_admission() calls (tests)
+  // Prefetch (tests): calls that started one, the most contexts running at such a call, drops.
+  bool prefetch(std::span<const std::int32_t>) override {
+    ++prefetches_;
+    prefetch_running_max_ = std::max(prefetch_running_max_, live_);
+    return true;
+  }
+  void drop_prefetch(std::span<const std::int32_t>) override { ++prefetch_drops_; }
+  std::uint32_t prefetches() const noexcept { return prefetches_; }
+  std::uint32_t prefetch_running_max() const noexcept { return prefetch_running_max_; }
+  std::uint32_t prefetch_drops() const noexcept { return prefetch_drops_; }
   // The fake model's token is a function of the sequence's hash: it has no
   // distribution to sample from, so every context stays deterministic.
   void set_sampling(ContextHandle, const SamplingSettings&) override {}
@@ -116,6 +128,7 @@ class FakeEngine final : public StepEngine {
   const std::int32_t* tier_prompt_ = nullptr;  // the prompt tier_left_ counts for
   std::uint32_t tier_left_ = 0;
   std::uint32_t tier_waits_ = 0;
+  std::uint32_t prefetches_ = 0, prefetch_running_max_ = 0, prefetch_drops_ = 0;
 };
 
 }  // namespace activekv::serve

@@ -229,6 +229,32 @@ TEST(Scheduler, ATierLookupWaitsInAdmissionWhileOthersStep) {
   EXPECT_STREQ(wait_reason_name(WaitReason::kv_tier), "kv_tier");
 }
 
+// Queued requests are asked to prefetch (the KV tier's lookup) while they wait, each once, not
+// when they reach the head; one cancelled while queued has its prefetch dropped.
+TEST(Scheduler, QueuedRequestsPrefetchWhileTheyWaitAndACancelDropsIt) {
+  SchedulerConfig config;
+  config.max_seqs = 1;
+  std::mt19937 rng(12);
+  std::vector<TraceRequest> trace;
+  for (int i = 0; i < 4; ++i) trace.push_back(request("r" + std::to_string(i), 0.001 * i, tokens(rng, 20), 8));
+  auto run = start(trace, FakeEngineConfig{}, config);
+  for (int i = 0; i < 200 && run->scheduler->requests()[3].state != RequestState::queued; ++i) {
+    ASSERT_TRUE(run->scheduler->advance());
+  }
+  ASSERT_EQ(run->scheduler->requests()[3].state, RequestState::queued);
+  ASSERT_TRUE(run->scheduler->advance());  // the next admission pass asks the newcomer
+  EXPECT_EQ(run->engine->prefetches(), 4u);  // every request, while r0 (at most) runs
+  EXPECT_EQ(run->engine->prefetch_running_max(), 1u);
+  EXPECT_TRUE(run->scheduler->requests()[3].prefetched);
+  run->scheduler->cancel(3);
+  EXPECT_EQ(run->engine->prefetch_drops(), 1u);
+  finish(*run);
+  EXPECT_EQ(run->heap_allocations_in_loop, 0u);
+  EXPECT_EQ(run->engine->prefetches(), 4u);  // none asked twice
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(run->scheduler->requests()[i].state, RequestState::finished);
+  EXPECT_EQ(run->scheduler->requests()[3].state, RequestState::cancelled);
+}
+
 TEST(Scheduler, TooLongRequestIsRejectedWhileOthersRun) {
   FakeEngineConfig engine;
   engine.max_context_tokens = 256;
