@@ -24,13 +24,12 @@
 // Every table is sized at construction; step() does not allocate.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "serve/clock.hpp"
 #include "serve/step_engine.hpp"
-
-#include <algorithm>
 
 namespace activekv::serve {
 
