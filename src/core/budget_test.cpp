@@ -376,6 +376,37 @@ TEST(Budget, AHeldHistoryStaysOffTheFreeListUntilReleased) {
   EXPECT_EQ(f.budgets.check(), nullptr);
 }
 
+// A free history reserved for a request before its admission (the KV tier's reader writes its
+// rows): off the free list like a held one — no admission takes it — until released, then
+// admission can take it by preference.
+TEST(Budget, AReservedHistoryTakesNoAdmissionUntilReleased) {
+  MemorySettings s = small_settings(64, 2);
+  Fixture f(s);
+  const std::uint32_t r = f.budgets.reserve_history(1);
+  EXPECT_EQ(r, 1u);  // the preferred one, being free
+  EXPECT_TRUE(f.budgets.history_held(r));
+  EXPECT_EQ(f.budgets.histories_held(), 1u);
+  EXPECT_EQ(f.budgets.histories_free(), 1u);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+  const AdmitResult a = f.budgets.submit(1, 64, nullptr, /*preferred_slot=*/r);
+  ASSERT_EQ(a.outcome, AdmitOutcome::admitted);
+  EXPECT_NE(a.handle.slot, r);  // not the reserved one, though asked for
+  const AdmitResult b = f.budgets.submit(2, 64);
+  EXPECT_EQ(b.outcome, AdmitOutcome::queued);
+  EXPECT_EQ(b.reason, Reason::no_free_history);
+  f.budgets.cancel(a.handle);  // the queued request takes the freed history, not the reserved one
+  AdmitResult admitted[2];
+  ASSERT_EQ(f.budgets.take_admitted(admitted), 1u);
+  EXPECT_EQ(admitted[0].handle.slot, a.handle.slot);
+  f.budgets.release_history(r);
+  EXPECT_EQ(f.budgets.histories_held(), 0u);
+  EXPECT_EQ(f.budgets.histories_free(), 1u);
+  const AdmitResult c = f.budgets.submit(3, 64, nullptr, r);
+  ASSERT_EQ(c.outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(c.handle.slot, r);
+  EXPECT_EQ(f.budgets.check(), nullptr);
+}
+
 TEST(Budget, ARunAtItsBudgetSlidesInPlace) {
   MemorySettings s = small_settings(24, 1);
   s.floor_pages = 6;
