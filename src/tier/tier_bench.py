@@ -164,11 +164,16 @@ def main():
             timed(a, prompt)  # the first turn on A: writes its blocks
             time.sleep(2.0)
             follow = prompt + " Next."
-            read_before = metric(b, "tier_bytes_read_total") or 0
+            names = ("tier_bytes_read_total", "tier_hits_total", "tier_misses_total", "tier_errors_total",
+                     "tier_refused_total")
+            before = {n: metric(b, n) or 0 for n in names}
             tb, tokens, cached, xb = timed(b, follow)
             tc, _, _, xc = timed(c, follow)
-            read = (metric(b, "tier_bytes_read_total") or 0) - read_before
-            print(f"| {tokens} | {cached} | {tb:.3f} | {tc:.3f} | {tc / tb:.1f}x | {xb == xc} |  (read {read / 1e6:.0f} MB)")
+            d = {n: (metric(b, n) or 0) - before[n] for n in names}
+            print(f"| {tokens} | {cached} | {tb:.3f} | {tc:.3f} | {tc / tb:.1f}x | {xb == xc} |  (read "
+                  f"{d['tier_bytes_read_total'] / 1e6:.0f} MB; B's blocks hit {d['tier_hits_total']}, misses "
+                  f"{d['tier_misses_total']}, errors {d['tier_errors_total']}, refused {d['tier_refused_total']})",
+                  flush=True)
         # Tier read bandwidth: one pipelined GET of every stored block (as the reader does), timed,
         # against a plain loopback TCP copy of the same number of bytes, in the same run.
         keys = [k for k in redis_cli(port, "KEYS", "akv:*").split(b"\r\n") if k.startswith(b"akv:")]

@@ -12,7 +12,8 @@
 //                 longest single call
 // Medians of `reps` admissions per size, each of a fresh prompt. Figures: docs/BENCHMARKS.md "KV tier".
 //
-// usage: activekv_tier_restore_bench [sizes, default 1024,4096,8192] [reps, default 5]
+// usage: activekv_tier_restore_bench [sizes, default 1024,4096,8192] [reps, default 5] [timeout_ms, default 5000]
+// (the serving default kv_tier.timeout_ms is 500: a loaded machine can stall a read past it — a miss)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     }
   }
   const int reps = argc > 2 ? std::stoi(argv[2]) : 5;
+  const std::uint32_t timeout_ms = argc > 3 ? static_cast<std::uint32_t>(std::stoul(argv[3])) : 5000;
   if (!tier::testing::RedisServer::available()) {
     std::fprintf(stderr, "activekv_tier_restore_bench: redis-server is not installed (scripts/install-deps.sh --test)\n");
     return 1;
@@ -69,7 +71,7 @@ int main(int argc, char** argv) {
 
   tier::RedisTierSettings ts;
   ts.store = tier::parse_tier_url(redis.url(), "--kv-tier").value();
-  ts.store.command_timeout_ms = 5000;
+  ts.store.command_timeout_ms = timeout_ms;
   ts.block_tokens = kBlock;
   ts.page_tokens = kPage;
   ts.max_context_tokens = kMaxContext;
