@@ -161,8 +161,14 @@ def main():
             # Its own first words per size: neither B nor C holds any of it locally from an earlier row.
             prompt = f"Size {n}. " + " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(
                 int((n - 12) / per_line)))
-            timed(a, prompt)  # the first turn on A: writes its blocks
-            time.sleep(2.0)
+            timed(a, prompt)  # the first turn on A: writes its blocks behind
+            # Until A's write-behind has stored them (bytes written steady over 1 s), at most 60 s.
+            last, steady, t0 = -1.0, 0, time.time()
+            while steady < 2 and time.time() - t0 < 60:
+                time.sleep(0.5)
+                now = metric(a, "tier_bytes_written_total") or 0
+                steady = steady + 1 if now == last and now > 0 else 0
+                last = now
             follow = prompt + " Next."
             names = ("tier_bytes_read_total", "tier_hits_total", "tier_misses_total", "tier_errors_total",
                      "tier_refused_total")
