@@ -1,7 +1,7 @@
-// matmul_q8.cpp — the 8-bit-activation path's dispatch and its portable
-// version, written element by element in the fixed order matmul_q8.hpp states;
-// the AVX2 file (matmul_q8_avx2.cpp) must give the same bits.
-#include "engine/matmul_q8.hpp"
+// matmul_q16.cpp — the 16-bit-activation path's dispatch and its portable
+// version, written element by element in the fixed order matmul_q16.hpp states;
+// the AVX2 file (matmul_q16_avx2.cpp) must give the same bits.
+#include "engine/matmul_q16.hpp"
 
 #include <cmath>
 
@@ -20,25 +20,25 @@ float sum8(const float* a) noexcept {
   return (s0 + s2) + (s1 + s3);
 }
 
-void quantize_portable(const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
+void quantize_portable(const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
                        std::size_t row_end) noexcept {
-  const std::size_t blocks_per_row = out.cols / q8_block;
+  const std::size_t blocks_per_row = out.cols / q16_block;
   for (std::size_t b = row_begin; b < row_end; ++b) {
     for (std::size_t k = 0; k < blocks_per_row; ++k) {
-      const float* xs = x + b * x_stride + k * q8_block;
-      std::int8_t* q = out.q + b * out.cols + k * q8_block;
+      const float* xs = x + b * x_stride + k * q16_block;
+      std::int16_t* q = out.q + b * out.cols + k * q16_block;
       float amax = 0.0f;
-      for (std::uint32_t i = 0; i < q8_block; ++i) {
+      for (std::uint32_t i = 0; i < q16_block; ++i) {
         const float a = std::fabs(xs[i]);
         amax = a > amax ? a : amax;
       }
-      const float d = amax / 127.0f;
+      const float d = amax / q16_max;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       int sum = 0;
-      for (std::uint32_t i = 0; i < q8_block; ++i) {
+      for (std::uint32_t i = 0; i < q16_block; ++i) {
         long v = std::lrint(xs[i] * id);
-        v = v < -127 ? -127 : (v > 127 ? 127 : v);
-        q[i] = static_cast<std::int8_t>(v);
+        v = v < -32767 ? -32767 : (v > 32767 ? 32767 : v);
+        q[i] = static_cast<std::int16_t>(v);
         sum += static_cast<int>(v);
       }
       out.d[b * blocks_per_row + k] = d;
@@ -50,10 +50,10 @@ void quantize_portable(const float* x, std::size_t x_stride, const Q8Rows& out, 
 // Element e of a weight block as the integer the product uses.
 int weight_q4_1(const BlockQ4_1& b, int e) noexcept { return e < 16 ? b.qs[e] & 0x0F : b.qs[e - 16] >> 4; }
 
-void matmul_portable_q8(const detail::Q8Args& a) noexcept {
+void matmul_portable_q16(const detail::Q16Args& a) noexcept {
   const MatrixView& w = *a.w;
-  const Q8Rows& x = *a.x;
-  const std::size_t nb = w.cols / q8_block;
+  const Q16Rows& x = *a.x;
+  const std::size_t nb = w.cols / q16_block;
   float* dw = a.scratch;       // the row's block scales
   float* mw = a.scratch + nb;  // and minimums (Q4_1)
   const bool q4_1 = w.type == GgmlType::q4_1;
@@ -69,7 +69,7 @@ void matmul_portable_q8(const detail::Q8Args& a) noexcept {
       }
     }
     for (std::size_t b = 0; b < x.batch; ++b) {
-      const std::int8_t* qx = x.q + b * x.cols;
+      const std::int16_t* qx = x.q + b * x.cols;
       const float* dx = x.d + b * nb;
       const float* sx = x.s + b * nb;
       float acc[8] = {};
@@ -77,10 +77,10 @@ void matmul_portable_q8(const detail::Q8Args& a) noexcept {
         const float scale = dw[k] * dx[k];
         for (int j = 0; j < 8; ++j) {
           int partial = 0;
-          for (int e = 4 * j; e < 4 * j + 4; ++e) {
+          for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) {
             const int u = q4_1 ? weight_q4_1(reinterpret_cast<const BlockQ4_1*>(row)[k], e)
                                : reinterpret_cast<const BlockQ8_0*>(row)[k].qs[e];
-            partial += u * qx[k * q8_block + e];
+            partial += u * qx[k * q16_block + e];
           }
           acc[j] = std::fma(static_cast<float>(partial), scale, acc[j]);
         }
@@ -110,39 +110,39 @@ bool x86_kernels(Isa isa) noexcept {
 
 }  // namespace
 
-bool q8_supported(GgmlType type, std::uint32_t cols) noexcept {
-  return (type == GgmlType::q4_1 || type == GgmlType::q8_0) && cols % q8_block == 0 && cols > 0;
+bool q16_supported(GgmlType type, std::uint32_t cols) noexcept {
+  return (type == GgmlType::q4_1 || type == GgmlType::q8_0) && cols % q16_block == 0 && cols > 0;
 }
 
 // AVX-512 CPUs run the AVX2 kernels of this path (there is no AVX-512 version yet; the bits are the same).
-void quantize_rows_q8(Isa isa, const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
+void quantize_rows_q16(Isa isa, const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept {
-  AK_ASSERT(out.cols % q8_block == 0, "quantize_rows_q8: width not a multiple of 32");
-  AK_ASSERT(row_begin <= row_end && row_end <= out.batch, "quantize_rows_q8: rows outside the batch");
-  AK_ASSERT(isa_available(isa), "quantize_rows_q8: instruction set not available on this CPU");
+  AK_ASSERT(out.cols % q16_block == 0, "quantize_rows_q16: width not a multiple of 32");
+  AK_ASSERT(row_begin <= row_end && row_end <= out.batch, "quantize_rows_q16: rows outside the batch");
+  AK_ASSERT(isa_available(isa), "quantize_rows_q16: instruction set not available on this CPU");
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
   if (x86_kernels(isa)) {
-    detail::quantize_q8_avx2(x, x_stride, out, row_begin, row_end);
+    detail::quantize_q16_avx2(x, x_stride, out, row_begin, row_end);
     return;
   }
 #endif
   quantize_portable(x, x_stride, out, row_begin, row_end);
 }
 
-void matmul_rows_q8(Isa isa, const MatrixView& w, const Q8Rows& x, float* y, std::size_t y_stride,
+void matmul_rows_q16(Isa isa, const MatrixView& w, const Q16Rows& x, float* y, std::size_t y_stride,
                     std::uint32_t row_begin, std::uint32_t row_end, float* scratch) noexcept {
-  AK_ASSERT(q8_supported(w.type, w.cols), "matmul_rows_q8: weight type or width not supported");
-  AK_ASSERT(w.cols == x.cols, "matmul_rows_q8: activation width differs from the matrix's");
-  AK_ASSERT(row_begin <= row_end && row_end <= w.rows, "matmul_rows_q8: rows outside the matrix");
-  AK_ASSERT(isa_available(isa), "matmul_rows_q8: instruction set not available on this CPU");
-  const detail::Q8Args args{&w, &x, y, y_stride, row_begin, row_end, scratch};
+  AK_ASSERT(q16_supported(w.type, w.cols), "matmul_rows_q16: weight type or width not supported");
+  AK_ASSERT(w.cols == x.cols, "matmul_rows_q16: activation width differs from the matrix's");
+  AK_ASSERT(row_begin <= row_end && row_end <= w.rows, "matmul_rows_q16: rows outside the matrix");
+  AK_ASSERT(isa_available(isa), "matmul_rows_q16: instruction set not available on this CPU");
+  const detail::Q16Args args{&w, &x, y, y_stride, row_begin, row_end, scratch};
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
   if (x86_kernels(isa)) {
-    detail::matmul_q8_avx2(args);
+    detail::matmul_q16_avx2(args);
     return;
   }
 #endif
-  matmul_portable_q8(args);
+  matmul_portable_q16(args);
 }
 
 }  // namespace activekv::engine
