@@ -51,6 +51,9 @@ Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Fo
   logits_.assign(std::size_t{limits.step_entries_max} * cfg_.vocab, 0.0f);
   scratch_stride_ = std::max({cfg_.embedding, cfg_.ffn, static_cast<std::uint32_t>(qd)});
   scratch_.assign(scratch_stride_ * pool.threads(), 0.0f);
+  xq_q_.assign(n * scratch_stride_, 0);
+  xq_d_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
+  xq_s_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
 
   // RoPE angles, computed in double once: theta_i(pos) = pos × base^(−2i/rope_dims).
   // One row per position the run can reach: the run's context, never more than the model's.
@@ -159,13 +162,43 @@ void Forward::embed(std::span<const StepInput> inputs) {
   }
 }
 
+void Forward::quantize(const float* x, std::uint32_t cols, std::uint32_t n) {
+  xq_ = Q16Rows{xq_q_.data(), xq_d_.data(), xq_s_.data(), cols, n};
+  constexpr std::uint32_t rows_per_chunk = 32;  // below this a region's wake-up costs more than it saves
+  if (n < 2 * rows_per_chunk) {
+    quantize_rows_q16(isa_, x, cols, xq_, 0, n);
+    return;
+  }
+  struct Ctx {
+    Forward* self;
+    const float* x;
+    std::uint32_t cols;
+    std::uint32_t n;
+  } ctx{this, x, cols, n};
+  // Each row's bytes depend on that row alone, so the split does not change them.
+  pool_.run_chunks(
+      [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
+        const Ctx& q = *static_cast<const Ctx*>(c);
+        const std::size_t begin = std::uint64_t{q.n} * index / count;
+        const std::size_t end = std::uint64_t{q.n} * (index + 1) / count;
+        quantize_rows_q16(q.self->isa_, q.x, q.cols, q.self->xq_, begin, end);
+      },
+      &ctx, std::min<std::uint32_t>(n / rows_per_chunk, 4 * pool_.threads()));
+}
+
 void Forward::matmul(std::uint32_t n, std::span<const Product> products) {
+  bool quantised = true;
+  for (const Product& p : products)
+    quantised = quantised && q16_supported(p.w->type, p.w->cols) && p.x == products[0].x &&
+                p.w->cols == products[0].w->cols;
+  if (quantised) quantize(products[0].x, products[0].w->cols, n);
   struct Ctx {
     Forward* self;
     std::span<const Product> products;
     std::uint32_t n;
     std::uint32_t rows_total;
-  } ctx{this, products, n, 0};
+    bool quantised;
+  } ctx{this, products, n, 0, quantised};
   for (const Product& p : products) ctx.rows_total += p.w->rows;
   // Chunks of rows claimed by whichever thread is free (a descheduled thread
   // holds up one chunk, not half the product). A row's arithmetic does not
@@ -181,7 +214,9 @@ void Forward::matmul(std::uint32_t n, std::span<const Product> products) {
         for (const Product& p : x.products) {
           const std::uint32_t lo = std::max(begin, offset);
           const std::uint32_t hi = std::min(end, offset + p.w->rows);
-          if (lo < hi) {
+          if (lo < hi && x.quantised) {
+            matmul_rows_q16(x.self->isa_, *p.w, x.self->xq_, p.y, p.w->rows, lo - offset, hi - offset, scratch);
+          } else if (lo < hi) {
             matmul_rows(x.self->isa_, *p.w, p.x, p.w->cols, x.n, p.y, p.w->rows, lo - offset, hi - offset, scratch);
           }
           offset += p.w->rows;

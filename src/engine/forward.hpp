@@ -35,6 +35,7 @@
 
 #include "engine/kv_access.hpp"
 #include "engine/matmul.hpp"
+#include "engine/matmul_q16.hpp"
 #include "engine/model.hpp"
 #include "engine/thread_pool.hpp"
 
@@ -100,7 +101,11 @@ class Forward {
     float* y;        // n × w->rows
   };
   // Every product's y = x · wᵀ, in one parallel region split by output rows.
+  // Products of one call share their x. Q4_1 and Q8_0 weights take the 16-bit
+  // activation path (matmul_q16.hpp: x quantised once per row, integer dots).
   void matmul(std::uint32_t n, std::span<const Product> products);
+  // xq_ = x (n rows of `cols`) quantised to 16-bit blocks; split over the pool when n is large.
+  void quantize(const float* x, std::uint32_t cols, std::uint32_t n);
   void rmsnorm(const float* x, const float* weight, float* out, std::uint32_t n) const noexcept;
   void rope(float* vectors, std::uint32_t heads, std::uint32_t n) const noexcept;
 
@@ -120,6 +125,9 @@ class Forward {
   std::vector<float> logits_;              // step_entries_max × vocab
   std::vector<float> scratch_;             // per thread: the widest matrix row in fp32
   std::size_t scratch_stride_ = 0;
+  std::vector<std::int16_t> xq_q_;         // step_tokens_max × the widest row: activations as 16-bit blocks
+  std::vector<float> xq_d_, xq_s_;         // their block scales and d × Σq
+  Q16Rows xq_;                              // views of the three above for the current product
   std::uint32_t context_tokens_ = 0;        // positions the RoPE tables cover (ForwardLimits::context_tokens)
   std::vector<float> rope_cos_, rope_sin_; // context_tokens_ × rope_dims / 2
   std::uint32_t logit_count_ = 0;

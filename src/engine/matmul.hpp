@@ -19,6 +19,8 @@
 // Other types (BF16, Q5_0, Q5_1, Q4_K, Q6_K) take the scratch route on every
 // instruction set, with a SIMD dot over the dequantised row.
 // Every path is compared with the portable one in matmul_test.cpp.
+// The forward pass computes Q4_1 and Q8_0 products on the 16-bit-activation
+// path instead (matmul_q16.hpp); this one serves the other types.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 // matmul_bench.cpp — the quantised matrix products alone (Google Benchmark):
 // one Q4_1 and one Q8_0 matrix of the default model's shapes, batch 1 (decode)
-// and 64 (prefill chunk), every available instruction set, one thread.
+// and 64 (prefill chunk), every available instruction set, one thread; the
+// 16-bit-activation path (matmul_q16.hpp) and its quantisation likewise.
 // Counters: weight bytes/s (the decode limit is memory) and GFLOP/s.
 #include <benchmark/benchmark.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "engine/matmul.hpp"
+#include "engine/matmul_q16.hpp"
 
 namespace activekv::engine {
 namespace {
@@ -39,6 +41,60 @@ void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
   state.counters["flop/s"] = benchmark::Counter(2.0 * cols * rows * batch * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+// The 16-bit-activation path: the product alone (the activations quantised once, outside the loop) and the
+// quantisation alone.
+void BM_matmul_q16(benchmark::State& state, GgmlType type, Isa isa) {
+  if (!isa_available(isa)) {
+    state.SkipWithError("instruction set not available");
+    return;
+  }
+  const std::uint32_t cols = 576, rows = 1536;
+  const std::size_t batch = static_cast<std::size_t>(state.range(0));
+  const std::size_t row_bytes = quant_row_bytes(type, cols);
+  std::vector<std::uint8_t> w(rows * row_bytes);
+  std::mt19937 rng(1);
+  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
+  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
+  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
+    const std::uint16_t half_one = 0x3c00;
+    std::memcpy(&w[k], &half_one, 2);
+  }
+  const MatrixView m{type, w.data(), cols, rows, row_bytes};
+  std::vector<float> x(batch * cols, 0.5f), y(batch * rows), scratch(cols);
+  std::vector<std::int16_t> q(batch * cols);
+  std::vector<float> d(batch * cols / 32), s(batch * cols / 32);
+  const Q16Rows xq{q.data(), d.data(), s.data(), cols, batch};
+  quantize_rows_q16(isa, x.data(), cols, xq, 0, batch);
+  for (auto _ : state) {
+    matmul_rows_q16(isa, m, xq, y.data(), rows, 0, rows, scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight_bytes/s"] = benchmark::Counter(static_cast<double>(w.size()) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["flop/s"] = benchmark::Counter(2.0 * cols * rows * batch * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+void BM_quantize_q16(benchmark::State& state, Isa isa) {
+  if (!isa_available(isa)) {
+    state.SkipWithError("instruction set not available");
+    return;
+  }
+  const std::uint32_t cols = 1536;
+  const std::size_t batch = 64;
+  std::vector<float> x(batch * cols, 0.5f);
+  std::vector<std::int16_t> q(batch * cols);
+  std::vector<float> d(batch * cols / 32), s(batch * cols / 32);
+  const Q16Rows xq{q.data(), d.data(), s.data(), cols, batch};
+  for (auto _ : state) {
+    quantize_rows_q16(isa, x.data(), cols, xq, 0, batch);
+    benchmark::DoNotOptimize(q.data());
+  }
+  state.counters["values/s"] = benchmark::Counter(static_cast<double>(batch * cols) * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_1_avx2, GgmlType::q4_1, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q8_0_avx2, GgmlType::q8_0, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_quantize_q16, avx2, Isa::avx2);
+BENCHMARK_CAPTURE(BM_quantize_q16, portable, Isa::portable);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_avx2, GgmlType::q4_1, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_portable, GgmlType::q4_1, Isa::portable)->Arg(1)->Arg(64);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "engine/matmul.hpp"
+#include "engine/matmul_q16.hpp"
 
 namespace activekv::engine::detail {
 
@@ -25,5 +26,24 @@ struct MatmulArgs {
 void matmul_portable(const MatmulArgs& args) noexcept;
 void matmul_avx2(const MatmulArgs& args) noexcept;
 void matmul_avx512(const MatmulArgs& args) noexcept;
+
+}  // namespace activekv::engine::detail
+
+// The 8-bit-activation path (matmul_q16.hpp): the same bits on every instruction set.
+namespace activekv::engine::detail {
+
+struct Q16Args {
+  const MatrixView* w;
+  const Q16Rows* x;
+  float* y;
+  std::size_t y_stride;
+  std::uint32_t row_begin;
+  std::uint32_t row_end;
+  float* scratch;
+};
+
+void quantize_q16_avx2(const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
+                      std::size_t row_end) noexcept;
+void matmul_q16_avx2(const Q16Args& args) noexcept;
 
 }  // namespace activekv::engine::detail

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/matmul_q16.hpp"
 #include "engine/quant_blocks.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -116,6 +117,161 @@ TEST(Matmul, NoHeapAllocation) {
   const auto before = activekv::testing::heap_allocations();
   matmul_rows(best_isa(), w, x.data(), 64, 1, y.data(), 8, 0, 8, scratch.data());
   EXPECT_EQ(activekv::testing::heap_allocations(), before);
+}
+
+
+// ---- The 16-bit-activation path (matmul_q16.hpp) ----
+
+struct Q16Buffers {
+  std::vector<std::int16_t> q;
+  std::vector<float> d, s;
+  Q16Rows rows;
+  Q16Buffers(std::size_t batch, std::uint32_t cols)
+      : q(batch * cols, 99), d(batch * cols / 32, -1.0f), s(batch * cols / 32, -1.0f),
+        rows{q.data(), d.data(), s.data(), cols, batch} {}
+};
+
+// Activations like a hidden state's: mostly small, a few large outliers, a zero block.
+std::vector<float> hidden_like(std::size_t batch, std::uint32_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 63);
+  std::vector<float> x(batch * cols);
+  for (float& v : x) v = pick(rng) == 0 ? 20.0f * normal(rng) : normal(rng);
+  for (std::uint32_t i = 0; i < 32 && i < cols; ++i) x[i] = 0.0f;  // row 0, block 0: d = 0
+  return x;
+}
+
+TEST(MatmulQ16, QuantisationIsRowLocalBoundedAndTheSameOnEveryPath) {
+  std::mt19937 rng(5);
+  const std::uint32_t cols = 576;
+  const std::size_t batch = 9;
+  const std::vector<float> x = hidden_like(batch, cols, rng);
+  Q16Buffers portable(batch, cols);
+  quantize_rows_q16(Isa::portable, x.data(), cols, portable.rows, 0, batch);
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::uint32_t k = 0; k < cols / 32; ++k) {
+      const float d = portable.d[b * cols / 32 + k];
+      int sum = 0;
+      for (std::uint32_t i = 0; i < 32; ++i) {
+        const std::size_t e = b * cols + k * 32 + i;
+        ASSERT_LE(std::abs(portable.q[e]), 32767);
+        // Round to nearest: the value is within half a step, plus the fp32 rounding of d, 1/d and x × (1/d)
+        // (a few units of 2^-24 of |x|, which is up to 32767 steps).
+        ASSERT_LE(std::fabs(double{x[e]} - double{d} * portable.q[e]), 0.5 * d + 3e-7 * std::fabs(x[e]))
+            << "element " << e;
+        sum += portable.q[e];
+      }
+      ASSERT_EQ(portable.s[b * cols / 32 + k], d * static_cast<float>(sum));
+    }
+  }
+  EXPECT_EQ(portable.d[0], 0.0f);
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (!isa_available(isa)) continue;
+    SCOPED_TRACE(isa_name(isa));
+    Q16Buffers got(batch, cols);
+    // Row by row in two calls: a row's bytes do not depend on the others.
+    quantize_rows_q16(isa, x.data(), cols, got.rows, 0, 4);
+    quantize_rows_q16(isa, x.data(), cols, got.rows, 4, batch);
+    EXPECT_EQ(0, std::memcmp(got.q.data(), portable.q.data(), got.q.size() * sizeof(std::int16_t)));
+    EXPECT_EQ(0, std::memcmp(got.d.data(), portable.d.data(), got.d.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(got.s.data(), portable.s.data(), got.s.size() * sizeof(float)));
+  }
+}
+
+TEST(MatmulQ16, EveryPathGivesThePortableBitsAndEachOutputIsIndependentOfTheBatch) {
+  std::mt19937 rng(17);
+  const std::uint32_t rows = 37;
+  for (GgmlType type : {GgmlType::q4_1, GgmlType::q8_0}) {
+    for (std::uint32_t cols : {576u, 1536u, 96u}) {  // 18, 48 and 3 blocks: with and without a tail of Σ m × s
+      const std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng);
+      const MatrixView w{type, bytes.data(), cols, rows, quant_row_bytes(type, cols)};
+      ASSERT_TRUE(q16_supported(type, cols));
+      const std::size_t batch = 70;  // past one 64-row block of activations, and a remainder of 2 after groups of 4
+      const std::vector<float> x = hidden_like(batch, cols, rng);
+      Q16Buffers xq(batch, cols);
+      quantize_rows_q16(Isa::portable, x.data(), cols, xq.rows, 0, batch);
+      std::vector<float> scratch(cols);
+      std::vector<float> expected(batch * rows, -1.0f);
+      matmul_rows_q16(Isa::portable, w, xq.rows, expected.data(), rows, 0, rows, scratch.data());
+      for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+        if (!isa_available(isa)) continue;
+        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << gguf::ggml_type_traits(type).name << " cols " << cols);
+        // Whole batch, split row ranges (an odd one first, so the row pairs shift).
+        std::vector<float> got(batch * rows, -7.0f);
+        matmul_rows_q16(isa, w, xq.rows, got.data(), rows, 0, 17, scratch.data());
+        matmul_rows_q16(isa, w, xq.rows, got.data(), rows, 17, rows, scratch.data());
+        ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)));
+        // Each activation row alone (a decode step): the same bits as inside the batch.
+        for (std::size_t b : {std::size_t{0}, std::size_t{5}, std::size_t{69}}) {
+          const Q16Rows one{xq.q.data() + b * cols, xq.d.data() + b * cols / 32, xq.s.data() + b * cols / 32, cols, 1};
+          std::vector<float> y(rows, -3.0f);
+          matmul_rows_q16(isa, w, one, y.data(), rows, 0, rows, scratch.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), expected.data() + b * rows, rows * sizeof(float))) << "row " << b;
+        }
+      }
+    }
+  }
+}
+
+// Against a float64 product with the unquantised activations. Quantising a
+// block moves each x by at most d/2, so |error| ≤ Σ_blocks (d/2) Σ|w| plus
+// fp32 rounding (1e-5 of Σ|w·x|): the bound is derived, not fitted. The mean
+// error must also be well inside it (rounding errors largely cancel).
+TEST(MatmulQ16, WithinTheQuantisationBoundOfTheFloat64Product) {
+  std::mt19937 rng(23);
+  const std::uint32_t rows = 64, cols = 576;
+  for (GgmlType type : {GgmlType::q4_1, GgmlType::q8_0}) {
+    SCOPED_TRACE(gguf::ggml_type_traits(type).name);
+    const std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng);
+    const MatrixView w{type, bytes.data(), cols, rows, quant_row_bytes(type, cols)};
+    const std::size_t batch = 8;
+    const std::vector<float> x = hidden_like(batch, cols, rng);
+    Q16Buffers xq(batch, cols);
+    quantize_rows_q16(best_isa(), x.data(), cols, xq.rows, 0, batch);
+    std::vector<float> y(batch * rows), wrow(cols), scratch(cols);
+    matmul_rows_q16(best_isa(), w, xq.rows, y.data(), rows, 0, rows, scratch.data());
+    double error_sum = 0.0, bound_sum = 0.0;
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      dequantize_row(type, bytes.data() + r * w.row_bytes, wrow.data(), cols);
+      for (std::size_t b = 0; b < batch; ++b) {
+        double exact = 0.0, magnitude = 0.0, bound = 0.0;
+        for (std::uint32_t k = 0; k < cols / 32; ++k) {
+          double block_w = 0.0;
+          for (std::uint32_t i = k * 32; i < k * 32 + 32; ++i) {
+            exact += double{wrow[i]} * x[b * cols + i];
+            magnitude += std::fabs(double{wrow[i]} * x[b * cols + i]);
+            block_w += std::fabs(wrow[i]);
+          }
+          bound += 0.5 * xq.d[b * cols / 32 + k] * block_w;
+        }
+        const double error = std::fabs(y[b * rows + r] - exact);
+        ASSERT_LE(error, bound * (1.0 + 1e-4) + 1e-5 * magnitude + 1e-6) << "row " << r << " vector " << b;
+        error_sum += error;
+        bound_sum += bound;
+      }
+    }
+    EXPECT_LT(error_sum, 0.1 * bound_sum);
+  }
+}
+
+TEST(MatmulQ16, NoHeapAllocation) {
+  std::mt19937 rng(3);
+  const std::vector<std::uint8_t> bytes = random_matrix(GgmlType::q4_1, 8, 64, rng);
+  const MatrixView w{GgmlType::q4_1, bytes.data(), 64, 8, quant_row_bytes(GgmlType::q4_1, 64)};
+  std::vector<float> x(64, 1.0f), y(8), scratch(64);
+  Q16Buffers xq(1, 64);
+  const auto before = activekv::testing::heap_allocations();
+  quantize_rows_q16(best_isa(), x.data(), 64, xq.rows, 0, 1);
+  matmul_rows_q16(best_isa(), w, xq.rows, y.data(), 8, 0, 8, scratch.data());
+  EXPECT_EQ(activekv::testing::heap_allocations(), before);
+}
+
+TEST(MatmulQ16, SupportedTypes) {
+  EXPECT_TRUE(q16_supported(GgmlType::q4_1, 576));
+  EXPECT_TRUE(q16_supported(GgmlType::q8_0, 576));
+  EXPECT_FALSE(q16_supported(GgmlType::q4_0, 576));
+  EXPECT_FALSE(q16_supported(GgmlType::f32, 576));
+  EXPECT_FALSE(q16_supported(GgmlType::q4_1, 0));
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 // quant.hpp — dequantisation of the ggml types the engine computes with, and
 // the portable dot product every SIMD kernel is checked against.
 //
-// The engine computes in fp32: a weight row is dequantised (in registers on the
-// SIMD paths, here element by element) and multiplied with fp32 activations.
-// The activations are never quantised, so the only rounding beyond fp32
-// arithmetic is the file's own; the logits can therefore be compared with a
-// numpy reference to a tight tolerance (tests/reference).
+// The fp32 path: a weight row is dequantised (in registers on the SIMD paths,
+// here element by element) and multiplied with fp32 activations, so the only
+// rounding beyond fp32 arithmetic is the file's own. Q4_1 and Q8_0 products take
+// the 16-bit-activation path instead (matmul_q16.hpp), whose added rounding is
+// at most max|x| / 65534 per value; the logits are still compared with a numpy
+// reference to the same tight tolerance (tests/reference).
 //
 // Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K. Any other
 // type is refused when the model loads (quant_supported), never reaches here.

@@ -1,0 +1,148 @@
+// matmul_q16.cpp — the 16-bit-activation path's dispatch and its portable
+// version, written element by element in the fixed order matmul_q16.hpp states;
+// the AVX2 file (matmul_q16_avx2.cpp) must give the same bits.
+#include "engine/matmul_q16.hpp"
+
+#include <cmath>
+
+#include "activekv/assert.hpp"
+#include "engine/matmul_isa.hpp"
+#include "engine/quant_blocks.hpp"
+
+namespace activekv::engine {
+namespace {
+
+using namespace blocks;
+
+// ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)): the AVX2 horizontal sum's order.
+float sum8(const float* a) noexcept {
+  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+void quantize_portable(const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
+                       std::size_t row_end) noexcept {
+  const std::size_t blocks_per_row = out.cols / q16_block;
+  for (std::size_t b = row_begin; b < row_end; ++b) {
+    for (std::size_t k = 0; k < blocks_per_row; ++k) {
+      const float* xs = x + b * x_stride + k * q16_block;
+      std::int16_t* q = out.q + b * out.cols + k * q16_block;
+      float amax = 0.0f;
+      for (std::uint32_t i = 0; i < q16_block; ++i) {
+        const float a = std::fabs(xs[i]);
+        amax = a > amax ? a : amax;
+      }
+      const float d = amax / q16_max;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (std::uint32_t i = 0; i < q16_block; ++i) {
+        long v = std::lrint(xs[i] * id);
+        v = v < -32767 ? -32767 : (v > 32767 ? 32767 : v);
+        q[i] = static_cast<std::int16_t>(v);
+        sum += static_cast<int>(v);
+      }
+      out.d[b * blocks_per_row + k] = d;
+      out.s[b * blocks_per_row + k] = d * static_cast<float>(sum);
+    }
+  }
+}
+
+// Element e of a weight block as the integer the product uses.
+int weight_q4_1(const BlockQ4_1& b, int e) noexcept { return e < 16 ? b.qs[e] & 0x0F : b.qs[e - 16] >> 4; }
+
+void matmul_portable_q16(const detail::Q16Args& a) noexcept {
+  const MatrixView& w = *a.w;
+  const Q16Rows& x = *a.x;
+  const std::size_t nb = w.cols / q16_block;
+  float* dw = a.scratch;       // the row's block scales
+  float* mw = a.scratch + nb;  // and minimums (Q4_1)
+  const bool q4_1 = w.type == GgmlType::q4_1;
+  for (std::uint32_t r = a.row_begin; r < a.row_end; ++r) {
+    const std::uint8_t* row = w.data + r * w.row_bytes;
+    for (std::size_t k = 0; k < nb; ++k) {
+      if (q4_1) {
+        const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[k];
+        dw[k] = half_to_float(blk.d);
+        mw[k] = half_to_float(blk.m);
+      } else {
+        dw[k] = half_to_float(reinterpret_cast<const BlockQ8_0*>(row)[k].d);
+      }
+    }
+    for (std::size_t b = 0; b < x.batch; ++b) {
+      const std::int16_t* qx = x.q + b * x.cols;
+      const float* dx = x.d + b * nb;
+      const float* sx = x.s + b * nb;
+      float acc[8] = {};
+      for (std::size_t k = 0; k < nb; ++k) {
+        const float scale = dw[k] * dx[k];
+        for (int j = 0; j < 8; ++j) {
+          int partial = 0;
+          for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) {
+            const int u = q4_1 ? weight_q4_1(reinterpret_cast<const BlockQ4_1*>(row)[k], e)
+                               : reinterpret_cast<const BlockQ8_0*>(row)[k].qs[e];
+            partial += u * qx[k * q16_block + e];
+          }
+          acc[j] = std::fma(static_cast<float>(partial), scale, acc[j]);
+        }
+      }
+      float sum = sum8(acc);
+      if (q4_1) {
+        float lanes[8] = {};
+        const std::size_t whole = nb / 8 * 8;
+        for (std::size_t k = 0; k < whole; ++k) lanes[k % 8] = std::fma(mw[k], sx[k], lanes[k % 8]);
+        float mins = sum8(lanes);
+        for (std::size_t k = whole; k < nb; ++k) mins = std::fma(mw[k], sx[k], mins);
+        sum += mins;
+      }
+      a.y[b * a.y_stride + r] = sum;
+    }
+  }
+}
+
+bool x86_kernels(Isa isa) noexcept {
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  return isa != Isa::portable;
+#else
+  (void)isa;
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool q16_supported(GgmlType type, std::uint32_t cols) noexcept {
+  return (type == GgmlType::q4_1 || type == GgmlType::q8_0) && cols % q16_block == 0 && cols > 0;
+}
+
+// AVX-512 CPUs run the AVX2 kernels of this path (there is no AVX-512 version yet; the bits are the same).
+void quantize_rows_q16(Isa isa, const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
+                      std::size_t row_end) noexcept {
+  AK_ASSERT(out.cols % q16_block == 0, "quantize_rows_q16: width not a multiple of 32");
+  AK_ASSERT(row_begin <= row_end && row_end <= out.batch, "quantize_rows_q16: rows outside the batch");
+  AK_ASSERT(isa_available(isa), "quantize_rows_q16: instruction set not available on this CPU");
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  if (x86_kernels(isa)) {
+    detail::quantize_q16_avx2(x, x_stride, out, row_begin, row_end);
+    return;
+  }
+#endif
+  quantize_portable(x, x_stride, out, row_begin, row_end);
+}
+
+void matmul_rows_q16(Isa isa, const MatrixView& w, const Q16Rows& x, float* y, std::size_t y_stride,
+                    std::uint32_t row_begin, std::uint32_t row_end, float* scratch) noexcept {
+  AK_ASSERT(q16_supported(w.type, w.cols), "matmul_rows_q16: weight type or width not supported");
+  AK_ASSERT(w.cols == x.cols, "matmul_rows_q16: activation width differs from the matrix's");
+  AK_ASSERT(row_begin <= row_end && row_end <= w.rows, "matmul_rows_q16: rows outside the matrix");
+  AK_ASSERT(isa_available(isa), "matmul_rows_q16: instruction set not available on this CPU");
+  const detail::Q16Args args{&w, &x, y, y_stride, row_begin, row_end, scratch};
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  if (x86_kernels(isa)) {
+    detail::matmul_q16_avx2(args);
+    return;
+  }
+#endif
+  matmul_portable_q16(args);
+}
+
+}  // namespace activekv::engine
