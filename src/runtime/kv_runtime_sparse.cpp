@@ -9,6 +9,8 @@
 // arithmetic is exact mode's, bit for bit. Nothing here allocates after create().
 #include "runtime/kv_runtime_impl.hpp"
 
+#include <bit>
+
 namespace activekv {
 
 const char* sparse_mode_name(SparseMode mode) noexcept {
@@ -105,12 +107,14 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const bool heavy = s.mode == SparseMode::adaptive;
+  per_group_ = s.per_group && !pick_group_rank_.empty();
+  const std::uint32_t kv = g.kv_heads;
   bool any = false;
   for (std::uint32_t e = 0; e < entries(); ++e) {
     const LayerPlan& lp = layer_plan(layer, e);
     const std::uint32_t slot = scheduled_[e].context.slot;
     const std::uint32_t n = (lp.length_tokens + P - 1) / P;
-    std::uint8_t* keep = keep_.data() + std::size_t{e} * max;
+    std::uint32_t* keep = keep_.data() + std::size_t{e} * max;
     const std::size_t sl = std::size_t{slot} * g.dense_layers + layer;
     std::uint32_t* pick_rank = pick_rank_.data() + sl * max;
     float* pick_bound = pick_bound_.data() + sl * max;
@@ -118,7 +122,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     fill_[e] = 0;
     unselected_[e] = 0;
     if (query_count_[e] != 1) {  // prefill stays exact
-      std::fill_n(keep, n, std::uint8_t{1});
+      std::fill_n(keep, n, all_heads_);
       continue;
     }
     const std::uint32_t budget = sparse_budget(slot, n);
@@ -128,15 +132,22 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     sparse_stats_.pages_context_last += n;
     pick_pages_[sl] = n;
     pick_step_[slot] = planner_.step() + 1;
+    pick_per_group_[slot] = per_group_ ? 1 : 0;
     if (heavy) {
       for (std::uint32_t p = 0; p < n; ++p) scores[p] *= s.heavy_decay;
     }
     if (budget >= n) {
-      std::fill_n(keep, n, std::uint8_t{1});
+      std::fill_n(keep, n, all_heads_);
       std::fill_n(pick_rank, n, runtime::rank_forced);
       std::fill_n(pick_bound, n, 0.0f);
-      sparse_stats_.pages_read += n;
-      sparse_stats_.pages_read_last += n;
+      if (per_group_) {
+        std::fill_n(pick_group_rank_.data() + sl * kv * max, std::size_t{kv} * max, runtime::rank_forced);
+        std::fill_n(pick_group_bound_.data() + sl * kv * max, std::size_t{kv} * max, 0.0f);
+      }
+      head_pages_read_ += std::uint64_t{n} * kv;
+      const std::uint64_t pages_now = head_pages_read_ / kv;
+      sparse_stats_.pages_read_last += pages_now - sparse_stats_.pages_read;
+      sparse_stats_.pages_read = pages_now;
       continue;
     }
     // Each group's bound per page: the maximum over its query heads.
@@ -180,10 +191,25 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     in.recent = std::max(1u, s.recent_pages);
     in.bound = {bounds_.data(), std::size_t{g.kv_heads} * n};
     if (heavy) in.heavy = {heavy_flags_.data(), n};
-    const std::uint32_t count = runtime::select_pages(in, *selection_, {selected_.data(), n});
-    std::fill_n(keep, n, std::uint8_t{0});
+    std::uint32_t count = 0;
+    std::uint64_t head_pages = 0;  // (page, KV head) pairs read
+    if (per_group_) {
+      // Each group its own pages: the kernel reads, per page, only the heads whose bit is set.
+      count = runtime::select_pages_per_group(in, *selection_, {keep, n});
+      for (std::uint32_t p = 0; p < n; ++p) head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));
+      std::uint32_t* group_rank = pick_group_rank_.data() + sl * kv * max;
+      float* group_bound = pick_group_bound_.data() + sl * kv * max;
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        std::copy_n(selection_->group_rank.data() + std::size_t{kh} * n, n, group_rank + std::size_t{kh} * max);
+        std::copy_n(bounds_.data() + std::size_t{kh} * n, n, group_bound + std::size_t{kh} * max);
+      }
+    } else {
+      count = runtime::select_pages(in, *selection_, {selected_.data(), n});
+      std::fill_n(keep, n, 0u);
+      for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = all_heads_;
+      head_pages = std::uint64_t{count} * kv;
+    }
     std::uint32_t ranked = 0;
-    for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = 1;
     for (std::uint32_t p = 0; p < n; ++p) {
       const std::uint32_t r = selection_->rank[p];
       pick_rank[p] = r;
@@ -192,11 +218,21 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       pick_bound[p] = b;
       ranked += (r != UINT32_MAX && r != runtime::rank_forced) ? 1u : 0u;
     }
+    // Per group the pages ranked by bound (the estimate's "lower half" is within a group's list).
     fill_[e] = ranked;
-    unselected_[e] = n - count;
-    sparse_stats_.pages_read += count;
-    sparse_stats_.pages_read_last += count;
-    any = any || count < n;
+    if (per_group_) {
+      std::uint32_t forced = 0;
+      for (std::uint32_t p = 0; p < n; ++p) forced += selection_->rank[p] == runtime::rank_forced ? 1u : 0u;
+      fill_[e] = budget > forced ? budget - forced : 0u;
+    }
+    // Unread: pages no group reads, counted per group (the mass estimate's unit is one group's page).
+    unselected_[e] = static_cast<std::uint32_t>((std::uint64_t{n} * kv - head_pages) / kv);
+    // pages_read counts whole rows: a group reads only its head's part of a page's rows.
+    head_pages_read_ += head_pages;
+    const std::uint64_t pages_now = head_pages_read_ / kv;
+    sparse_stats_.pages_read_last += pages_now - sparse_stats_.pages_read;
+    sparse_stats_.pages_read = pages_now;
+    any = any || head_pages < std::uint64_t{n} * kv;
   }
   return any;
 }
@@ -302,10 +338,23 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t layers = plan_.geometry.dense_layers;
   e.sparse_step = pick_step_[context.slot] - 1;
+  const std::uint32_t kv = plan_.geometry.kv_heads;
   for (std::uint32_t l = 0; l < layers; ++l) {
     const std::size_t sl = std::size_t{context.slot} * layers + l;
     const std::uint32_t n = pick_pages_[sl];
     e.sparse_pages_held = std::max(e.sparse_pages_held, n);
+    if (pick_per_group_[context.slot] != 0) {  // each group's own pages, group by group
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        const std::size_t at = (sl * kv + kh) * max;
+        for (std::uint32_t p = 0; p < n; ++p) {
+          const std::uint32_t r = pick_group_rank_[at + p];
+          if (r == UINT32_MAX) continue;
+          e.sparse_picks.push_back(
+              SparsePick{l, p, pick_group_bound_[at + p], r == runtime::rank_forced ? UINT32_MAX : r, kh});
+        }
+      }
+      continue;
+    }
     for (std::uint32_t p = 0; p < n; ++p) {
       const std::uint32_t r = pick_rank_[sl * max + p];
       if (r == UINT32_MAX) continue;
