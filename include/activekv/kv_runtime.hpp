@@ -96,6 +96,10 @@ struct SparseSettings {
   // backend's kernel honours page_heads); false, or a backend without it: one list per
   // (context, layer) for all heads, taken round-robin over the groups' rankings.
   bool per_group = true;
+  // Fixed budgets (pages, fraction): spread budget × layers over the layers by each layer's missed
+  // attention mass (a running average of 1 − captured), so layers whose attention is flat read
+  // more pages and peaked ones fewer; the total per step stays about the same (docs/SPARSE.md).
+  bool layer_budget = false;
   // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
   std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this

@@ -46,8 +46,15 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   out.push_back(exact);
   const bool none = request.fractions.empty() && request.pages.empty() && !request.adaptive;
   // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
+  // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
   const auto add = [&](EvalSetting s) {
     out.push_back(s);
+    if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
+      EvalSetting layered = s;
+      layered.name += " layers";
+      layered.sparse.layer_budget = true;
+      out.push_back(std::move(layered));
+    }
     if (!request.one_list) return;
     s.name += " one list";
     s.sparse.per_group = false;

@@ -39,6 +39,8 @@ struct SettingRequest {
   bool adaptive = false;              // --sparse-adaptive
   bool one_list = false;              // --sparse-one-list: each sparse setting also with one page list
                                       //   per (context, layer) for all KV heads ("… one list")
+  bool layer_budget = false;          // --sparse-layer-budget: each fixed budget also spread over the
+                                      //   layers by their missed mass ("… layers")
 };
 
 // Exact first, then the requested settings (the default set when none was

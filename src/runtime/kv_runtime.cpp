@@ -87,6 +87,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     pick_step_.assign(slots, 0);
     budget_pages_.assign(slots, 0.0f);
     captured_slow_.assign(slots, 1.0f);
+    layer_captured_.assign(per_slot_layer, 1.0f);
+    layer_captured_step_.assign(std::size_t{sizes_.entries_max} * g.dense_layers, -1.0f);
     captured_sum_.resize(sizes_.entries_max);
     captured_layers_.resize(sizes_.entries_max);
     fill_.resize(sizes_.entries_max);

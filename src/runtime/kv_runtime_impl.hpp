@@ -320,6 +320,8 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<std::uint64_t> pick_step_;       // [slots]: the step of the last selection
   // Adaptive budget per slot: the budget (pages), the slow average of the captured mass.
   std::vector<float> budget_pages_, captured_slow_;
+  std::vector<float> layer_captured_;          // [slots × layers]: running average of each layer's captured mass
+  std::vector<float> layer_captured_step_;     // [entries_max × layers]: this step's, < 0 unknown (applied at end_step)
   // Per entry of the step: Σ captured-mass estimate over layers, layers counted, selection width.
   std::vector<double> captured_sum_;
   std::vector<std::uint32_t> captured_layers_, fill_, unselected_, tail_count_;
@@ -332,12 +334,12 @@ class KvRuntimeImpl final : public KvRuntime {
   void summarize_rows(std::uint32_t layer) noexcept;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;
-  std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept;
+  std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t layer, std::uint32_t pages) noexcept;
   // attend: the kernel's per-page mass of a call joins the heavy-hitter scores and the estimate.
   void note_page_mass(std::span<const runtime::PageKey> keys, std::span<const float> mass) noexcept;
   // attend, after the layer's calls: each decode entry's captured mass (exact in measure mode,
   // else estimated), for the statistics and the adaptive rule.
-  void note_captured_mass(bool measured, bool estimated) noexcept;
+  void note_captured_mass(std::uint32_t layer, bool measured, bool estimated) noexcept;
   // end_step: the adaptive budgets move; the step's statistics close.
   void finish_sparse_step() noexcept;
   // explain: the last selection's pages, bounds and ranks (off the step path: it allocates).

@@ -33,6 +33,10 @@ constexpr float grow_factor = 1.5f;     // one step below grow_below multiplies 
 constexpr float shrink_factor = 0.97f;  // one comfortable step shrinks it by 3%
 constexpr float slow_weight = 0.1f;     // the slow average's weight of a new step (~10 steps)
 constexpr std::uint32_t initial_divisor = 8;  // a new context starts at 1/8 of its pages (or the floor)
+// Layer budgets: the weight of a layer is its running missed mass, at least this (so a layer that
+// captured everything keeps a share, and a new context starts with equal shares).
+constexpr float layer_weight_least = 0.01f;
+constexpr float layer_weight = 0.2f;  // the running average's weight of a new step (~5 steps)
 }  // namespace
 
 Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
@@ -44,6 +48,7 @@ Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
   settings_.sparse = sparse;
   std::fill(budget_pages_.begin(), budget_pages_.end(), 0.0f);
   std::fill(captured_slow_.begin(), captured_slow_.end(), 1.0f);
+  std::fill(layer_captured_.begin(), layer_captured_.end(), 1.0f);
   std::fill(heavy_.begin(), heavy_.end(), 0.0f);
   return Status::success();
 }
@@ -79,14 +84,25 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
   }
 }
 
-std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept {
+std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t layer, std::uint32_t pages) noexcept {
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t least = 1u + std::max(1u, s.recent_pages);  // the sink and the newest pages
+  // Layer budgets: the layer's share of budget × layers, by its running missed mass.
+  const auto spread = [&](std::uint32_t budget) -> std::uint32_t {
+    if (!s.layer_budget) return budget;
+    const std::uint32_t layers = plan_.geometry.dense_layers;
+    const float* captured = layer_captured_.data() + std::size_t{slot} * layers;
+    float total = 0.0f;
+    for (std::uint32_t l = 0; l < layers; ++l) total += std::max(layer_weight_least, 1.0f - captured[l]);
+    const float share = std::max(layer_weight_least, 1.0f - captured[layer]) / total;
+    const auto b = static_cast<std::uint32_t>(std::lround(share * static_cast<float>(budget) * static_cast<float>(layers)));
+    return std::clamp(b, least, std::max(least, pages));
+  };
   switch (s.mode) {
     case SparseMode::exact: return pages;
-    case SparseMode::pages: return std::max(least, s.pages);
+    case SparseMode::pages: return spread(std::max(least, s.pages));
     case SparseMode::fraction:
-      return std::max(least, static_cast<std::uint32_t>(std::ceil(static_cast<double>(s.fraction) * pages)));
+      return spread(std::max(least, static_cast<std::uint32_t>(std::ceil(static_cast<double>(s.fraction) * pages))));
     case SparseMode::adaptive: {
       const float floor = static_cast<float>(std::max(least, s.floor_pages));
       float& b = budget_pages_[slot];
@@ -125,7 +141,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       std::fill_n(keep, n, all_heads_);
       continue;
     }
-    const std::uint32_t budget = sparse_budget(slot, n);
+    const std::uint32_t budget = sparse_budget(slot, layer, n);
     ++sparse_stats_.selections;
     ++sparse_stats_.selections_last;
     sparse_stats_.pages_context += n;
@@ -251,6 +267,14 @@ void KvRuntimeImpl::finish_sparse_step() noexcept {
       summarized_generation_[slot] = 0;
     }
     entry_of_slot_[slot] = UINT32_MAX;
+    float* step_captured = layer_captured_step_.data() + std::size_t{e} * layers;
+    for (std::uint32_t l = 0; l < layers; ++l) {
+      if (step_captured[l] >= 0.0f) {
+        float& running = layer_captured_[std::size_t{slot} * layers + l];
+        running = (1.0f - layer_weight) * running + layer_weight * step_captured[l];
+      }
+      step_captured[l] = -1.0f;
+    }
     if (settings_.sparse.mode != SparseMode::adaptive || captured_layers_[e] == 0) continue;
     // The adaptive rule: fast growth below grow_below, slow shrink while the slow average of the
     // captured mass stays above shrink_above.
@@ -290,7 +314,7 @@ void KvRuntimeImpl::note_page_mass(std::span<const runtime::PageKey> keys, std::
   }
 }
 
-void KvRuntimeImpl::note_captured_mass(bool measured, bool estimated) noexcept {
+void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool estimated) noexcept {
   const std::uint32_t heads = settings_.q_heads;
   const std::size_t stride = 2u + plan_.geometry.head_dim;
   for (std::uint32_t e = 0; e < entries(); ++e) {
@@ -313,6 +337,8 @@ void KvRuntimeImpl::note_captured_mass(bool measured, bool estimated) noexcept {
       known = true;
     }
     if (!known) continue;
+    // The layers' running averages move at end_step, so every layer of a step sees the same shares.
+    layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = static_cast<float>(captured);
     captured_sum_[e] += captured;
     ++captured_layers_[e];
     sparse_stats_.captured_estimate_sum += captured;

@@ -337,7 +337,8 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   // hitters and the captured-mass estimate).
   const bool decode_only = total_new_ == entries();
   const bool hot = settings_.policy == ResidencyPolicyKind::hotness;
-  const bool sparse_mass = selective && settings_.sparse.mode == SparseMode::adaptive;
+  const bool sparse_mass =
+      selective && (settings_.sparse.mode == SparseMode::adaptive || settings_.sparse.layer_budget);
   const bool scored = (hot || sparse_mass) && backend_.capabilities().page_mass && decode_only;
   if (sparse_mass) {
     for (std::uint32_t e = 0; e < entries(); ++e) {
@@ -428,7 +429,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     if (o != FenceOutcome::signalled) break;
     if (!call.final()) release_fence(attention);
   }
-  if (summaries_ != nullptr && settings_.sparse.enabled() && fault_.what == nullptr) note_captured_mass(measure, sparse_mass);
+  if (summaries_ != nullptr && settings_.sparse.enabled() && fault_.what == nullptr) note_captured_mass(layer, measure, sparse_mass);
   retire_pass();
   retire_uploads(layer);
   if (fault_.what == nullptr) write_back(layer, {&attention, 1});

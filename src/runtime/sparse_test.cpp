@@ -11,7 +11,8 @@
 //   - at a small budget the kernel reads fewer pages, the measured recall is in (0, 1] and
 //     grows with the budget, explain names each selected page's bound and rank (per group with
 //     per-group lists, each group's list holding the budget; and with one list), the adaptive
-//     budget runs, and no sparse step allocates;
+//     budget runs, layer budgets keep the total and move pages between layers, and no sparse
+//     step allocates;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
 
@@ -356,6 +357,29 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
       if (fraction == 1.0 && per_group) last_recall = r.stats.mean_recall();
      }
     }
+  }
+}
+
+// Layer budgets: budget × layers spread over the layers by their missed mass; the total read per
+// step stays the budget's (to rounding, half a page per layer), and no step allocates. With and without measure mode (the signal: measured, or estimated).
+TEST(SparseRuntime, LayerBudgetsKeepTheTotalReadPerStep) {
+  for (bool measure : {true, false}) {
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 12;
+    s.layer_budget = true;
+    s.measure = measure;
+    const SparseRun r = run(s, 1.0);
+    ASSERT_EQ(r.stats.selections, std::uint64_t{decode} * contexts * layers);
+    const double per_selection = r.stats.pages_read_per_selection();
+    EXPECT_NEAR(per_selection, 12.0, 0.5 + 1e-9) << "measure " << measure;
+    EXPECT_EQ(r.allocations_after_first_decode, 0u);
+    EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
+    std::vector<std::uint32_t> per_layer(layers, 0);
+    for (const SparsePick& p : r.explanation.sparse_picks) {
+      if (p.group == 0) ++per_layer[p.layer];
+    }
+    EXPECT_NEAR(static_cast<double>(per_layer[0] + per_layer[1]), 24.0, 1.0) << "the last step's total, to rounding";
   }
 }
 
