@@ -61,6 +61,7 @@ struct Capabilities {
   bool can_hold_queue = false;       // hold_queue()/release_queue() exist (held-DMA tests)
   bool deterministic = false;        // no threads: progress only by poll()/wait_host() (virtual clock)
   bool page_mass = true;             // the kernel can write per-page attention mass
+  bool page_heads = false;           // the kernel honours AttentionBatch::page_heads (per-KV-head page lists)
   std::uint32_t compute_threads = 1; // CPU threads or device units the kernel spreads over
 };
 
@@ -146,6 +147,11 @@ struct AttentionBatch {
                                    //   (Σ over a task's pages = 1 when every query
                                    //   sees every page), from this call's pages only
   std::span<float> state;          // empty, or [queries][q_heads][2 + head_dim]
+  // Per-KV-head page lists (sparse attention): empty = every head reads every page; else
+  // [pages]: bit k set = the query heads of KV head k read the page (a head skips the others,
+  // and its partials still merge in ascending page order). kv_heads <= 32, every mask non-zero
+  // and within the kv heads. Only where capabilities().page_heads.
+  std::span<const std::uint32_t> page_heads;
   bool load_state = false;
   bool store_state = false;
   bool write_output = true;
@@ -159,7 +165,7 @@ struct BackendStats {
   std::uint64_t copy_bytes[3] = {0, 0, 0};
   std::uint64_t attention_calls = 0;
   std::uint64_t attention_pages = 0;
-  std::uint64_t attention_kv_bytes = 0;  // K/V bytes the kernel read
+  std::uint64_t attention_kv_bytes = 0;  // K/V bytes the kernel read (with page_heads: each head's part)
   std::uint64_t fences_recorded = 0;
   std::uint64_t fences_failed = 0;
   std::uint64_t fences_unknown = 0;

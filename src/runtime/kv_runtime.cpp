@@ -77,10 +77,18 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     heavy_.assign(per_slot_layer * pages, 0.0f);
     pick_rank_.assign(per_slot_layer * pages, UINT32_MAX);
     pick_bound_.assign(per_slot_layer * pages, 0.0f);
+    if (backend_.capabilities().page_heads && g.kv_heads > 1 && g.kv_heads <= 32) {
+      pick_group_rank_.assign(per_slot_layer * g.kv_heads * pages, UINT32_MAX);
+      pick_group_bound_.assign(per_slot_layer * g.kv_heads * pages, 0.0f);
+    }
+    pick_per_group_.assign(slots, 0);
+    all_heads_ = g.kv_heads >= 32 ? UINT32_MAX : (1u << g.kv_heads) - 1u;
     pick_pages_.assign(per_slot_layer, 0);
     pick_step_.assign(slots, 0);
     budget_pages_.assign(slots, 0.0f);
     captured_slow_.assign(slots, 1.0f);
+    layer_captured_.assign(per_slot_layer, 1.0f);
+    layer_captured_step_.assign(std::size_t{sizes_.entries_max} * g.dense_layers, -1.0f);
     captured_sum_.resize(sizes_.entries_max);
     captured_layers_.resize(sizes_.entries_max);
     fill_.resize(sizes_.entries_max);

@@ -164,7 +164,10 @@ class KvRuntimeImpl final : public KvRuntime {
   std::span<const std::byte> host_row(ContextId context, std::uint32_t layer, std::uint32_t token) const override;
   const KvCounters& counters() const override { return counters_; }
   const SparseStats& sparse_stats() const override { return sparse_stats_; }
-  void reset_sparse_stats() override { sparse_stats_ = SparseStats{}; }
+  void reset_sparse_stats() override {
+    sparse_stats_ = SparseStats{};
+    head_pages_read_ = 0;
+  }
   Status set_sparse(const SparseSettings& sparse) override;
   Explanation explain(ContextId context) const override;
   const char* check() const override;
@@ -302,16 +305,25 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<float> q_positive_, q_negative_; // [q_heads × head_dim]: the decode query, split
   std::unique_ptr<runtime::SelectionScratch> selection_;
   std::vector<std::uint32_t> selected_;        // [pages_per_layer_max]
-  std::vector<std::uint8_t> keep_;             // [entries_max × pages_per_layer_max]
+  std::vector<std::uint32_t> keep_;            // [entries_max × pages_per_layer_max]: KV heads reading each page
+  bool per_group_ = false;                     // per-KV-head page lists this step (settings and backend)
+  std::uint32_t all_heads_ = 0;                // the mask of every KV head
+  std::uint64_t head_pages_read_ = 0;          // Σ (page, KV head) pairs read, for pages_read
   std::vector<std::uint8_t> heavy_flags_;      // [pages_per_layer_max]
   std::vector<float> heavy_;                   // [slots × layers × pages_per_layer_max]: decayed page mass
   // The last step's selection per (slot, layer, page): rank (UINT32_MAX: not read) and bound.
   std::vector<std::uint32_t> pick_rank_;
   std::vector<float> pick_bound_;
+  // Per-group lists: [slots × layers × kv_heads × pages_per_layer_max], each group's rank and bound.
+  std::vector<std::uint32_t> pick_group_rank_;
+  std::vector<float> pick_group_bound_;
+  std::vector<std::uint8_t> pick_per_group_;   // [slots]: the last selection was per group
   std::vector<std::uint32_t> pick_pages_;      // [slots × layers]: pages the context held
   std::vector<std::uint64_t> pick_step_;       // [slots]: the step of the last selection
   // Adaptive budget per slot: the budget (pages), the slow average of the captured mass.
   std::vector<float> budget_pages_, captured_slow_;
+  std::vector<float> layer_captured_;          // [slots × layers]: running average of each layer's captured mass
+  std::vector<float> layer_captured_step_;     // [entries_max × layers]: this step's, < 0 unknown (applied at end_step)
   // Per entry of the step: Σ captured-mass estimate over layers, layers counted, selection width.
   std::vector<double> captured_sum_;
   std::vector<std::uint32_t> captured_layers_, fill_, unselected_, tail_count_;
@@ -324,12 +336,12 @@ class KvRuntimeImpl final : public KvRuntime {
   void summarize_rows(std::uint32_t layer) noexcept;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;
-  std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept;
+  std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t layer, std::uint32_t pages) noexcept;
   // attend: the kernel's per-page mass of a call joins the heavy-hitter scores and the estimate.
   void note_page_mass(std::span<const runtime::PageKey> keys, std::span<const float> mass) noexcept;
   // attend, after the layer's calls: each decode entry's captured mass (exact in measure mode,
   // else estimated), for the statistics and the adaptive rule.
-  void note_captured_mass(bool measured, bool estimated) noexcept;
+  void note_captured_mass(std::uint32_t layer, bool measured, bool estimated) noexcept;
   // end_step: the adaptive budgets move; the step's statistics close.
   void finish_sparse_step() noexcept;
   // explain: the last selection's pages, bounds and ranks (off the step path: it allocates).

@@ -154,7 +154,7 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
   std::vector<StepEntry> entries;
   std::vector<std::uint32_t> chosen;
   std::vector<std::vector<float>> step_q, step_out;  // sparse: each layer's q and out, checked after the step
-  std::vector<std::uint8_t> pages_read;
+  std::vector<std::uint32_t> pages_read;  // per page, the KV heads that read it
 
   for (std::uint32_t op = 0; op < 300; ++op) {
     const std::uint32_t dice = uniform(0, 99);
@@ -236,6 +236,7 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
       }
       ASSERT_TRUE(rt.end_step().ok());
       if (sparse) {
+        const std::uint32_t all_heads = (1u << g.kv_heads) - 1u;  // every KV head reads the page
         std::uint32_t row = 0;
         for (std::size_t e = 0; e < entries.size(); ++e) {
           const Request& r = requests[chosen[e]];
@@ -248,10 +249,10 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
               for (const SparsePick& pick : ex.sparse_picks) {
                 if (pick.layer != l) continue;
                 ASSERT_LT(pick.logical, pages_read.size()) << "seed " << seed << " op " << op;
-                pages_read[pick.logical] = 1;
+                pages_read[pick.logical] |= pick.group == UINT32_MAX ? all_heads : 1u << pick.group;
               }
-              ASSERT_EQ(pages_read.front(), 1) << "the sink page; seed " << seed << " op " << op;
-              ASSERT_EQ(pages_read.back(), 1) << "the newest page; seed " << seed << " op " << op;
+              ASSERT_EQ(pages_read.front(), all_heads) << "the sink page; seed " << seed << " op " << op;
+              ASSERT_EQ(pages_read.back(), all_heads) << "the newest page; seed " << seed << " op " << op;
               expected.resize(qe);
               reference.attend(r.reference, l, step_q[l].data() + row * qe, 1, r.length, expected.data(), pages_read);
               for (std::size_t i = 0; i < qe; ++i) {

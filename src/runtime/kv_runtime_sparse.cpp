@@ -9,6 +9,8 @@
 // arithmetic is exact mode's, bit for bit. Nothing here allocates after create().
 #include "runtime/kv_runtime_impl.hpp"
 
+#include <bit>
+
 namespace activekv {
 
 const char* sparse_mode_name(SparseMode mode) noexcept {
@@ -31,6 +33,10 @@ constexpr float grow_factor = 1.5f;     // one step below grow_below multiplies 
 constexpr float shrink_factor = 0.97f;  // one comfortable step shrinks it by 3%
 constexpr float slow_weight = 0.1f;     // the slow average's weight of a new step (~10 steps)
 constexpr std::uint32_t initial_divisor = 8;  // a new context starts at 1/8 of its pages (or the floor)
+// Layer budgets: the weight of a layer is its running missed mass, at least this (so a layer that
+// captured everything keeps a share, and a new context starts with equal shares).
+constexpr float layer_weight_least = 0.01f;
+constexpr float layer_weight = 0.2f;  // the running average's weight of a new step (~5 steps)
 }  // namespace
 
 Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
@@ -42,6 +48,7 @@ Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
   settings_.sparse = sparse;
   std::fill(budget_pages_.begin(), budget_pages_.end(), 0.0f);
   std::fill(captured_slow_.begin(), captured_slow_.end(), 1.0f);
+  std::fill(layer_captured_.begin(), layer_captured_.end(), 1.0f);
   std::fill(heavy_.begin(), heavy_.end(), 0.0f);
   return Status::success();
 }
@@ -77,14 +84,25 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
   }
 }
 
-std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept {
+std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t layer, std::uint32_t pages) noexcept {
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t least = 1u + std::max(1u, s.recent_pages);  // the sink and the newest pages
+  // Layer budgets: the layer's share of budget × layers, by its running missed mass.
+  const auto spread = [&](std::uint32_t budget) -> std::uint32_t {
+    if (!s.layer_budget) return budget;
+    const std::uint32_t layers = plan_.geometry.dense_layers;
+    const float* captured = layer_captured_.data() + std::size_t{slot} * layers;
+    float total = 0.0f;
+    for (std::uint32_t l = 0; l < layers; ++l) total += std::max(layer_weight_least, 1.0f - captured[l]);
+    const float share = std::max(layer_weight_least, 1.0f - captured[layer]) / total;
+    const auto b = static_cast<std::uint32_t>(std::lround(share * static_cast<float>(budget) * static_cast<float>(layers)));
+    return std::clamp(b, least, std::max(least, pages));
+  };
   switch (s.mode) {
     case SparseMode::exact: return pages;
-    case SparseMode::pages: return std::max(least, s.pages);
+    case SparseMode::pages: return spread(std::max(least, s.pages));
     case SparseMode::fraction:
-      return std::max(least, static_cast<std::uint32_t>(std::ceil(static_cast<double>(s.fraction) * pages)));
+      return spread(std::max(least, static_cast<std::uint32_t>(std::ceil(static_cast<double>(s.fraction) * pages))));
     case SparseMode::adaptive: {
       const float floor = static_cast<float>(std::max(least, s.floor_pages));
       float& b = budget_pages_[slot];
@@ -105,12 +123,14 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const bool heavy = s.mode == SparseMode::adaptive;
+  per_group_ = s.per_group && !pick_group_rank_.empty();
+  const std::uint32_t kv = g.kv_heads;
   bool any = false;
   for (std::uint32_t e = 0; e < entries(); ++e) {
     const LayerPlan& lp = layer_plan(layer, e);
     const std::uint32_t slot = scheduled_[e].context.slot;
     const std::uint32_t n = (lp.length_tokens + P - 1) / P;
-    std::uint8_t* keep = keep_.data() + std::size_t{e} * max;
+    std::uint32_t* keep = keep_.data() + std::size_t{e} * max;
     const std::size_t sl = std::size_t{slot} * g.dense_layers + layer;
     std::uint32_t* pick_rank = pick_rank_.data() + sl * max;
     float* pick_bound = pick_bound_.data() + sl * max;
@@ -118,25 +138,32 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     fill_[e] = 0;
     unselected_[e] = 0;
     if (query_count_[e] != 1) {  // prefill stays exact
-      std::fill_n(keep, n, std::uint8_t{1});
+      std::fill_n(keep, n, all_heads_);
       continue;
     }
-    const std::uint32_t budget = sparse_budget(slot, n);
+    const std::uint32_t budget = sparse_budget(slot, layer, n);
     ++sparse_stats_.selections;
     ++sparse_stats_.selections_last;
     sparse_stats_.pages_context += n;
     sparse_stats_.pages_context_last += n;
     pick_pages_[sl] = n;
     pick_step_[slot] = planner_.step() + 1;
+    pick_per_group_[slot] = per_group_ ? 1 : 0;
     if (heavy) {
       for (std::uint32_t p = 0; p < n; ++p) scores[p] *= s.heavy_decay;
     }
     if (budget >= n) {
-      std::fill_n(keep, n, std::uint8_t{1});
+      std::fill_n(keep, n, all_heads_);
       std::fill_n(pick_rank, n, runtime::rank_forced);
       std::fill_n(pick_bound, n, 0.0f);
-      sparse_stats_.pages_read += n;
-      sparse_stats_.pages_read_last += n;
+      if (per_group_) {
+        std::fill_n(pick_group_rank_.data() + sl * kv * max, std::size_t{kv} * max, runtime::rank_forced);
+        std::fill_n(pick_group_bound_.data() + sl * kv * max, std::size_t{kv} * max, 0.0f);
+      }
+      head_pages_read_ += std::uint64_t{n} * kv;
+      const std::uint64_t pages_now = head_pages_read_ / kv;
+      sparse_stats_.pages_read_last += pages_now - sparse_stats_.pages_read;
+      sparse_stats_.pages_read = pages_now;
       continue;
     }
     // Each group's bound per page: the maximum over its query heads.
@@ -180,10 +207,25 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     in.recent = std::max(1u, s.recent_pages);
     in.bound = {bounds_.data(), std::size_t{g.kv_heads} * n};
     if (heavy) in.heavy = {heavy_flags_.data(), n};
-    const std::uint32_t count = runtime::select_pages(in, *selection_, {selected_.data(), n});
-    std::fill_n(keep, n, std::uint8_t{0});
+    std::uint32_t count = 0;
+    std::uint64_t head_pages = 0;  // (page, KV head) pairs read
+    if (per_group_) {
+      // Each group its own pages: the kernel reads, per page, only the heads whose bit is set.
+      count = runtime::select_pages_per_group(in, *selection_, {keep, n});
+      for (std::uint32_t p = 0; p < n; ++p) head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));
+      std::uint32_t* group_rank = pick_group_rank_.data() + sl * kv * max;
+      float* group_bound = pick_group_bound_.data() + sl * kv * max;
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        std::copy_n(selection_->group_rank.data() + std::size_t{kh} * n, n, group_rank + std::size_t{kh} * max);
+        std::copy_n(bounds_.data() + std::size_t{kh} * n, n, group_bound + std::size_t{kh} * max);
+      }
+    } else {
+      count = runtime::select_pages(in, *selection_, {selected_.data(), n});
+      std::fill_n(keep, n, 0u);
+      for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = all_heads_;
+      head_pages = std::uint64_t{count} * kv;
+    }
     std::uint32_t ranked = 0;
-    for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = 1;
     for (std::uint32_t p = 0; p < n; ++p) {
       const std::uint32_t r = selection_->rank[p];
       pick_rank[p] = r;
@@ -192,11 +234,21 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       pick_bound[p] = b;
       ranked += (r != UINT32_MAX && r != runtime::rank_forced) ? 1u : 0u;
     }
+    // Per group the pages ranked by bound (the estimate's "lower half" is within a group's list).
     fill_[e] = ranked;
-    unselected_[e] = n - count;
-    sparse_stats_.pages_read += count;
-    sparse_stats_.pages_read_last += count;
-    any = any || count < n;
+    if (per_group_) {
+      std::uint32_t forced = 0;
+      for (std::uint32_t p = 0; p < n; ++p) forced += selection_->rank[p] == runtime::rank_forced ? 1u : 0u;
+      fill_[e] = budget > forced ? budget - forced : 0u;
+    }
+    // Unread: pages no group reads, counted per group (the mass estimate's unit is one group's page).
+    unselected_[e] = static_cast<std::uint32_t>((std::uint64_t{n} * kv - head_pages) / kv);
+    // pages_read counts whole rows: a group reads only its head's part of a page's rows.
+    head_pages_read_ += head_pages;
+    const std::uint64_t pages_now = head_pages_read_ / kv;
+    sparse_stats_.pages_read_last += pages_now - sparse_stats_.pages_read;
+    sparse_stats_.pages_read = pages_now;
+    any = any || head_pages < std::uint64_t{n} * kv;
   }
   return any;
 }
@@ -215,6 +267,14 @@ void KvRuntimeImpl::finish_sparse_step() noexcept {
       summarized_generation_[slot] = 0;
     }
     entry_of_slot_[slot] = UINT32_MAX;
+    float* step_captured = layer_captured_step_.data() + std::size_t{e} * layers;
+    for (std::uint32_t l = 0; l < layers; ++l) {
+      if (step_captured[l] >= 0.0f) {
+        float& running = layer_captured_[std::size_t{slot} * layers + l];
+        running = (1.0f - layer_weight) * running + layer_weight * step_captured[l];
+      }
+      step_captured[l] = -1.0f;
+    }
     if (settings_.sparse.mode != SparseMode::adaptive || captured_layers_[e] == 0) continue;
     // The adaptive rule: fast growth below grow_below, slow shrink while the slow average of the
     // captured mass stays above shrink_above.
@@ -254,7 +314,7 @@ void KvRuntimeImpl::note_page_mass(std::span<const runtime::PageKey> keys, std::
   }
 }
 
-void KvRuntimeImpl::note_captured_mass(bool measured, bool estimated) noexcept {
+void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool estimated) noexcept {
   const std::uint32_t heads = settings_.q_heads;
   const std::size_t stride = 2u + plan_.geometry.head_dim;
   for (std::uint32_t e = 0; e < entries(); ++e) {
@@ -277,6 +337,8 @@ void KvRuntimeImpl::note_captured_mass(bool measured, bool estimated) noexcept {
       known = true;
     }
     if (!known) continue;
+    // The layers' running averages move at end_step, so every layer of a step sees the same shares.
+    layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = static_cast<float>(captured);
     captured_sum_[e] += captured;
     ++captured_layers_[e];
     sparse_stats_.captured_estimate_sum += captured;
@@ -302,10 +364,23 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t layers = plan_.geometry.dense_layers;
   e.sparse_step = pick_step_[context.slot] - 1;
+  const std::uint32_t kv = plan_.geometry.kv_heads;
   for (std::uint32_t l = 0; l < layers; ++l) {
     const std::size_t sl = std::size_t{context.slot} * layers + l;
     const std::uint32_t n = pick_pages_[sl];
     e.sparse_pages_held = std::max(e.sparse_pages_held, n);
+    if (pick_per_group_[context.slot] != 0) {  // each group's own pages, group by group
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        const std::size_t at = (sl * kv + kh) * max;
+        for (std::uint32_t p = 0; p < n; ++p) {
+          const std::uint32_t r = pick_group_rank_[at + p];
+          if (r == UINT32_MAX) continue;
+          e.sparse_picks.push_back(
+              SparsePick{l, p, pick_group_bound_[at + p], r == runtime::rank_forced ? UINT32_MAX : r, kh});
+        }
+      }
+      continue;
+    }
     for (std::uint32_t p = 0; p < n; ++p) {
       const std::uint32_t r = pick_rank_[sl * max + p];
       if (r == UINT32_MAX) continue;

@@ -314,7 +314,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   const bool measure = selective && settings_.sparse.measure;
   schedule_.build(plan, layer, plan_.arena.page_tokens, {query_first_.data(), entries()},
                   {query_count_.data(), entries()},
-                  selective ? std::span<const std::uint8_t>{keep_.data(), keep_.size()} : std::span<const std::uint8_t>{},
+                  selective ? std::span<const std::uint32_t>{keep_.data(), keep_.size()} : std::span<const std::uint32_t>{},
                   measure);
   counters_.pages_resident_last += schedule_.pages_resident();
   counters_.pages_staged_last += schedule_.pages_staged();
@@ -337,7 +337,8 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   // hitters and the captured-mass estimate).
   const bool decode_only = total_new_ == entries();
   const bool hot = settings_.policy == ResidencyPolicyKind::hotness;
-  const bool sparse_mass = selective && settings_.sparse.mode == SparseMode::adaptive;
+  const bool sparse_mass =
+      selective && (settings_.sparse.mode == SparseMode::adaptive || settings_.sparse.layer_budget);
   const bool scored = (hot || sparse_mass) && backend_.capabilities().page_mass && decode_only;
   if (sparse_mass) {
     for (std::uint32_t e = 0; e < entries(); ++e) {
@@ -364,6 +365,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       batch.shape = shape_;
       batch.tasks = schedule_.tasks().subspan(call.task_first, call.task_count);
       batch.pages = schedule_.pages().subspan(call.page_first, call.page_count);
+      if (selective && per_group_) batch.page_heads = schedule_.heads().subspan(call.page_first, call.page_count);
       batch.query_positions = {positions_.data(), total_new_};
       batch.queries = {q, q_elements};
       batch.output = call.final() ? std::span<float>{out, q_elements} : std::span<float>{};
@@ -427,7 +429,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     if (o != FenceOutcome::signalled) break;
     if (!call.final()) release_fence(attention);
   }
-  if (summaries_ != nullptr && settings_.sparse.enabled() && fault_.what == nullptr) note_captured_mass(measure, sparse_mass);
+  if (summaries_ != nullptr && settings_.sparse.enabled() && fault_.what == nullptr) note_captured_mass(layer, measure, sparse_mass);
   retire_pass();
   retire_uploads(layer);
   if (fault_.what == nullptr) write_back(layer, {&attention, 1});

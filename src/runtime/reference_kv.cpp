@@ -61,7 +61,7 @@ void ReferenceKv::decode_head(std::uint32_t context, std::uint32_t layer, std::u
 }
 
 void ReferenceKv::attend(std::uint32_t context, std::uint32_t layer, const float* q, std::uint32_t n,
-                         std::uint32_t first_position, float* out, std::span<const std::uint8_t> pages_read) const {
+                         std::uint32_t first_position, float* out, std::span<const std::uint32_t> pages_read) const {
   const std::uint32_t d = geometry_.head_dim;
   const std::uint32_t group = q_heads_ / geometry_.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -78,7 +78,7 @@ void ReferenceKv::attend(std::uint32_t context, std::uint32_t layer, const float
       for (std::uint32_t page_start = 0; page_start < visible; page_start += page_tokens_) {
         const std::uint32_t page_end = std::min(visible, page_start + page_tokens_);
         const std::uint32_t page = page_start / page_tokens_;
-        if (!pages_read.empty() && (page >= pages_read.size() || pages_read[page] == 0)) continue;
+        if (!pages_read.empty() && (page >= pages_read.size() || ((pages_read[page] >> kv_head) & 1u) == 0)) continue;
         // The page's own partial, in ascending token order.
         float pm = -std::numeric_limits<float>::infinity();
         float ps = 0.0f;

@@ -47,9 +47,10 @@ class ReferenceKv {
   // Causal attention for n queries at positions first_position .. first_position + n − 1
   // (each sees keys at positions ≤ its own). q: n × q_heads × head_dim; out the same shape.
   // Paged, per the layout contract.
-  // pages_read (sparse attention): empty = every page; else page g is read iff pages_read[g] != 0.
+  // pages_read (sparse attention): empty = every page; else page g is read by the query heads of
+  // KV head k iff bit k of pages_read[g] is set (per-KV-head page lists; all bits: every head).
   void attend(std::uint32_t context, std::uint32_t layer, const float* q, std::uint32_t n,
-              std::uint32_t first_position, float* out, std::span<const std::uint8_t> pages_read = {}) const;
+              std::uint32_t first_position, float* out, std::span<const std::uint32_t> pages_read = {}) const;
   // The same, as a plain two-pass softmax in double: an independent check of attend().
   void attend_naive(std::uint32_t context, std::uint32_t layer, const float* q, std::uint32_t n,
                     std::uint32_t first_position, float* out) const;

@@ -134,7 +134,9 @@ float lane_dot(const float* q, const float* k, std::uint32_t dim) noexcept {
 }
 
 SelectionScratch::SelectionScratch(std::uint32_t groups_max, std::uint32_t pages_max)
-    : order(std::size_t{groups_max} * pages_max), rank(pages_max) {}
+    : order(std::size_t{groups_max} * pages_max),
+      rank(pages_max),
+      group_rank(std::size_t{groups_max} * pages_max) {}
 
 std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch,
                            std::span<std::uint32_t> selected) noexcept {
@@ -186,6 +188,58 @@ std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch,
   for (std::uint32_t p = 0; p < n; ++p) {
     if (rank[p] != UINT32_MAX) selected[count++] = p;
   }
+  return count;
+}
+
+std::uint32_t select_pages_per_group(const SelectionInput& in, SelectionScratch& scratch,
+                                     std::span<std::uint32_t> heads) noexcept {
+  const std::uint32_t n = in.pages;
+  AK_ASSERT(n <= scratch.rank.size() && n <= heads.size(), "sparse selection: more pages than reserved");
+  AK_ASSERT(in.groups >= 1 && in.groups <= 32, "sparse selection: per-group lists need 1 to 32 groups");
+  AK_ASSERT(std::size_t{in.groups} * n <= scratch.group_rank.size(), "sparse selection: more groups than reserved");
+  AK_ASSERT(in.bound.size() >= std::size_t{in.groups} * n, "sparse selection: a bound per group and page");
+  const std::uint32_t all = in.groups == 32 ? UINT32_MAX : (1u << in.groups) - 1u;
+  std::uint32_t* rank = scratch.rank.data();
+  if (in.budget >= n) {
+    for (std::uint32_t p = 0; p < n; ++p) {
+      rank[p] = rank_forced;
+      heads[p] = all;
+    }
+    std::fill_n(scratch.group_rank.data(), std::size_t{in.groups} * n, rank_forced);
+    return n;
+  }
+  // Forced for every group: the sink, the newest pages, the heavy hitters.
+  std::uint32_t forced = 0;
+  for (std::uint32_t p = 0; p < n; ++p) {
+    const bool f = p == 0 || p + in.recent >= n || (!in.heavy.empty() && in.heavy[p] != 0);
+    rank[p] = f ? rank_forced : UINT32_MAX;
+    heads[p] = f ? all : 0u;
+    forced += f ? 1u : 0u;
+  }
+  const std::uint32_t fill = in.budget > forced ? in.budget - forced : 0u;
+  const std::uint32_t candidates = n - forced;  // ≥ fill, since budget < n
+  for (std::uint32_t g = 0; g < in.groups; ++g) {
+    std::uint32_t* grank = scratch.group_rank.data() + std::size_t{g} * n;
+    for (std::uint32_t p = 0; p < n; ++p) grank[p] = rank[p] == rank_forced ? rank_forced : UINT32_MAX;
+    if (fill == 0) continue;
+    std::uint32_t* order = scratch.order.data();  // one group at a time
+    std::uint32_t c = 0;
+    for (std::uint32_t p = 0; p < n; ++p) {
+      if (rank[p] != rank_forced) order[c++] = p;
+    }
+    const float* bound = in.bound.data() + std::size_t{g} * n;
+    std::partial_sort(order, order + fill, order + candidates, [bound](std::uint32_t a, std::uint32_t b) {
+      return bound[a] > bound[b] || (bound[a] == bound[b] && a < b);
+    });
+    for (std::uint32_t r = 0; r < fill; ++r) {
+      const std::uint32_t p = order[r];
+      grank[p] = r;
+      heads[p] |= 1u << g;
+      rank[p] = std::min(rank[p], r);
+    }
+  }
+  std::uint32_t count = 0;
+  for (std::uint32_t p = 0; p < n; ++p) count += heads[p] != 0 ? 1u : 0u;
   return count;
 }
 

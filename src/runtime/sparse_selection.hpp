@@ -8,9 +8,12 @@
 //
 // (q⁺ = max(q, 0), q⁻ = min(q, 0)): the page's bound. A KV head group's bound is the maximum
 // over its query heads. Selection takes the forced pages (the sink page, the newest
-// `recent` pages, and heavy hitters), then fills the budget by rank: each group ranks the other
-// pages by its bound, and the pages are taken round-robin over the groups' rankings (a page's
-// rank is the order it was taken), so every group gets its best pages and the budget holds.
+// `recent` pages, and heavy hitters), then fills the budget by rank. Two forms:
+//   per group (select_pages_per_group; backends with page_heads): each KV head group reads its
+//     own best pages by its bound, `budget` pages per group — the K/V bytes read are those of
+//     `budget` whole rows, since a group reads only its head's part of a row;
+//   one list (select_pages): each group ranks the pages, and they are taken round-robin over the
+//     groups' rankings (a page's rank is the order it was taken) until the budget is full.
 // Ties go to the lower page index: the choice is a function of the bytes, deterministic.
 //
 // Invariants: the summaries of a page hold exactly the keys written to it, as the kernel reads
@@ -82,6 +85,8 @@ struct SelectionScratch {
   explicit SelectionScratch(std::uint32_t groups_max, std::uint32_t pages_max);
   std::vector<std::uint32_t> order;  // [groups_max][pages_max]
   std::vector<std::uint32_t> rank;   // [pages_max]: UINT32_MAX = not selected; forced: rank_forced
+  // select_pages_per_group: [groups_max][pages_max], each group's rank of each page (as `rank`).
+  std::vector<std::uint32_t> group_rank;
 };
 
 inline constexpr std::uint32_t rank_forced = UINT32_MAX - 1;
@@ -89,5 +94,15 @@ inline constexpr std::uint32_t rank_forced = UINT32_MAX - 1;
 // Fills scratch.rank (per page: its rank, rank_forced, or UINT32_MAX) and writes the selected
 // pages, ascending, to `selected`; returns how many. All pages when budget ≥ pages.
 std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch, std::span<std::uint32_t> selected) noexcept;
+
+// Per-KV-head-group page lists (the kernel reads each group's own pages: AttentionBatch::page_heads).
+// Every group g takes the forced pages and then its own best max(0, budget − forced) pages by its
+// bound (ties to the lower page index): each group reads at most max(budget, forced) pages.
+// Writes heads[p] (bit g: group g reads page p; 0: no group) for p < pages, fills
+// scratch.group_rank (group g's rank of page p: 0.. by bound, rank_forced, or UINT32_MAX), and
+// scratch.rank (per page: the best rank over the groups); returns the pages some group reads.
+// groups ≤ 32. All pages for every group when budget ≥ pages.
+std::uint32_t select_pages_per_group(const SelectionInput& in, SelectionScratch& scratch,
+                                     std::span<std::uint32_t> heads) noexcept;
 
 }  // namespace activekv::runtime

@@ -4,11 +4,15 @@
 //     comparison is the same lane order in fp32, where rounding is monotonic, and double);
 //   - select_pages keeps the sink and the newest pages, respects the budget, ascends, is
 //     deterministic, and with one group takes exactly the best bounds;
+//   - select_pages_per_group gives every group the forced pages and its own best pages by its
+//     bound (ties to the lower page), exactly max(budget, forced) per group, deterministic;
 //   - the runtime at a budget covering every page is exact mode bit for bit (with the pool
 //     holding everything and with 25%, so pages are staged through the tiles);
 //   - at a small budget the kernel reads fewer pages, the measured recall is in (0, 1] and
-//     grows with the budget, explain names each selected page's bound and rank, the adaptive
-//     budget runs, and no sparse step allocates;
+//     grows with the budget, explain names each selected page's bound and rank (per group with
+//     per-group lists, each group's list holding the budget; and with one list), the adaptive
+//     budget runs, layer budgets keep the total and move pages between layers, and no sparse
+//     step allocates;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
 
@@ -118,6 +122,75 @@ TEST(SparseSelection, KeepsSinkAndNewestRespectsTheBudgetAscendsAndIsDeterminist
       }
       if (worst_taken != INFINITY && best_left != -INFINITY) {
         ASSERT_GE(worst_taken, best_left);
+      }
+    }
+  }
+}
+
+TEST(SparseSelection, PerGroupListsTakeEachGroupsBestPagesPlusTheForcedOnes) {
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> uniform(-5.0f, 5.0f);
+  const std::uint32_t pages_max = 300, groups_max = 5;
+  runtime::SelectionScratch scratch(groups_max, pages_max), again(groups_max, pages_max);
+  std::vector<std::uint32_t> heads(pages_max), heads2(pages_max);
+  std::vector<float> bound(groups_max * pages_max);
+  std::vector<std::uint8_t> heavy(pages_max);
+  for (int trial = 0; trial < 1000; ++trial) {
+    runtime::SelectionInput in;
+    in.pages = 1 + static_cast<std::uint32_t>(rng() % pages_max);
+    in.groups = 1 + static_cast<std::uint32_t>(rng() % groups_max);
+    in.budget = static_cast<std::uint32_t>(rng() % (in.pages + 5));
+    in.recent = static_cast<std::uint32_t>(rng() % 4);
+    for (std::uint32_t i = 0; i < in.groups * in.pages; ++i) bound[i] = std::round(uniform(rng));  // ties too
+    for (std::uint32_t p = 0; p < in.pages; ++p) heavy[p] = (rng() % 10 == 0) ? 1 : 0;
+    in.bound = {bound.data(), std::size_t{in.groups} * in.pages};
+    if (trial % 2 == 0) in.heavy = {heavy.data(), in.pages};
+    const std::uint32_t count = runtime::select_pages_per_group(in, scratch, heads);
+    const std::uint32_t count2 = runtime::select_pages_per_group(in, again, heads2);
+    ASSERT_EQ(count, count2);
+    ASSERT_TRUE(std::equal(heads.begin(), heads.begin() + in.pages, heads2.begin())) << "deterministic";
+    const std::uint32_t all = (1u << in.groups) - 1u;
+    std::uint32_t union_count = 0;
+    for (std::uint32_t p = 0; p < in.pages; ++p) {
+      ASSERT_EQ(heads[p] & ~all, 0u) << "only the groups that exist";
+      union_count += heads[p] != 0 ? 1u : 0u;
+    }
+    ASSERT_EQ(count, union_count) << "the pages some group reads";
+    if (in.budget >= in.pages) {
+      for (std::uint32_t p = 0; p < in.pages; ++p) ASSERT_EQ(heads[p], all);
+      continue;
+    }
+    std::uint32_t forced = 0;
+    for (std::uint32_t p = 0; p < in.pages; ++p) {
+      const bool f = p == 0 || p + in.recent >= in.pages || (!in.heavy.empty() && heavy[p] != 0);
+      forced += f ? 1u : 0u;
+      if (f) {
+        ASSERT_EQ(heads[p], all) << "forced pages (sink, newest, heavy hitters) are read by every group";
+      }
+    }
+    for (std::uint32_t g = 0; g < in.groups; ++g) {
+      const float* b = bound.data() + std::size_t{g} * in.pages;
+      const std::uint32_t* rank = scratch.group_rank.data() + std::size_t{g} * in.pages;
+      std::uint32_t own = 0, ranked = 0;
+      float worst_taken = INFINITY, best_left = -INFINITY;
+      std::uint32_t worst_taken_page = 0, best_left_page = 0;
+      for (std::uint32_t p = 0; p < in.pages; ++p) {
+        const bool reads = ((heads[p] >> g) & 1u) != 0;
+        own += reads ? 1u : 0u;
+        ASSERT_EQ(reads, rank[p] != UINT32_MAX) << "the group's rank names exactly its pages";
+        if (rank[p] == runtime::rank_forced) continue;
+        if (reads) {
+          ++ranked;
+          if (b[p] < worst_taken || (b[p] == worst_taken && p > worst_taken_page)) worst_taken = b[p], worst_taken_page = p;
+        } else if (b[p] > best_left || (b[p] == best_left && p < best_left_page) || best_left == -INFINITY) {
+          best_left = b[p], best_left_page = p;
+        }
+      }
+      ASSERT_EQ(own, std::max(in.budget, forced)) << "each group: its budget, or the forced pages when they exceed it";
+      ASSERT_EQ(ranked, own - forced);
+      if (worst_taken != INFINITY && best_left != -INFINITY) {  // its best pages by its own bound, ties to the lower page
+        ASSERT_TRUE(worst_taken > best_left || (worst_taken == best_left && worst_taken_page < best_left_page))
+            << "group " << g << " trial " << trial;
       }
     }
   }
@@ -246,33 +319,67 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
   double last_recall = 0.0;
   for (std::uint32_t budget : {6u, 12u, 24u}) {
     for (double fraction : {1.0, 0.25}) {
+     for (bool per_group : {true, false}) {
       SparseSettings s;
       s.mode = SparseMode::pages;
       s.pages = budget;
       s.measure = true;
+      s.per_group = per_group;
       const SparseRun r = run(s, fraction);
       EXPECT_EQ(r.stats.selections, std::uint64_t{decode} * contexts * layers);
+      // Per group: each group reads `budget` pages' worth of its heads' rows, so the same K/V bytes.
       EXPECT_EQ(r.stats.pages_read, r.stats.selections * budget) << "budget " << budget;
       EXPECT_GT(r.stats.pages_context, r.stats.pages_read);
       EXPECT_EQ(r.stats.recall_count, r.stats.selections);
       EXPECT_GT(r.stats.mean_recall(), 0.0);
       EXPECT_LE(r.stats.mean_recall(), 1.0 + 1e-6);
       EXPECT_GT(r.stats.recall_min, 0.0);
-      EXPECT_GE(r.stats.mean_recall(), last_recall - 1e-9) << "recall grows with the budget";
+      if (per_group) EXPECT_GE(r.stats.mean_recall(), last_recall - 1e-9) << "recall grows with the budget";
       EXPECT_EQ(r.allocations_after_first_decode, 0u) << "budget " << budget;
       EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
       EXPECT_FALSE(identical(exact.decode_outputs, r.decode_outputs)) << "a partial read changes the output";
       // Prefill stays exact: the outputs before the first decode step are exact mode's.
       const std::size_t prefill = exact.all_outputs.size() - exact.decode_outputs.size();
       EXPECT_EQ(std::memcmp(exact.all_outputs.data(), r.all_outputs.data(), prefill * sizeof(float)), 0);
-      // explain: the last step's selection of every layer, with bounds and ranks.
+      // explain: the last step's selection of every layer (and group), with bounds and ranks.
       const Explanation& e = r.explanation;
-      EXPECT_EQ(e.sparse_picks.size(), std::size_t{budget} * layers);
+      const std::uint32_t lists = per_group ? kv_heads : 1u;
+      EXPECT_EQ(e.sparse_picks.size(), std::size_t{budget} * layers * lists);
       std::uint32_t ranked = 0;
-      for (const SparsePick& p : e.sparse_picks) ranked += p.rank != UINT32_MAX ? 1u : 0u;
-      EXPECT_EQ(ranked, (budget - 3) * layers) << "all but the sink and the two newest by rank";
-      if (fraction == 1.0) last_recall = r.stats.mean_recall();
+      std::vector<std::uint32_t> per_list(std::size_t{layers} * lists, 0);
+      for (const SparsePick& p : e.sparse_picks) {
+        ranked += p.rank != UINT32_MAX ? 1u : 0u;
+        EXPECT_EQ(p.group == UINT32_MAX, !per_group);
+        ++per_list[std::size_t{p.layer} * lists + (per_group ? p.group : 0u)];
+      }
+      EXPECT_EQ(ranked, (budget - 3) * layers * lists) << "all but the sink and the two newest by rank";
+      for (std::uint32_t c : per_list) EXPECT_EQ(c, budget) << "each group's list holds the budget";
+      if (fraction == 1.0 && per_group) last_recall = r.stats.mean_recall();
+     }
     }
+  }
+}
+
+// Layer budgets: budget × layers spread over the layers by their missed mass; the total read per
+// step stays the budget's (to rounding, half a page per layer), and no step allocates. With and without measure mode (the signal: measured, or estimated).
+TEST(SparseRuntime, LayerBudgetsKeepTheTotalReadPerStep) {
+  for (bool measure : {true, false}) {
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 12;
+    s.layer_budget = true;
+    s.measure = measure;
+    const SparseRun r = run(s, 1.0);
+    ASSERT_EQ(r.stats.selections, std::uint64_t{decode} * contexts * layers);
+    const double per_selection = r.stats.pages_read_per_selection();
+    EXPECT_NEAR(per_selection, 12.0, 0.5 + 1e-9) << "measure " << measure;
+    EXPECT_EQ(r.allocations_after_first_decode, 0u);
+    EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
+    std::vector<std::uint32_t> per_layer(layers, 0);
+    for (const SparsePick& p : r.explanation.sparse_picks) {
+      if (p.group == 0) ++per_layer[p.layer];
+    }
+    EXPECT_NEAR(static_cast<double>(per_layer[0] + per_layer[1]), 24.0, 1.0) << "the last step's total, to rounding";
   }
 }
 

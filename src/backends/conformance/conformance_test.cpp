@@ -347,7 +347,8 @@ struct Attended {
   std::vector<float> output, mass, state;
 };
 
-Attended attend(Backend& backend, const Scenario& s, const std::vector<AttentionPage>& table, bool with_mass = true) {
+Attended attend(Backend& backend, const Scenario& s, const std::vector<AttentionPage>& table, bool with_mass = true,
+                std::span<const std::uint32_t> page_heads = {}) {
   Attended run;
   run.output.assign(s.q.size(), -7.0f);
   if (with_mass) run.mass.assign(table.size(), -7.0f);
@@ -360,6 +361,7 @@ Attended attend(Backend& backend, const Scenario& s, const std::vector<Attention
   batch.queries = s.q;
   batch.output = run.output;
   batch.page_mass = run.mass;
+  batch.page_heads = page_heads;
   Result<Fence> fence = backend.attention(batch);
   EXPECT_TRUE(fence.ok()) << (fence.ok() ? "" : fence.error().describe());
   Result<FenceOutcome> outcome = backend.wait_host(fence.value(), 30s);
@@ -369,7 +371,8 @@ Attended attend(Backend& backend, const Scenario& s, const std::vector<Attention
 }
 
 // The reference reads a host mirror of the arena laid out like the table.
-std::vector<float> reference(const Scenario& s, const std::vector<AttentionPage>& table, std::span<const std::byte> pool) {
+std::vector<float> reference(const Scenario& s, const std::vector<AttentionPage>& table, std::span<const std::byte> pool,
+                             std::span<const std::uint32_t> page_heads = {}) {
   // Rebuild the table over the pool segment itself: page k at host_offset + k x page_bytes.
   std::vector<AttentionPage> host_table(table);
   for (std::size_t k = 0; k < table.size(); ++k) host_table[k].arena_offset = s.host_offset + k * s.page_bytes();
@@ -380,6 +383,7 @@ std::vector<float> reference(const Scenario& s, const std::vector<AttentionPage>
   batch.pages = host_table;
   batch.query_positions = s.positions;
   batch.queries = s.q;
+  batch.page_heads = page_heads;
   std::vector<float> out(s.q.size());
   host::attention_reference(pool.data(), batch, out);
   return out;
@@ -415,6 +419,79 @@ TEST_P(Conformance, AttentionMatchesTheReferenceOnMixedPageTables) {
     ASSERT_NEAR(total, 1.0f, 1e-4f) << "seed " << seed;
   }
   RecordProperty("worst_abs_error", std::to_string(worst));
+}
+
+// Per-KV-head page lists (sparse attention): each KV head's query heads read only the pages whose
+// mask names it. Against the fp64 reference over each head's pages; bit-identical to a call over
+// that head's pages alone (no mask), and an all-heads mask to no mask; the page mass still sums to 1.
+TEST_P(Conformance, PerHeadPageListsMatchTheReferenceAndTheHeadsOwnPages) {
+  if (!backend().capabilities().page_heads) GTEST_SKIP() << backend().name() << " does not read page_heads";
+  constexpr float tolerance = 2e-4f;
+  for (std::uint32_t seed = 200; seed < 216; ++seed) {
+    std::mt19937 rng(seed);
+    const Scenario s = make_scenario(rng, backend().host_pool());
+    const std::uint32_t kv = s.shape.kv_heads;
+    const std::uint32_t group = s.shape.q_heads / kv;
+    const std::uint32_t all = (1u << kv) - 1u;
+    std::vector<bool> resident(s.pages());
+    for (std::size_t k = 0; k < resident.size(); ++k) resident[k] = (rng() % 2) == 0;
+    const std::vector<AttentionPage> table = lay_out(backend(), s, resident, rng);
+    std::vector<std::uint32_t> heads(table.size());
+    for (std::uint32_t& h : heads) h = 1u + static_cast<std::uint32_t>(rng() % all);  // non-empty
+    heads.front() = all;  // every head reads at least one page its queries see
+    heads.back() = all;
+    const Attended masked = attend(backend(), s, table, true, heads);
+    const std::vector<float> expected = reference(s, table, backend().host_pool(), heads);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_LE(std::fabs(masked.output[i] - expected[i]), tolerance) << "seed " << seed << " element " << i;
+    }
+    float total = 0.0f;
+    for (float m : masked.mass) total += m;
+    ASSERT_NEAR(total, 1.0f, 1e-4f) << "seed " << seed;
+    // Each KV head: the same bits as a call over its own pages only.
+    const std::size_t head_floats = s.shape.head_dim;
+    for (std::uint32_t k = 0; k < kv; ++k) {
+      std::vector<AttentionPage> own;
+      for (std::size_t p = 0; p < table.size(); ++p) {
+        if (((heads[p] >> k) & 1u) != 0) own.push_back(table[p]);
+      }
+      const Attended alone = attend(backend(), s, own, false);
+      for (std::uint32_t q = 0; q < s.queries; ++q) {
+        for (std::uint32_t g = 0; g < group; ++g) {
+          const std::size_t at = (std::size_t{q} * s.shape.q_heads + k * group + g) * head_floats;
+          ASSERT_EQ(std::memcmp(masked.output.data() + at, alone.output.data() + at, head_floats * 4), 0)
+              << "seed " << seed << " kv head " << k << " query " << q;
+        }
+      }
+    }
+    // Every head reading every page: the bits of the call without page_heads.
+    const std::vector<std::uint32_t> every(table.size(), all);
+    const Attended plain = attend(backend(), s, table);
+    const Attended full = attend(backend(), s, table, true, every);
+    ASSERT_EQ(std::memcmp(plain.output.data(), full.output.data(), plain.output.size() * 4), 0) << "seed " << seed;
+    ASSERT_EQ(std::memcmp(plain.mass.data(), full.mass.data(), plain.mass.size() * 4), 0) << "seed " << seed;
+  }
+  // A mask naming no head, or a head past kv_heads, is a clear error.
+  std::mt19937 rng(1);
+  const Scenario s = make_scenario(rng, backend().host_pool());
+  const std::vector<AttentionPage> table = lay_out(backend(), s, std::vector<bool>(s.pages(), true), rng);
+  for (const std::uint32_t bad : {0u, 1u << s.shape.kv_heads}) {
+    std::vector<std::uint32_t> heads(table.size(), 1u);
+    heads.back() = bad;
+    std::vector<float> out(s.q.size());
+    const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
+    AttentionBatch batch;
+    batch.shape = s.shape;
+    batch.tasks = std::span<const AttentionTask>(&task, 1);
+    batch.pages = table;
+    batch.query_positions = s.positions;
+    batch.queries = s.q;
+    batch.output = out;
+    batch.page_heads = heads;
+    const Result<Fence> refused = backend().attention(batch);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().describe().find("page_heads"), std::string::npos) << refused.error().describe();
+  }
 }
 
 TEST_P(Conformance, AttentionIsBitIdenticalAcrossLayoutsAndPasses) {

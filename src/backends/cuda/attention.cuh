@@ -104,6 +104,7 @@ __global__ void attention(gpu::PackedParams a, Buffers b) {
     const std::uint32_t first_token = words[a.off_page_first + page];
     std::uint32_t visible = 0;
     if (position >= first_token) visible = min(words[a.off_page_tokens + page], position - first_token + 1u);
+    if (((words[a.off_page_heads + page] >> kv_head) & 1u) == 0u) visible = 0;  // not this head's page (page_heads)
     const unsigned char* base = b.arena + b.table[page];
 
     float m_p = -INFINITY;

@@ -102,6 +102,7 @@ class CudaBackend final : public Backend {
     capabilities_.can_hold_queue = false;
     capabilities_.deterministic = false;
     capabilities_.page_mass = true;
+    capabilities_.page_heads = true;
     capabilities_.compute_threads = static_cast<std::uint32_t>(std::max(1, properties_.multiProcessorCount));
   }
 

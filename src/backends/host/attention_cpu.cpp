@@ -60,6 +60,11 @@ std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t position) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(page.tokens, std::uint64_t{position} - page.first_token + 1));
 }
 
+// Whether KV head `kv_head` reads page p of the batch (page_heads; every head without it).
+bool reads(const AttentionBatch& batch, std::size_t p, std::uint32_t kv_head) {
+  return batch.page_heads.empty() || ((batch.page_heads[p] >> kv_head) & 1u) != 0;
+}
+
 }  // namespace
 
 bool attention_cpu_uses_avx2() noexcept { return chosen_kernel() != &portable::run_units; }
@@ -69,6 +74,7 @@ void AttentionJob::reserve(const MemoryRequest& limits) {
   pages.reserve(limits.batch_pages_max);
   positions.reserve(limits.batch_queries_max);
   query_task.reserve(limits.batch_queries_max);
+  page_heads.reserve(limits.batch_pages_max);
   tiles.reserve(limits.batch_queries_max);
 }
 
@@ -88,6 +94,7 @@ void AttentionJob::assign(const AttentionBatch& batch) {
   tasks.assign(batch.tasks.begin(), batch.tasks.end());
   pages.assign(batch.pages.begin(), batch.pages.end());
   positions.assign(batch.query_positions.begin(), batch.query_positions.end());
+  page_heads.assign(batch.page_heads.begin(), batch.page_heads.end());
   query_task.assign(positions.size(), UINT32_MAX);
   // Tiles of 8 queries; of 1 when page mass is wanted (its per-page log mass
   // is then kept per query and head only, as the scratch is sized).
@@ -170,6 +177,7 @@ void attention_reference(const std::byte* arena, const AttentionBatch& batch, st
         double max_score = -std::numeric_limits<double>::infinity();
         for (std::uint32_t i = 0; i < task.page_count; ++i) {
           const AttentionPage& page = batch.pages[task.page_begin + i];
+          if (!reads(batch, task.page_begin + i, kv_head)) continue;
           for (std::uint32_t r = 0; r < visible_rows(page, position); ++r) {
             portable::widen(arena + page.arena_offset + r * row_bytes + kv_head * head_bytes, shape.dtype, dim, k.data());
             double dot = 0.0;
@@ -183,6 +191,7 @@ void attention_reference(const std::byte* arena, const AttentionBatch& batch, st
         std::size_t index = 0;
         for (std::uint32_t i = 0; i < task.page_count; ++i) {
           const AttentionPage& page = batch.pages[task.page_begin + i];
+          if (!reads(batch, task.page_begin + i, kv_head)) continue;
           for (std::uint32_t r = 0; r < visible_rows(page, position); ++r) {
             const double p = std::exp(scores[index++] - max_score);
             sum += p;

@@ -26,6 +26,10 @@
 // summed per thread and reduced in thread order, so it is deterministic for a
 // given thread count (and exact to rounding across counts).
 //
+// Per-KV-head page lists (AttentionBatch::page_heads, sparse attention): a
+// page whose mask lacks KV head k is neither computed nor merged for k's query
+// heads; the other heads' arithmetic is the sequence above, over their pages.
+//
 // Shapes (fp32, row-major): queries/output [queries][q_heads][head_dim],
 // state [queries][q_heads][2 + head_dim] (m, s, acc), page_mass [pages].
 #pragma once
@@ -53,6 +57,7 @@ struct AttentionJob {
   std::vector<AttentionPage> pages;          // capacity batch_pages_max
   std::vector<std::uint32_t> positions;      // capacity batch_queries_max
   std::vector<std::uint32_t> query_task;     // [queries]: the task that owns each query row
+  std::vector<std::uint32_t> page_heads;     // empty, or [pages]: the KV heads that read each page
   const float* queries = nullptr;
   float* output = nullptr;
   float* page_mass = nullptr;
@@ -70,6 +75,8 @@ struct AttentionJob {
   void reserve(const MemoryRequest& limits);
   // Copies `batch` in (sizes within the reserved limits; no allocation).
   void assign(const AttentionBatch& batch);
+  // The KV heads that read page p (bit k: KV head k); every head without page_heads.
+  std::uint32_t heads_of(std::uint32_t p) const noexcept { return page_heads.empty() ? UINT32_MAX : page_heads[p]; }
   std::uint32_t units() const noexcept {
     return page_parts > 1 ? static_cast<std::uint32_t>(positions.size()) * page_parts
                           : static_cast<std::uint32_t>(tiles.size());
@@ -122,7 +129,8 @@ void finish_page_mass(const AttentionJob& job, float* page_mass);
 bool attention_cpu_uses_avx2() noexcept;
 
 // The plain reference of the layout contract: per (query, head) a softmax over
-// all visible keys in fp64, straight from the page table. For tests.
+// all visible keys in fp64, straight from the page table (with page_heads: the
+// pages its KV head reads). For tests.
 void attention_reference(const std::byte* arena, const AttentionBatch& batch, std::span<float> output);
 
 }  // namespace activekv::host

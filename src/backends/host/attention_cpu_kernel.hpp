@@ -49,13 +49,16 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
 // pacc `dim` per head). The two scales of 8 heads at a time go through exp16
 // together; each head's arithmetic is its own, whatever the head count. One
 // out-of-line copy, so every caller runs the same instructions.
+// `mask` (page_heads): head h merges only if bit h / group is set; the others keep their state.
 [[gnu::noinline]] void merge_partials(float* m, float* s, float* acc, const float* pm, const float* ps,
-                                      const float* pacc, std::uint32_t heads, std::uint32_t dim) {
+                                      const float* pacc, std::uint32_t heads, std::uint32_t dim,
+                                      std::uint32_t mask = UINT32_MAX, std::uint32_t group = 1) {
   for (std::uint32_t h0 = 0; h0 < heads; h0 += 8) {
     const std::uint32_t n = std::min<std::uint32_t>(8, heads - h0);
     float scale[16] = {};  // [0, 8): e^(m - M), [8, 16): e^(pm - M); unused lanes e^0
     float m_new[8];
     for (std::uint32_t i = 0; i < n; ++i) {
+      if (((mask >> ((h0 + i) / group)) & 1u) == 0) continue;
       m_new[i] = std::max(m[h0 + i], pm[h0 + i]);
       scale[i] = m[h0 + i] - m_new[i];
       scale[8 + i] = pm[h0 + i] - m_new[i];
@@ -63,6 +66,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
     exp16(scale);
     for (std::uint32_t i = 0; i < n; ++i) {
       const std::uint32_t h = h0 + i;
+      if (((mask >> (h / group)) & 1u) == 0) continue;
       const float old_scale = scale[i];
       const float page_scale = scale[8 + i];
       s[h] = s[h] * old_scale + ps[h] * page_scale;
@@ -81,9 +85,12 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
 // `next` (may be null) is the page after this one: its bytes are prefetched
 // while this one is computed (pages are scattered through the arena, so the
 // hardware prefetcher cannot follow). Prefetching changes no arithmetic.
+// `mask` (page_heads): only the KV heads whose bit is set are computed; the
+// others' partials stay empty (pm = −inf, ps = 0) and merge_partials skips them.
 [[gnu::noinline]] void page_partials(const std::byte* page_bytes, const AttentionPage& page, const AttentionShape& shape,
                                      const float* q, const std::uint32_t* positions, std::uint32_t count,
-                                     AttentionScratch& scratch, const std::byte* next, std::uint64_t next_bytes) {
+                                     AttentionScratch& scratch, const std::byte* next, std::uint64_t next_bytes,
+                                     std::uint32_t mask) {
   const std::uint32_t dim = shape.head_dim;
   const std::uint32_t kv = shape.kv_heads;
   const std::uint32_t group = shape.q_heads / kv;
@@ -131,6 +138,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
       if (rows <= first) continue;
       const std::uint32_t n = std::min(block_rows, rows - first);
       for (std::uint32_t k = 0; k < kv; ++k) {
+        if (((mask >> k) & 1u) == 0) continue;
         for (const std::uint64_t stop = std::min(next_bytes, prefetched + prefetch_share); prefetched < stop; prefetched += 64)
           __builtin_prefetch(next + prefetched, 0, 3);
         const std::size_t h0 = std::size_t{i} * shape.q_heads + std::size_t{k} * group;
@@ -228,8 +236,9 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
     const AttentionPage& page = job.pages[i];
     const bool more = i + 1 < task.page_begin + task.page_count;
     const AttentionPage& next = job.pages[more ? i + 1 : i];
+    const std::uint32_t mask = job.heads_of(i);
     page_partials(arena + page.arena_offset, page, shape, q, positions, count, scratch,
-                  more ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes());
+                  more ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes(), mask);
     for (std::uint32_t j = 0; j < count; ++j) {
       if (visible_rows(page, positions[j]) == 0) continue;
       const std::size_t x = std::size_t{j} * heads;
@@ -238,7 +247,7 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
           scratch.log_mass[i * mass_stride + x + h] = scratch.page_m[x + h] + std::log(scratch.page_s[x + h]);
       }
       merge_partials(m + x, s + x, acc + x * dim, scratch.page_m.data() + x, scratch.page_s.data() + x,
-                     scratch.page_acc.data() + x * dim, heads, dim);
+                     scratch.page_acc.data() + x * dim, heads, dim, mask, heads / shape.kv_heads);
     }
   }
   finish_state(job, q0, count, m, s, acc);
@@ -272,14 +281,14 @@ inline void run_part(const std::byte* arena, const AttentionJob& job, std::uint3
     if (visible_rows(page, position) == 0) continue;
     const AttentionPage& next = job.pages[i + 1 < end ? i + 1 : i];
     page_partials(arena + page.arena_offset, page, shape, q, &position, 1, scratch,
-                  i + 1 < end ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes());
+                  i + 1 < end ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes(), job.heads_of(i));
     if (job.page_mass != nullptr) {  // log mass only for jobs that report page mass
       float* lm = split.log_mass.data() + std::size_t{i} * heads;
       for (std::uint32_t h = 0; h < heads; ++h) lm[h] = scratch.page_m[h] + std::log(scratch.page_s[h]);
     }
     if (part == 0) {
       merge_partials(state, state + heads, state + 2 * heads, scratch.page_m.data(), scratch.page_s.data(),
-                     scratch.page_acc.data(), heads, dim);
+                     scratch.page_acc.data(), heads, dim, job.heads_of(i), heads / shape.kv_heads);
     } else {
       float* rec = split.partials.data() + std::size_t{i} * record;
       std::memcpy(rec, scratch.page_m.data(), std::size_t{heads} * 4);
@@ -325,7 +334,7 @@ void finish_split(const AttentionJob& job, AttentionSplit& split, float* mass) {
          i < task.page_begin + task.page_count; ++i) {
       if (visible_rows(job.pages[i], position) == 0) continue;
       const float* rec = split.partials.data() + std::size_t{i} * record;
-      merge_partials(m, s, acc, rec, rec + heads, rec + 2 * heads, heads, dim);
+      merge_partials(m, s, acc, rec, rec + heads, rec + 2 * heads, heads, dim, job.heads_of(i), heads / shape.kv_heads);
     }
     finish_state(job, query, 1, m, s, acc);
     if (mass != nullptr) {

@@ -98,6 +98,7 @@ HostBackend::HostBackend(const BackendOptions& options)
   capabilities_.can_hold_queue = true;
   capabilities_.deterministic = options.deterministic;
   capabilities_.page_mass = true;
+  capabilities_.page_heads = true;
   capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
   for (std::size_t i = 0; i < queue_kind_count; ++i) queues_[i].kind = static_cast<QueueKind>(i);
 }

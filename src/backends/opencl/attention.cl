@@ -35,7 +35,10 @@
 //   page_offsets  ulong[pages]   page_first uint[pages]  page_tokens uint[pages]
 //   page_task     uint[pages]    positions  uint[queries] query_task uint[queries]
 //   task_page_begin, task_page_count, task_query_begin, task_query_count,
-//   task_mass_first  uint[tasks] each
+//   task_mass_first  uint[tasks] each, page_heads uint[pages]
+// page_heads (sparse attention's per-KV-head page lists): bit k set = the query
+// heads of KV head k read the page; for the others it counts as no visible row
+// (s_p = 0: not merged, no mass), so each head merges its own pages in order.
 // Data buffers (dense, row-major):
 //   q      [queries][q_heads][head_dim]            fp32
 //   out    [queries][q_heads][head_dim]            fp32
@@ -85,6 +88,7 @@ typedef struct {
   uint off_task_query_begin;
   uint off_task_query_count;
   uint off_task_mass_first;
+  uint off_page_heads;
 } ak_params;
 
 // Typed loads: `element` counts elements of the row's dtype from `base`. The host
@@ -222,7 +226,9 @@ __kernel void ak_attention(const ak_params a,
   ak_start(a, state, pair, &m, &s, acc);
   for (uint i = 0; i < page_count; ++i) {
     const uint page = page_begin + i;
-    const uint visible = ak_visible(position, words[a.off_page_first + page], words[a.off_page_tokens + page]);
+    const uint visible = ((words[a.off_page_heads + page] >> kv_head) & 1u) == 0u
+                             ? 0u
+                             : ak_visible(position, words[a.off_page_first + page], words[a.off_page_tokens + page]);
     float m_p, s_p;
     ak_page_partial(qv, arena + page_offsets[page], visible, row_elements, k_first, v_first, a.head_dim, a.dtype,
                     a.scale, &m_p, &s_p, acc_p);
@@ -258,7 +264,10 @@ __kernel void ak_page_partials(const ak_params a,
   const ulong k_first = (ulong)kv_head * a.head_dim;
   const ulong v_first = (ulong)a.kv_heads * a.head_dim + k_first;
   __global const float* qv = q + ((ulong)qi * a.q_heads + head) * a.head_dim;
-  const uint visible = ak_visible(words[a.off_positions + qi], words[a.off_page_first + page], words[a.off_page_tokens + page]);
+  const uint visible = ((words[a.off_page_heads + page] >> kv_head) & 1u) == 0u
+                           ? 0u
+                           : ak_visible(words[a.off_positions + qi], words[a.off_page_first + page],
+                                        words[a.off_page_tokens + page]);
 
   float m_p, s_p;
   float acc_p[AK_HEAD_DIM_MAX];

@@ -4,7 +4,7 @@
 // query positions and task ranges from one contiguous block uploaded per call:
 //
 //   ulong page_offsets[pages]                       (first: 8-byte aligned)
-//   uint  page_first[pages], page_tokens[pages], page_task[pages]
+//   uint  page_first[pages], page_tokens[pages], page_task[pages], page_heads[pages]
 //   uint  positions[queries], query_task[queries]
 //   uint  task_page_begin[tasks], task_page_count[tasks],
 //         task_query_begin[tasks], task_query_count[tasks], task_mass_first[tasks]
@@ -51,13 +51,14 @@ struct PackedParams {
   std::uint32_t off_task_query_begin;
   std::uint32_t off_task_query_count;
   std::uint32_t off_task_mass_first;
+  std::uint32_t off_page_heads;  // per page, bit k: KV head k reads it (all ones without page_heads)
 };
-static_assert(sizeof(PackedParams) == 19 * 4, "PackedParams must match ak_params field for field");
+static_assert(sizeof(PackedParams) == 20 * 4, "PackedParams must match ak_params field for field");
 
 // Bytes of one parameter slot able to hold the given limits.
 constexpr std::uint64_t packed_slot_bytes(std::uint32_t pages_max, std::uint32_t queries_max,
                                           std::uint32_t tasks_max) noexcept {
-  return 8ull * pages_max + 4ull * (3ull * pages_max + 2ull * queries_max + 5ull * tasks_max);
+  return 8ull * pages_max + 4ull * (4ull * pages_max + 2ull * queries_max + 5ull * tasks_max);
 }
 
 // (m_p, s_p) pairs the page-mass pass needs: Σ over tasks of query_count × q_heads × page_count.
@@ -99,6 +100,7 @@ inline PackedParams pack_attention(const AttentionBatch& batch, std::span<std::b
   p.off_task_query_begin = word;  word += tasks;
   p.off_task_query_count = word;  word += tasks;
   p.off_task_mass_first = word;   word += tasks;
+  p.off_page_heads = word;        word += pages;
 
   auto* offsets = reinterpret_cast<std::uint64_t*>(slot.data());
   auto* words = reinterpret_cast<std::uint32_t*>(slot.data());
@@ -107,6 +109,7 @@ inline PackedParams pack_attention(const AttentionBatch& batch, std::span<std::b
     words[p.off_page_first + i] = batch.pages[i].first_token;
     words[p.off_page_tokens + i] = batch.pages[i].tokens;
     words[p.off_page_task + i] = kNoTask;  // pages no task names are skipped (mass 0)
+    words[p.off_page_heads + i] = batch.page_heads.empty() ? 0xffffffffu : batch.page_heads[i];
   }
   for (std::uint32_t i = 0; i < queries; ++i) {
     words[p.off_positions + i] = batch.query_positions[i];

@@ -66,6 +66,7 @@ class OpenClBackend final : public Backend {
     capabilities_.can_hold_queue = true;
     capabilities_.deterministic = false;
     capabilities_.page_mass = true;
+    capabilities_.page_heads = true;
     capabilities_.compute_threads = std::max(1u, device_.compute_units);
   }
 
