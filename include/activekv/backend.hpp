@@ -61,6 +61,8 @@ struct Capabilities {
   bool can_hold_queue = false;       // hold_queue()/release_queue() exist (held-DMA tests)
   bool deterministic = false;        // no threads: progress only by poll()/wait_host() (virtual clock)
   bool page_mass = true;             // the kernel can write per-page attention mass
+  bool kernel_reads_host_pool = false;  // the kernel reads pages in the host pool in place
+                                        //   (AttentionPage::host_pool; docs/IN_PLACE.md)
   std::uint32_t compute_threads = 1; // CPU threads or device units the kernel spreads over
 };
 
@@ -109,10 +111,14 @@ struct AttentionShape {
 // One page-table entry: `tokens` rows starting at arena byte `arena_offset`,
 // holding tokens [first_token, first_token + tokens). A pool page or a page
 // inside a staged tile: the kernel cannot tell and must not care.
+// host_pool: the offset is a byte offset in the host pool instead, read in
+// place (only where capabilities().kernel_reads_host_pool; the caller holds a
+// read ticket on the range until the kernel's fence resolves).
 struct AttentionPage {
   std::uint64_t arena_offset = 0;
   std::uint32_t first_token = 0;
   std::uint32_t tokens = 0;
+  bool host_pool = false;
 };
 
 // One context x dense layer: pages[page_begin, page_begin + page_count) in

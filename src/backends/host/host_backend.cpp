@@ -98,6 +98,7 @@ HostBackend::HostBackend(const BackendOptions& options)
   capabilities_.can_hold_queue = true;
   capabilities_.deterministic = options.deterministic;
   capabilities_.page_mass = true;
+  capabilities_.kernel_reads_host_pool = true;  // its "device" memory is host memory (docs/IN_PLACE.md)
   capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
   for (std::size_t i = 0; i < queue_kind_count; ++i) queues_[i].kind = static_cast<QueueKind>(i);
 }
@@ -355,6 +356,7 @@ Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<c
     command.job = free_jobs_.back();
     free_jobs_.pop_back();
     jobs_[command.job].assign(batch);
+    jobs_[command.job].host_pool = pool_view_.data();
     draw(command, false);
     return run_here(lock, q, command);
   }
@@ -370,6 +372,7 @@ Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<c
   command.job = free_jobs_.back();
   free_jobs_.pop_back();
   jobs_[command.job].assign(batch);
+  jobs_[command.job].host_pool = pool_view_.data();
   draw(command, false);
   const Fence fence = open_fence(q, command);
   publish(q);
