@@ -316,6 +316,9 @@ struct BackendOptions {
   std::uint64_t seed = 1;
   FaultRates faults{};
   bool reorder = true;                 // deterministic: completions may reorder (within the rules)
+  // host: the kernel reads pages in the host pool in place (capabilities().kernel_reads_host_pool;
+  // off: the host backend offers only what a discrete device does, staging).
+  bool host_pool_reads = true;
 };
 
 // Names make_backend knows, whether built here or not.

@@ -98,7 +98,8 @@ HostBackend::HostBackend(const BackendOptions& options)
   capabilities_.can_hold_queue = true;
   capabilities_.deterministic = options.deterministic;
   capabilities_.page_mass = true;
-  capabilities_.kernel_reads_host_pool = true;  // its "device" memory is host memory (docs/IN_PLACE.md)
+  // Its "device" memory is host memory: the kernel can read the host pool in place (docs/IN_PLACE.md).
+  capabilities_.kernel_reads_host_pool = options.host_pool_reads;
   capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
   for (std::size_t i = 0; i < queue_kind_count; ++i) queues_[i].kind = static_cast<QueueKind>(i);
 }
