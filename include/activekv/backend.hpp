@@ -62,6 +62,8 @@ struct Capabilities {
   bool deterministic = false;        // no threads: progress only by poll()/wait_host() (virtual clock)
   bool page_mass = true;             // the kernel can write per-page attention mass
   bool page_heads = false;           // the kernel honours AttentionBatch::page_heads (per-KV-head page lists)
+  bool kernel_reads_host_pool = false;  // the kernel reads pages in the host pool in place
+                                        //   (AttentionPage::host_pool; docs/IN_PLACE.md)
   std::uint32_t compute_threads = 1; // CPU threads or device units the kernel spreads over
 };
 
@@ -110,10 +112,14 @@ struct AttentionShape {
 // One page-table entry: `tokens` rows starting at arena byte `arena_offset`,
 // holding tokens [first_token, first_token + tokens). A pool page or a page
 // inside a staged tile: the kernel cannot tell and must not care.
+// host_pool: the offset is a byte offset in the host pool instead, read in
+// place (only where capabilities().kernel_reads_host_pool; the caller holds a
+// read ticket on the range until the kernel's fence resolves).
 struct AttentionPage {
   std::uint64_t arena_offset = 0;
   std::uint32_t first_token = 0;
   std::uint32_t tokens = 0;
+  bool host_pool = false;
 };
 
 // One context x dense layer: pages[page_begin, page_begin + page_count) in
@@ -316,6 +322,9 @@ struct BackendOptions {
   std::uint64_t seed = 1;
   FaultRates faults{};
   bool reorder = true;                 // deterministic: completions may reorder (within the rules)
+  // host: the kernel reads pages in the host pool in place (capabilities().kernel_reads_host_pool;
+  // off: the host backend offers only what a discrete device does, staging).
+  bool host_pool_reads = true;
 };
 
 // Names make_backend knows, whether built here or not.

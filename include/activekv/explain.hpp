@@ -44,6 +44,8 @@ struct Explanation {
   std::uint64_t last_active_step = 0;
   std::vector<ResidentRun> runs;
   std::uint32_t pages_staged_per_step = 0;  // logical pages not resident (staged by the next step)
+  bool staged_in_place = false;             // those pages are read by the kernel in place in the host
+                                            //   pool, not copied through the tiles (docs/IN_PLACE.md)
   std::uint64_t step = 0;                   // the step whose decisions follow
   std::vector<Decision> decisions;          // that step's decisions for this context
   // Prefix reuse (filled by the KV runtime): logical pages 0 .. adopted_pages − 1 of every layer

@@ -165,6 +165,12 @@ struct KvRuntimeSettings {
   KvTierPort* tier = nullptr;
   // Sparse attention; exact by default. Summaries are kept only when enabled at create().
   SparseSettings sparse;
+  // History that is not resident is read by the attention kernel in place in the host pool
+  // instead of being staged through the tiles: for backends whose kernel reads host memory
+  // (capabilities().kernel_reads_host_pool: the host backend, whose device memory is host RAM).
+  // Same bytes, same page order, so the same bits (docs/IN_PLACE.md). create() refuses it on a
+  // backend that cannot. Off (the default): staged.
+  bool read_in_place = false;
 };
 
 using ContextId = ContextHandle;
@@ -184,8 +190,10 @@ struct KvCounters {
   std::uint64_t rows_uploaded = 0;               // new rows written into tail pages
   std::uint64_t bytes_staged = 0;                // history staged into tiles
   std::uint64_t bytes_written_back = 0;
-  std::uint64_t pages_resident = 0, pages_staged = 0;  // pages the kernel read in place / from tiles
+  std::uint64_t pages_resident = 0, pages_staged = 0;  // pages the kernel read resident / not resident
   std::uint64_t pages_resident_last = 0, pages_staged_last = 0;
+  std::uint64_t pages_in_place = 0, pages_in_place_last = 0;  // of pages_staged: read in place in the host pool
+  std::uint64_t bytes_read_in_place = 0;         // history the kernel read in place instead of staging it
   std::uint64_t attention_calls = 0;             // kernel calls (one per pass and layer, plus the final)
   std::uint64_t passes = 0, passes_last = 0;     // passes over the tile slots
   std::uint64_t promotions = 0;

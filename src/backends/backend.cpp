@@ -246,7 +246,8 @@ Status check_spans(const AttentionBatch& batch, const MemoryRequest& memory) {
   return Status::success();
 }
 
-Status check_tasks(const AttentionBatch& batch, std::uint64_t arena_bytes) {
+Status check_tasks(const AttentionBatch& batch, std::uint64_t arena_bytes, std::uint64_t host_pool_bytes,
+                   bool reads_host_pool) {
   const std::uint64_t row_bytes = batch.shape.row_bytes();
   std::uint64_t query_end_previous = 0;
   for (std::size_t t = 0; t < batch.tasks.size(); ++t) {
@@ -273,7 +274,18 @@ Status check_tasks(const AttentionBatch& batch, std::uint64_t arena_bytes) {
                                    t, i, page.first_token, token_end_previous));
       }
       token_end_previous = std::uint64_t{page.first_token} + page.tokens;
-      if (!inside(page.arena_offset, std::uint64_t{page.tokens} * row_bytes, arena_bytes)) {
+      if (page.host_pool) {
+        if (!reads_host_pool) {
+          return invalid(fmt::format("attention task {}: page {} is in the host pool, and this backend's kernel cannot "
+                                     "read the host pool in place (capabilities().kernel_reads_host_pool): stage it",
+                                     t, i));
+        }
+        if (!inside(page.arena_offset, std::uint64_t{page.tokens} * row_bytes, host_pool_bytes)) {
+          return invalid(fmt::format("attention task {}: page {} at host pool offset {} ({} rows of {} bytes) lies "
+                                     "outside the host pool ({} bytes)",
+                                     t, i, page.arena_offset, page.tokens, row_bytes, host_pool_bytes));
+        }
+      } else if (!inside(page.arena_offset, std::uint64_t{page.tokens} * row_bytes, arena_bytes)) {
         return invalid(fmt::format("attention task {}: page {} at arena offset {} ({} rows of {} bytes) lies outside the arena ({} bytes)",
                                    t, i, page.arena_offset, page.tokens, row_bytes, arena_bytes));
       }
@@ -289,7 +301,7 @@ Result<Fence> Backend::attention(const AttentionBatch& batch, std::span<const Fe
   if (Status s = check_waits(waits); !s.ok()) return s.error();
   if (Status s = check_shape(batch.shape, memory_); !s.ok()) return s.error();
   if (Status s = check_spans(batch, memory_); !s.ok()) return s.error();
-  if (Status s = check_tasks(batch, memory_.arena_bytes); !s.ok()) return s.error();
+  if (Status s = check_tasks(batch, memory_.arena_bytes, memory_.host_pool_bytes, capabilities().kernel_reads_host_pool); !s.ok()) return s.error();
   if (!batch.page_mass.empty() && !capabilities().page_mass) {
     return make_error(ErrorCode::unsupported, "", fmt::format("the {} backend does not compute per-page attention mass", name()));
   }

@@ -184,6 +184,7 @@ int run(const GenerateOptions& o) {
     Result<std::unique_ptr<Backend>> b = make_backend(o.backend, options);
     if (!b) return fail(b.error());
     backend = std::move(b).value();
+    engine::choose_history_reads(settings, *backend);
     Result<std::unique_ptr<KvRuntime>> r = KvRuntime::create(settings, *backend);
     if (!r) return fail(r.error());
     runtime = std::move(r).value();

@@ -109,7 +109,9 @@ std::string explanation_text(const Explanation& e) {
     out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
                        e.tier_pages_first, e.tier_pages_end - 1);
   }
-  out += fmt::format("  staged each step: {} pages (not resident; copied through the tiles)\n", e.pages_staged_per_step);
+  out += fmt::format("  staged each step: {} pages (not resident; {})\n", e.pages_staged_per_step,
+                     e.staged_in_place ? "read in place in the host pool: the backend's kernel reads host memory"
+                                       : "copied through the tiles");
   if (!e.sparse_picks.empty()) {
     out += fmt::format("sparse selection in step {} ({} pages held per layer):\n", e.sparse_step, e.sparse_pages_held);
     for (const SparsePick& p : e.sparse_picks) {
@@ -146,6 +148,7 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["pages_reserved"] = e.pages_reserved;
   j["last_active_step"] = e.last_active_step;
   j["pages_staged_per_step"] = e.pages_staged_per_step;
+  j["staged_in_place"] = e.staged_in_place;
   j["adopted_pages"] = e.adopted_pages;
   j["adopted_copied"] = e.adopted_copied;
   j["adopted_from_request"] = e.adopted_from_request;

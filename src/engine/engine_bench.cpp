@@ -4,7 +4,11 @@
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
-//                [--sparse-fraction F]
+//                [--sparse-fraction F] [--staging auto|copy|in-place]
+//
+// --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
+// engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
+// through the tiles) or in-place.
 //
 // --sparse-fraction F (docs/SPARSE.md): after the prefill, M decode steps in exact mode and then
 // M in sparse mode reading F of the pages, on the same runtime and context, and their ratio.
@@ -79,7 +83,7 @@ struct Figures {
 };
 
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
-        const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0) {
+        const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0, const std::string& staging = "auto") {
   Result<std::string> path = find_default_model();
   if (!path) {
     fmt::print(stderr, "{}\n", path.error().describe());
@@ -125,6 +129,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     Result<std::unique_ptr<Backend>> b = make_backend("host", options);
     if (!b) return fmt::print(stderr, "{}\n", b.error().describe()), 1;
     backend = std::move(b).value();
+    choose_history_reads(settings, *backend);
+    if (staging != "auto") settings.read_in_place = staging == "in-place";
     Result<std::unique_ptr<KvRuntime>> r = KvRuntime::create(settings, *backend);
     if (!r) return fmt::print(stderr, "{}\n", r.error().describe()), 1;
     runtime = std::move(r).value();
@@ -212,7 +218,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   print_shares("prefill", prefill_times);
   print_shares("decode", eng.times());
   if (runtime)
-    fmt::print("bytes staged during decode: {}\n", runtime->counters().bytes_staged - staged_before);
+    fmt::print("bytes staged during decode: {}; history below the pool {}\n", runtime->counters().bytes_staged - staged_before,
+               runtime->explain(ctx).staged_in_place ? "read in place in the host pool" : "staged through the tiles");
   const double floor_ms = static_cast<double>(weight_bytes) / (gbps * 1e9) * 1e3;
   fmt::print("weights read per token {:.1f} MiB; memcpy {:.1f} GB/s; traffic floor {:.2f} ms/token ({:.0f} tokens/s); "
              "decode at {:.0f}% of the floor's speed\n",
@@ -228,6 +235,7 @@ int main(int argc, char** argv) {
   double sparse_fraction = 0.0;
   std::string pools = "1";
   std::string kv_kind = "runtime";
+  std::string staging = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -238,6 +246,13 @@ int main(int argc, char** argv) {
     else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
     else if (k == "--kv") kv_kind = v;
     else if (k == "--sparse-fraction") sparse_fraction = std::atof(v);
+    else if (k == "--staging") {
+      staging = v;
+      if (staging != "auto" && staging != "copy" && staging != "in-place") {
+        fmt::print(stderr, "--staging {}: give auto, copy or in-place\n", staging);
+        return 2;
+      }
+    }
     else {
       fmt::print(stderr, "unknown option {}\n", k);
       return 2;
@@ -252,7 +267,7 @@ int main(int argc, char** argv) {
   }
   std::vector<Figures> figures(fractions.size());
   for (std::size_t i = 0; i < fractions.size(); ++i)
-    if (int rc = run(context, decode, threads, chunk, fractions[i], kv_kind, figures[i], sparse_fraction); rc != 0) return rc;
+    if (int rc = run(context, decode, threads, chunk, fractions[i], kv_kind, figures[i], sparse_fraction, staging); rc != 0) return rc;
   for (std::size_t i = 1; i < fractions.size(); ++i)
     fmt::print("decode speed at pool {:.0f}% / at pool {:.0f}%: {:.3f} (wall), {:.3f} (CPU time)\n", fractions[i] * 100,
                fractions[0] * 100, figures[i].decode_tokens_per_s / figures[0].decode_tokens_per_s,

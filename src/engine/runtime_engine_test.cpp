@@ -58,7 +58,8 @@ struct RuntimeSetup {
   ContextId context;
 };
 
-RuntimeSetup make_runtime(const Model& model, double fraction, std::uint32_t length, const ForwardLimits& limits) {
+RuntimeSetup make_runtime(const Model& model, double fraction, std::uint32_t length, const ForwardLimits& limits,
+                          bool in_place = false) {
   RuntimeSetup s;
   MemorySettings memory;
   const std::uint32_t page_tokens = 16;
@@ -83,6 +84,7 @@ RuntimeSetup make_runtime(const Model& model, double fraction, std::uint32_t len
   Result<std::unique_ptr<Backend>> backend = make_backend("host", options);
   EXPECT_TRUE(backend.ok()) << backend.error().describe();
   s.backend = std::move(backend).value();
+  settings.read_in_place = in_place;  // history below the pool read in place in the host pool (docs/IN_PLACE.md)
   Result<std::unique_ptr<KvRuntime>> rt = KvRuntime::create(settings, *s.backend);
   EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
   if (!rt.ok()) return s;
@@ -335,6 +337,46 @@ TEST_F(RuntimeEngine, FourThousandTokenPromptIsBudgetInvariant) {
   EXPECT_EQ(staged[0], 0u);
   EXPECT_GT(staged[1], 0u);
   EXPECT_GT(staged[2], staged[1]);
+}
+
+// Read in place (the engine's path on the host backend, docs/IN_PLACE.md): one forward pass over a
+// 1,024-token prompt and 16 decode steps, attention in five runtimes — 100% staged (driving the
+// pass), 25% and 5% read in place, 25% and 5% staged — every attention output the same bits.
+TEST_F(RuntimeEngine, ReadInPlaceIsBudgetInvariant) {
+  const ForwardLimits limits{16, 1};  // the 5% pool's floor, as in LogitsAreBitIdenticalForEveryBudget
+  const std::vector<TokenId> prompt = long_prompt(1024);
+  const std::uint32_t decode = 16;
+  const std::uint32_t final_length = static_cast<std::uint32_t>(prompt.size()) + decode + 1;
+  struct Case {
+    double fraction;
+    bool in_place;
+  };
+  const Case cases[5] = {{1.0, false}, {0.25, true}, {0.05, true}, {0.25, false}, {0.05, false}};
+  RuntimeSetup rs[5];
+  std::vector<std::unique_ptr<RuntimeKv>> kvs;
+  std::vector<RuntimeKv*> raw;
+  for (int b = 0; b < 5; ++b) {
+    rs[b] = make_runtime(*g_model, cases[b].fraction, final_length, limits, cases[b].in_place);
+    ASSERT_NE(rs[b].runtime, nullptr);
+    ASSERT_EQ(rs[b].context, rs[0].context) << "the tee needs the same handle in every runtime";
+    kvs.push_back(std::make_unique<RuntimeKv>(*rs[b].runtime));
+    raw.push_back(kvs.back().get());
+  }
+  const std::size_t q_floats = std::size_t{g_model->config().q_heads} * g_model->config().head_dim;
+  TeeKv tee(raw, limits.step_tokens_max * q_floats);
+  tee.set_query_floats(q_floats);
+  Forward f(*g_model, tee, *g_pool, best_isa(), limits);
+  run_sequence(f, rs[0].context, prompt, decode, [](std::span<const float>) {});
+  EXPECT_EQ(tee.mismatches(), 0u) << "attention outputs that differed between budgets or paths";
+  EXPECT_GT(tee.compared(), 0u);
+  for (int b = 1; b < 5; ++b) {
+    const KvCounters& c = rs[b].runtime->counters();
+    EXPECT_GT(c.pages_staged, 0u) << "pool " << cases[b].fraction * 100 << "%: the history must outgrow the pool";
+    EXPECT_EQ(c.pages_in_place, cases[b].in_place ? c.pages_staged : 0u);
+    EXPECT_EQ(c.bytes_staged == 0, cases[b].in_place);
+    EXPECT_EQ(c.heap_allocations_in_steps, 0u) << "invariant 7";
+    EXPECT_EQ(c.device_allocations_after_warmup, 0u);
+  }
 }
 
 }  // namespace

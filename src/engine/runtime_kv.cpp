@@ -18,4 +18,8 @@ KvRuntimeSettings runtime_settings(const Model& model, MemorySettings memory, co
   return s;
 }
 
+void choose_history_reads(KvRuntimeSettings& settings, const Backend& backend) {
+  settings.read_in_place = backend.capabilities().kernel_reads_host_pool;
+}
+
 }  // namespace activekv::engine

@@ -12,6 +12,7 @@
 // the model, the sizes from the operator, the step limits from the engine.
 #pragma once
 
+#include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "engine/forward.hpp"
 #include "engine/kv_access.hpp"
@@ -20,6 +21,12 @@
 namespace activekv::engine {
 
 KvRuntimeSettings runtime_settings(const Model& model, MemorySettings memory, const ForwardLimits& limits);
+
+// The engine's choice of how history below the device pool reaches the kernel: read in place in
+// the host pool where the backend's kernel reads host memory (capabilities().kernel_reads_host_pool:
+// the host backend, whose "device" is host RAM, so a staged copy would only add a second read and a
+// write of every byte), staged through the tiles elsewhere (docs/IN_PLACE.md).
+void choose_history_reads(KvRuntimeSettings& settings, const Backend& backend);
 
 class RuntimeKv final : public KvAccess {
  public:

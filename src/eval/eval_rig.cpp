@@ -51,6 +51,7 @@ Result<std::unique_ptr<EvalRig>> EvalRig::create(const engine::Model& model, eng
   Result<std::unique_ptr<Backend>> backend = make_backend(rig.backend, options);
   if (!backend) return backend.error();
   r->backend_ = std::move(backend).value();
+  engine::choose_history_reads(s, *r->backend_);
   Result<std::unique_ptr<KvRuntime>> runtime = KvRuntime::create(s, *r->backend_);
   if (!runtime) return runtime.error();
   r->runtime_ = std::move(runtime).value();

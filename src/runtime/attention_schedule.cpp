@@ -89,14 +89,20 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
         AK_ASSERT(g >= c.logical_first, "attention schedule: staged copies must ascend by logical page");
         AK_ASSERT(c.pass >= pass_first_ && c.pass < pass_first_ + pass_count_,
                   "attention schedule: a page is staged in another layer's pass");
-        pages[g] = AttentionPage{c.device_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens};
         keys[g] = PageKey{lp.slot, layer, g, true};
-        calls[g] = c.pass - pass_first_;
+        if (in_place_) {  // its rows in the host pool, read by the final call
+          pages[g] = AttentionPage{c.host_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens, true};
+          calls[g] = UINT32_MAX;
+        } else {
+          pages[g] = AttentionPage{c.device_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens};
+          calls[g] = c.pass - pass_first_;
+        }
         ++pages_staged_;
       }
       if constexpr (ak_expensive_asserts) {
         [[maybe_unused]] const PageLocation loc = plan.locate(lp, g);
-        AK_EXPENSIVE_ASSERT(loc.kind != PageLocation::Kind::absent && loc.device_offset == pages[g].arena_offset,
+        AK_EXPENSIVE_ASSERT(loc.kind != PageLocation::Kind::absent &&
+                                (pages[g].host_pool || loc.device_offset == pages[g].arena_offset),
                             "attention schedule: the walk disagrees with StepPlan::locate");
       }
     }
@@ -125,7 +131,8 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
   page_count_ = 0;
   full_task_count_ = 0;
   full_page_count_ = 0;
-  for (std::uint32_t c = 0; c <= final_call; ++c) {
+  // Read in place: no pass holds a page, one call reads them all.
+  for (std::uint32_t c = in_place_ ? final_call : 0; c <= final_call; ++c) {
     AttentionCall& call = calls_[call_count_++];
     call = AttentionCall{c == final_call ? UINT32_MAX : pass_first_ + c, task_count_, 0, page_count_, 0};
     call.full_task_first = full_task_count_;

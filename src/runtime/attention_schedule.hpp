@@ -19,6 +19,11 @@
 // that the planner assigns staged pages to passes in ascending logical order
 // within a context and layer; build() asserts it.
 //
+// Read in place (read_host_in_place(true), docs/IN_PLACE.md): a staged page's entry is its rows
+// in the host pool (AttentionPage::host_pool) instead of its place in a tile, and every page of a
+// context joins the final call: no tile, so no pass cuts the page list. The pages and their order
+// are the same, so the output is the same bits.
+//
 // Plain data in preallocated storage: build() allocates nothing.
 #pragma once
 
@@ -72,6 +77,10 @@ class AttentionSchedule {
              std::span<const std::uint32_t> query_first, std::span<const std::uint32_t> query_count,
              std::span<const std::uint32_t> keep = {}, bool full = false) noexcept;
 
+  // Staged pages are read in place in the host pool (the backend's kernel reads it).
+  void read_host_in_place(bool in_place) noexcept { in_place_ = in_place; }
+  bool reads_host_in_place() const noexcept { return in_place_; }
+
   std::span<const AttentionCall> calls() const noexcept { return {calls_.data(), call_count_}; }
   std::span<const AttentionTask> tasks() const noexcept { return {tasks_.data(), task_count_}; }
   std::span<const AttentionPage> pages() const noexcept { return {pages_.data(), page_count_}; }
@@ -85,6 +94,7 @@ class AttentionSchedule {
   std::uint32_t pass_count() const noexcept { return pass_count_; }
   std::uint32_t pages_staged() const noexcept { return pages_staged_; }
   std::uint32_t pages_resident() const noexcept { return pages_resident_; }
+  std::uint32_t pages_in_place() const noexcept { return in_place_ ? pages_staged_ : 0; }  // of pages_staged()
 
  private:
   AttentionScheduleLimits limits_;
@@ -105,6 +115,7 @@ class AttentionSchedule {
   std::uint32_t call_count_ = 0, task_count_ = 0, page_count_ = 0;
   std::uint32_t pass_first_ = 0, pass_count_ = 0;
   std::uint32_t pages_staged_ = 0, pages_resident_ = 0;
+  bool in_place_ = false;
 };
 
 }  // namespace activekv::runtime

@@ -48,6 +48,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   write_back_tickets_.resize(sizes_.write_backs_max);
   pass_leases_.resize(plan_.arena.tiles);
   pass_tickets_.resize(sizes_.copies_per_pass_max);
+  in_place_tickets_.resize(sizes_.entries_max);
+  schedule_.read_host_in_place(settings.read_in_place);
   promotion_failed_.resize(sizes_.promotions_max);
   slot_faulted_.resize(plan_.budget.concurrency);
   deferred_cancels_.resize(plan_.budget.concurrency);
@@ -158,6 +160,12 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
     return make_error(ErrorCode::invalid_argument, "--max-batch",
                       fmt::format("{} contexts per step, but only {} can run at once under this memory plan",
                                   settings.step_entries_max, plan->budget.concurrency));
+  }
+  if (settings.read_in_place && !backend.capabilities().kernel_reads_host_pool) {
+    return make_error(ErrorCode::unsupported, "read_in_place",
+                      fmt::format("the {} backend's kernel cannot read the host pool in place: stage the history "
+                                  "through the tiles (turn read_in_place off)",
+                                  backend.name()));
   }
   auto runtime = std::make_unique<KvRuntimeImpl>(settings, plan.value(), backend);
   if (Status s = runtime->warm_up(); !s.ok()) return s.error();

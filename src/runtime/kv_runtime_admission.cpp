@@ -272,6 +272,7 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   const std::uint64_t adopted_all = std::uint64_t{a.pages} * plan_.geometry.dense_layers;
   const std::uint64_t on_device = std::uint64_t{a.device_pages} + a.device_copied;
   e.adopted_host_pages = adopted_all > on_device ? adopted_all - on_device : 0;
+  e.staged_in_place = settings_.read_in_place;
   explain_sparse(context, e);
   return e;
 }

@@ -154,8 +154,9 @@ void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std:
   EXPECT_EQ(rt.check(), nullptr);
 }
 
-TEST(KvRuntimeFaults, InjectedFaultsAreReportedQuarantinedAndNeverSilentlyUsed) {
-  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+// in_place: the history below the pool is read by the kernel in place in the host pool
+// (docs/IN_PLACE.md): a failed or unknown kernel fence then quarantines the host ranges it read.
+void injected_faults(bool in_place) {
   const std::uint32_t tokens = 160;
   FaultRun total;
   std::uint32_t seeds_failed = 0;
@@ -169,11 +170,16 @@ TEST(KvRuntimeFaults, InjectedFaultsAreReportedQuarantinedAndNeverSilentlyUsed) 
     options.faults.failed_copy = 0.0002;
     options.faults.late_fence = 0.05;
     host::HostBackend backend(options);
-    auto rt = KvRuntime::create(fault_settings(2, tokens, 0.25), backend);
+    KvRuntimeSettings settings = fault_settings(2, tokens, 0.25);
+    settings.read_in_place = in_place;
+    auto rt = KvRuntime::create(settings, backend);
     ASSERT_TRUE(rt.ok()) << rt.error().describe();
     FaultRun run;
     drive(**rt, backend, tokens, seed, false, run);
-    if (HasFatalFailure()) return;
+    if (in_place) {
+      EXPECT_EQ((*rt)->counters().bytes_staged, 0u);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
     EXPECT_EQ(run.failed_steps > 0, run.faults_injected > 0)
         << "seed " << seed << ": a step fails exactly when a fault was injected into its work";
     EXPECT_EQ((*rt)->counters().failed_steps, run.failed_steps);
@@ -186,9 +192,19 @@ TEST(KvRuntimeFaults, InjectedFaultsAreReportedQuarantinedAndNeverSilentlyUsed) 
   EXPECT_GT(seeds_failed, 0u);
   EXPECT_GT(total.quarantines, 0u);
   EXPECT_GT(total.good_steps, 0u);
-  std::printf("fault seeds: %u of %llu failed a step; %llu good steps; %llu quarantines; %llu faults injected\n",
-              seeds_failed, static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(total.good_steps),
+  std::printf("fault seeds (%s): %u of %llu failed a step; %llu good steps; %llu quarantines; %llu faults injected\n",
+              in_place ? "read in place" : "staged", seeds_failed, static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(total.good_steps),
               static_cast<unsigned long long>(total.quarantines), static_cast<unsigned long long>(total.faults_injected));
+}
+
+TEST(KvRuntimeFaults, InjectedFaultsAreReportedQuarantinedAndNeverSilentlyUsed) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  injected_faults(false);
+}
+
+TEST(KvRuntimeFaults, InjectedFaultsWithHistoryReadInPlaceAreReportedQuarantinedAndNeverSilentlyUsed) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  injected_faults(true);
 }
 
 TEST(KvRuntimeFaults, DeviceLossMidStepFailsTheStepAndEverythingElseDrains) {

@@ -112,7 +112,7 @@ struct Sizes {
   std::uint32_t pages_max = 0;             // page-table entries of one layer, all contexts
   std::uint32_t copies_per_pass_max = 0;   // a pass fills at most tiles × tile_pages pages
   std::uint32_t write_backs_max = 0;       // tail regions of one step, all layers
-  std::uint32_t tickets_max = 0;           // one pass's reads + one step's write-backs
+  std::uint32_t tickets_max = 0;           // one pass's reads + one step's write-backs + a layer's in-place reads
   std::uint32_t promotions_max = 0;
 
   static Sizes of(const KvRuntimeSettings& settings, const MemoryPlan& plan) {
@@ -124,7 +124,8 @@ struct Sizes {
     s.copies_per_pass_max = std::max(1u, plan.arena.tiles * plan.arena.tile_pages);
     const std::uint64_t tails = pages_spanned_max(plan.chunk_tokens, plan.arena.page_tokens) + 1u;
     s.write_backs_max = checked(std::uint64_t{s.entries_max} * plan.geometry.dense_layers * tails);
-    s.tickets_max = checked(std::uint64_t{s.copies_per_pass_max} + s.write_backs_max);
+    // + one per context: a layer's reads in place (kv_runtime_in_place.cpp).
+    s.tickets_max = checked(std::uint64_t{s.copies_per_pass_max} + s.write_backs_max + s.entries_max);
     s.promotions_max = checked(std::uint64_t{s.pages_max} * plan.geometry.dense_layers);
     return s;
   }
@@ -204,6 +205,15 @@ class KvRuntimeImpl final : public KvRuntime {
   void retire_pass() noexcept;
   // Issues the plan's next pass if it belongs to `layer` and the tiles are free.
   void issue_next_pass_of(std::uint32_t layer) noexcept;
+  // Read in place (settings_.read_in_place; kv_runtime_in_place.cpp): the layer's passes are not
+  // copied. open_in_place: a read ticket per context on the host range its staged pages span, and
+  // the passes' promotions copied host to pool; attach_in_place: the kernel that reads the range
+  // joins the tickets; close_in_place: after the kernel's wait, the promotions waited and the
+  // tickets closed (still pending: at the first poll that sees them signalled).
+  bool open_in_place(std::uint32_t layer) noexcept;
+  void attach_in_place(Fence kernel, std::uint32_t layer) noexcept;
+  void close_in_place(std::uint32_t layer) noexcept;
+  bool issue_in_place_promotions(std::uint32_t pass_first, std::uint32_t pass_end) noexcept;
   // The layer's tail rows, device to host, after `waits` (the kernel, or the uploads) on the device.
   void write_back(std::uint32_t layer, std::span<const Fence> waits) noexcept;
   // Waits the layer's row uploads; a tail page whose upload failed is quarantined.
@@ -285,6 +295,11 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t pass_lease_count_ = 0;
   std::vector<Ticket> pass_tickets_;          // [copies in one pass]
   std::uint32_t pass_ticket_count_ = 0;
+  // Read in place: the layer's tickets (one per context) and its promotions' h2d copy in flight.
+  std::vector<Ticket> in_place_tickets_;      // [entries]
+  std::uint32_t in_place_ticket_count_ = 0;
+  Fence in_place_promotion_{};
+  std::uint32_t in_place_pass_first_ = 0, in_place_pass_end_ = 0;  // the passes whose promotions it carries
   std::vector<std::uint8_t> promotion_failed_;  // [promotions of a step]
   std::vector<std::uint8_t> slot_faulted_;      // [slots]
   std::vector<ContextId> deferred_cancels_;

@@ -115,7 +115,8 @@ Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
   for (Fence& f : write_backs_) f = Fence{};
   counters_.pages_resident_last = 0;
   counters_.pages_staged_last = 0;
-  counters_.passes_last = plan.passes.size();
+  counters_.passes_last = settings_.read_in_place ? 0 : plan.passes.size();  // read in place: no tile is filled
+  counters_.pages_in_place_last = 0;
   if (summaries_ != nullptr) {
     sparse_stats_.pages_read_last = 0;
     sparse_stats_.pages_context_last = 0;
@@ -248,6 +249,7 @@ void KvRuntimeImpl::retire_pass() noexcept {
 
 void KvRuntimeImpl::issue_next_pass_of(std::uint32_t layer) noexcept {
   const StepPlan& plan = planner_.plan();
+  if (settings_.read_in_place) return;  // nothing is staged (kv_runtime_in_place.cpp)
   if (fault_.what != nullptr || pass_issued_ != UINT32_MAX || passes_issued_ >= plan.passes.size()) return;
   if (plan.passes[passes_issued_].layer == layer) issue_pass(passes_issued_);
 }
@@ -320,6 +322,8 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   counters_.pages_staged_last += schedule_.pages_staged();
   counters_.pages_resident += schedule_.pages_resident();
   counters_.pages_staged += schedule_.pages_staged();
+  counters_.pages_in_place_last += schedule_.pages_in_place();
+  counters_.pages_in_place += schedule_.pages_in_place();
 
   // Every (query, head) starts from the empty state; each call loads and stores it.
   const std::size_t state_stride = 2u + g.head_dim;
@@ -348,7 +352,10 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   }
 
   Fence attention{};
+  // Read in place: the layer's non-resident history is read from the host pool under read tickets.
+  const bool reads_open = !settings_.read_in_place || open_in_place(layer);
   for (const AttentionCall& call : schedule_.calls()) {
+    if (!reads_open) break;
     std::uint32_t wait_count = 0;
     if (!call.final()) {
       if (pass_issued_ != call.pass) {
@@ -381,6 +388,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       }
       attention = fence.value();
       ++counters_.attention_calls;
+      if (settings_.read_in_place) attach_in_place(attention, layer);
       if (!call.final()) {
         for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], attention);
       }
@@ -415,6 +423,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       }
       Fence full = fence.value();
       ++counters_.attention_calls;
+      if (settings_.read_in_place) attach_in_place(full, layer);
       if (!call.final()) {
         for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], full);
       }
@@ -430,6 +439,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
     if (!call.final()) release_fence(attention);
   }
   if (summaries_ != nullptr && settings_.sparse.enabled() && fault_.what == nullptr) note_captured_mass(layer, measure, sparse_mass);
+  if (settings_.read_in_place) close_in_place(layer);
   retire_pass();
   retire_uploads(layer);
   if (fault_.what == nullptr) write_back(layer, {&attention, 1});
@@ -455,6 +465,11 @@ Status KvRuntimeImpl::attend_none(std::uint32_t layer) {
   StepScope scope(counters_);
   ++layers_attended_;
   const StepPlan& plan = planner_.plan();
+  // Read in place: the promotions copy from the host pool; no pass is left to run below.
+  if (settings_.read_in_place) {
+    if (fault_.what == nullptr) open_in_place(layer);
+    close_in_place(layer);
+  }
   // The layer's passes still run: their promotions read the tiles they fill.
   for (;;) {
     if (pass_issued_ != UINT32_MAX) {

@@ -139,6 +139,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   if (!backend) return backend.error();
   parts->backend = std::move(backend).value();
   parts->backend_name = s.backend;
+  engine::choose_history_reads(kvs, *parts->backend);
   auto runtime = KvRuntime::create(kvs, *parts->backend);
   if (!runtime) return runtime.error();
   parts->runtime = std::move(runtime).value();

@@ -159,7 +159,8 @@ void finish_page_mass(const AttentionJob& job, float* page_mass) {
   }
 }
 
-void attention_reference(const std::byte* arena, const AttentionBatch& batch, std::span<float> output) {
+void attention_reference(const std::byte* arena, const AttentionBatch& batch, std::span<float> output,
+                         const std::byte* host_pool) {
   const AttentionShape& shape = batch.shape;
   const std::uint32_t dim = shape.head_dim;
   const std::uint32_t group = shape.q_heads / shape.kv_heads;
@@ -179,7 +180,7 @@ void attention_reference(const std::byte* arena, const AttentionBatch& batch, st
           const AttentionPage& page = batch.pages[task.page_begin + i];
           if (!reads(batch, task.page_begin + i, kv_head)) continue;
           for (std::uint32_t r = 0; r < visible_rows(page, position); ++r) {
-            portable::widen(arena + page.arena_offset + r * row_bytes + kv_head * head_bytes, shape.dtype, dim, k.data());
+            portable::widen(page_bytes_of(arena, host_pool, page) + r * row_bytes + kv_head * head_bytes, shape.dtype, dim, k.data());
             double dot = 0.0;
             for (std::uint32_t d = 0; d < dim; ++d) dot += double{q[d]} * double{k[d]};
             scores.push_back(dot * shape.scale);
@@ -195,7 +196,7 @@ void attention_reference(const std::byte* arena, const AttentionBatch& batch, st
           for (std::uint32_t r = 0; r < visible_rows(page, position); ++r) {
             const double p = std::exp(scores[index++] - max_score);
             sum += p;
-            portable::widen(arena + page.arena_offset + r * row_bytes + (shape.kv_heads + kv_head) * head_bytes,
+            portable::widen(page_bytes_of(arena, host_pool, page) + r * row_bytes + (shape.kv_heads + kv_head) * head_bytes,
                            shape.dtype, dim, v.data());
             for (std::uint32_t d = 0; d < dim; ++d) acc[d] += p * v[d];
           }

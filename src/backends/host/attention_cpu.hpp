@@ -58,6 +58,7 @@ struct AttentionJob {
   std::vector<std::uint32_t> positions;      // capacity batch_queries_max
   std::vector<std::uint32_t> query_task;     // [queries]: the task that owns each query row
   std::vector<std::uint32_t> page_heads;     // empty, or [pages]: the KV heads that read each page
+  const std::byte* host_pool = nullptr;      // the base of pages with AttentionPage::host_pool
   const float* queries = nullptr;
   float* output = nullptr;
   float* page_mass = nullptr;
@@ -113,6 +114,12 @@ struct AttentionSplit {
   void reserve(const MemoryRequest& limits, std::uint32_t queries, std::uint64_t bytes);
 };
 
+// Where a page's bytes start: in the arena, or (AttentionPage::host_pool) in the host pool.
+inline const std::byte* page_bytes_of(const std::byte* arena, const std::byte* host_pool,
+                                      const AttentionPage& page) noexcept {
+  return (page.host_pool ? host_pool : arena) + page.arena_offset;
+}
+
 // Runs units [unit_begin, unit_end) of `job` over `arena`. When the job wants
 // page mass, the units' contributions are added into scratch.mass (the caller
 // zeroes it and reduces the threads' arrays into job.page_mass).
@@ -131,6 +138,8 @@ bool attention_cpu_uses_avx2() noexcept;
 // The plain reference of the layout contract: per (query, head) a softmax over
 // all visible keys in fp64, straight from the page table (with page_heads: the
 // pages its KV head reads). For tests.
-void attention_reference(const std::byte* arena, const AttentionBatch& batch, std::span<float> output);
+// host_pool: the base of pages with AttentionPage::host_pool (none: null).
+void attention_reference(const std::byte* arena, const AttentionBatch& batch, std::span<float> output,
+                         const std::byte* host_pool = nullptr);
 
 }  // namespace activekv::host

@@ -237,8 +237,8 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
     const bool more = i + 1 < task.page_begin + task.page_count;
     const AttentionPage& next = job.pages[more ? i + 1 : i];
     const std::uint32_t mask = job.heads_of(i);
-    page_partials(arena + page.arena_offset, page, shape, q, positions, count, scratch,
-                  more ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes(), mask);
+    page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, positions, count, scratch,
+                  more ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens * shape.row_bytes(), mask);
     for (std::uint32_t j = 0; j < count; ++j) {
       if (visible_rows(page, positions[j]) == 0) continue;
       const std::size_t x = std::size_t{j} * heads;
@@ -280,8 +280,9 @@ inline void run_part(const std::byte* arena, const AttentionJob& job, std::uint3
     const AttentionPage& page = job.pages[i];
     if (visible_rows(page, position) == 0) continue;
     const AttentionPage& next = job.pages[i + 1 < end ? i + 1 : i];
-    page_partials(arena + page.arena_offset, page, shape, q, &position, 1, scratch,
-                  i + 1 < end ? arena + next.arena_offset : nullptr, next.tokens * shape.row_bytes(), job.heads_of(i));
+    page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, &position, 1, scratch,
+                  i + 1 < end ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens * shape.row_bytes(),
+                  job.heads_of(i));
     if (job.page_mass != nullptr) {  // log mass only for jobs that report page mass
       float* lm = split.log_mass.data() + std::size_t{i} * heads;
       for (std::uint32_t h = 0; h < heads; ++h) lm[h] = scratch.page_m[h] + std::log(scratch.page_s[h]);

@@ -99,6 +99,8 @@ HostBackend::HostBackend(const BackendOptions& options)
   capabilities_.deterministic = options.deterministic;
   capabilities_.page_mass = true;
   capabilities_.page_heads = true;
+  // Its "device" memory is host memory: the kernel can read the host pool in place (docs/IN_PLACE.md).
+  capabilities_.kernel_reads_host_pool = options.host_pool_reads;
   capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
   for (std::size_t i = 0; i < queue_kind_count; ++i) queues_[i].kind = static_cast<QueueKind>(i);
 }
@@ -356,6 +358,7 @@ Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<c
     command.job = free_jobs_.back();
     free_jobs_.pop_back();
     jobs_[command.job].assign(batch);
+    jobs_[command.job].host_pool = pool_view_.data();
     draw(command, false);
     return run_here(lock, q, command);
   }
@@ -371,6 +374,7 @@ Result<Fence> HostBackend::do_attention(const AttentionBatch& batch, std::span<c
   command.job = free_jobs_.back();
   free_jobs_.pop_back();
   jobs_[command.job].assign(batch);
+  jobs_[command.job].host_pool = pool_view_.data();
   draw(command, false);
   const Fence fence = open_fence(q, command);
   publish(q);
