@@ -330,7 +330,7 @@ Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
     SummaryPlan& sp = plan.summaries;
     sp.histories = plan.host.concurrency;
     sp.pages_per_layer = plan.budget.pages_per_layer_max + 1;
-    sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * sizeof(float);
+    sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * 2u;  // 16-bit min and max
     sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * sp.pages_per_layer * sp.page_bytes;
   }
   return plan;

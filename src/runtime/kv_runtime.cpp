@@ -61,7 +61,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     const std::uint32_t slots = budgets_.slots();
     const std::uint32_t pages = sizes_.pages_per_layer_max;
     const std::size_t per_slot_layer = std::size_t{slots} * g.dense_layers;
-    const runtime::SummaryShape shape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim};
+    const runtime::SummaryShape shape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim,
+                                      runtime::summary_format_for(g.dtype)};
     AK_ASSERT(shape.bytes() == plan_.summaries.bytes, "kv runtime: the page summaries must be the plan's");
     summaries_ = std::make_unique<runtime::PageSummaries>(shape);
     summarized_generation_.assign(slots, 0);

@@ -320,6 +320,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint64_t recall_step_count_ = 0;
   // write_kv: the layer's new keys join their pages' summaries (rebuilt first when stale).
   void summarize_rows(std::uint32_t layer) noexcept;
+  void add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;
   std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept;

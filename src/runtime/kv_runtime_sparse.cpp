@@ -46,11 +46,22 @@ Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
   return Status::success();
 }
 
+// The key of an encoded row joins its page: as stored when the summary keeps that format
+// (exact), else decoded as the kernel widens it and rounded outward.
+void KvRuntimeImpl::add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept {
+  const Geometry& g = plan_.geometry;
+  if (runtime::summary_stores_dtype(summaries_->shape().format, g.dtype)) {
+    summaries_->add_stored(slot, layer, logical, row);
+    return;
+  }
+  runtime::decode_elements(g.dtype, row, std::size_t{g.kv_heads} * g.head_dim, key_row_.data());
+  summaries_->add(slot, layer, logical, key_row_.data());
+}
+
 void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
   if (summaries_ == nullptr) return;
   const Geometry& g = plan_.geometry;
   const std::uint32_t P = plan_.arena.page_tokens;
-  const std::size_t head_elements = std::size_t{g.kv_heads} * g.head_dim;
   const std::uint64_t row_bytes = g.row_bytes();
   const std::span<const std::byte> host = backend_.host_pool();
   for (std::uint32_t e = 0; e < entries(); ++e) {
@@ -62,17 +73,13 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
     if (summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before) {
       for (std::uint32_t t = 0; t < lp.length_before; ++t) {
         if (t % P == 0) summaries_->clear(slot, layer, t / P);
-        const std::byte* row = host.data() + plan_.host.row_offset(slot, layer, t);
-        runtime::decode_elements(g.dtype, row, head_elements, key_row_.data());
-        summaries_->add(slot, layer, t / P, key_row_.data());
+        add_key(slot, layer, t / P, host.data() + plan_.host.row_offset(slot, layer, t));
       }
     }
     for (std::uint32_t i = 0; i < query_count_[e]; ++i) {
       const std::uint32_t t = lp.length_before + i;
       if (t % P == 0) summaries_->clear(slot, layer, t / P);
-      // The key as stored (encoded), decoded as the kernel widens it.
-      runtime::decode_elements(g.dtype, rows_.data() + (query_first_[e] + i) * row_bytes, head_elements, key_row_.data());
-      summaries_->add(slot, layer, t / P, key_row_.data());
+      add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
   }
 }
@@ -145,14 +152,13 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
                            q_negative_.data() + std::size_t{h} * g.head_dim);
     }
+    const runtime::SummaryShape& shape = summaries_->shape();
+    const std::uint16_t* pages = summaries_->page(slot, layer, 0);
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      float* bound = bounds_.data() + std::size_t{kh} * n;
-      const float* qp = q_positive_.data() + std::size_t{kh} * group * g.head_dim;
-      const float* qn = q_negative_.data() + std::size_t{kh} * group * g.head_dim;
-      for (std::uint32_t p = 0; p < n; ++p) {
-        const float* sum = summaries_->page(slot, layer, p) + std::size_t{kh} * 2u * g.head_dim;
-        bound[p] = runtime::group_bound(qp, qn, group, sum, sum + g.head_dim, g.head_dim);
-      }
+      const std::size_t q_at = std::size_t{kh} * group * g.head_dim;
+      runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
+                           pages + std::size_t{kh} * 2u * g.head_dim, shape.page_elements(), n, g.head_dim,
+                           bounds_.data() + std::size_t{kh} * n);
     }
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;
