@@ -58,7 +58,7 @@ void KvRuntimeImpl::add_key(std::uint32_t slot, std::uint32_t layer, std::uint32
   summaries_->add(slot, layer, logical, key_row_.data());
 }
 
-void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
+void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
   if (summaries_ == nullptr) return;
   const Geometry& g = plan_.geometry;
   const std::uint32_t P = plan_.arena.page_tokens;
@@ -70,7 +70,8 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
     const std::uint32_t slot = context.slot;
     // Stale (another context held the slot, an adopted or restored prefix, a failed step):
     // rebuild the layer's pages from the host rows, which are authoritative below length_before.
-    if (summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before) {
+    const bool rebuilt = summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before;
+    if (rebuilt) {
       for (std::uint32_t t = 0; t < lp.length_before; ++t) {
         if (t % P == 0) summaries_->clear(slot, layer, t / P);
         add_key(slot, layer, t / P, host.data() + plan_.host.row_offset(slot, layer, t));
@@ -81,7 +82,31 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
       if (t % P == 0) summaries_->clear(slot, layer, t / P);
       add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
+    // The arena's copy, once the last layer is summarised: the pages and blocks this step changed
+    // in every layer, two contiguous ranges (from page 0 when any layer was rebuilt).
+    summary_rebuilt_[e] = (layer == 0 ? 0 : summary_rebuilt_[e]) | (rebuilt ? 1 : 0);
+    if (query_count_[e] == 0 || layer + 1 != g.dense_layers) continue;
+    const runtime::SummaryShape& shape = summaries_->shape();
+    const std::uint64_t all_layers = std::uint64_t{g.dense_layers} * shape.page_bytes();
+    const std::uint32_t first = summary_rebuilt_[e] != 0 ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
+    upload_summaries(layer, summaries_->page_offset(slot, 0, first), std::uint64_t{last - first + 1} * all_layers);
+    const std::uint32_t block_first = first / runtime::summary_block_pages, block_last = last / runtime::summary_block_pages;
+    upload_summaries(layer, summaries_->block_offset(slot, 0, block_first), std::uint64_t{block_last - block_first + 1} * all_layers);
   }
+}
+
+// One range of the host table into the same range of the arena's summaries part (h2d, waited
+// with the layer's row uploads: the host bytes stay untouched until then).
+void KvRuntimeImpl::upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes) {
+  if (fault_.what != nullptr) return;
+  AK_ASSERT(summary_upload_count_ < summary_uploads_.size(), "kv runtime: more summary uploads than reserved");
+  Result<Fence> up = backend_.upload(plan_.arena.summaries.offset_bytes + offset, summaries_->bytes().subspan(offset, bytes));
+  if (!up.ok()) {
+    note_refusal("a page-summary upload was refused by the backend", up.error(), layer);
+    return;
+  }
+  summary_uploads_[summary_upload_count_++] = up.value();
+  sparse_stats_.summary_upload_bytes += bytes;
 }
 
 std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t pages) noexcept {
@@ -152,14 +177,19 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
                            q_negative_.data() + std::size_t{h} * g.head_dim);
     }
+    // Pruned by blocks of pages: exact for every page that can rank within the budget.
     const runtime::SummaryShape& shape = summaries_->shape();
     const std::uint16_t* pages = summaries_->page(slot, layer, 0);
+    const std::uint16_t* blocks = summaries_->block(slot, layer, 0);
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      const std::size_t q_at = std::size_t{kh} * group * g.head_dim;
-      runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
-                           pages + std::size_t{kh} * 2u * g.head_dim, shape.page_elements(), n, g.head_dim,
-                           bounds_.data() + std::size_t{kh} * n);
+      const std::size_t q_at = std::size_t{kh} * group * g.head_dim, s_at = std::size_t{kh} * 2u * g.head_dim;
+      sparse_stats_.bound_pages_exact +=
+          runtime::page_bounds_pruned(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
+                                      pages + s_at, blocks + s_at, shape.page_stride(), n, budget,
+                                      std::max(1u, s.recent_pages), g.head_dim, bounds_.data() + std::size_t{kh} * n,
+                                      *bound_scratch_);
     }
+    sparse_stats_.bound_pages += std::uint64_t{g.kv_heads} * n;
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;
     if (heavy) {

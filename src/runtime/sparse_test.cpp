@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -20,6 +21,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "runtime/element_codec.hpp"
 #include "runtime/sparse_selection.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -157,8 +159,8 @@ TEST(SparseBound, VectorisedAndPortableAreBitIdenticalOverATable) {
     for (std::uint32_t kh = 0; kh < kv; ++kh) {
       const std::uint16_t* first = table.page(0, 0, 0) + std::size_t{kh} * 2 * d;
       std::vector<float> a(pages), b(pages);
-      runtime::page_bounds(format, qp.data(), qn.data(), group, first, table.shape().page_elements(), pages, d, a.data());
-      runtime::page_bounds(format, qp.data(), qn.data(), group, first, table.shape().page_elements(), pages, d, b.data(),
+      runtime::page_bounds(format, qp.data(), qn.data(), group, first, table.shape().page_stride(), pages, d, a.data());
+      runtime::page_bounds(format, qp.data(), qn.data(), group, first, table.shape().page_stride(), pages, d, b.data(),
                            runtime::BoundIsa::portable);
       ASSERT_EQ(std::memcmp(a.data(), b.data(), pages * sizeof(float)), 0);
       for (std::uint32_t p = 0; p < pages; p += 37) {
@@ -246,6 +248,8 @@ struct SparseRun {
   KvCounters counters;
   std::uint64_t allocations_after_first_decode = 0;
   Explanation explanation;
+  std::uint64_t summary_bytes_checked = 0;  // arena summaries part compared with the keys written
+  bool summaries_match = true;
 };
 
 SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at_create = true) {
@@ -265,7 +269,13 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   m.chunk_tokens = chunk;
   m.host_pool_bytes = std::uint64_t{contexts} * layers * m.max_context_tokens * row_bytes;
   const std::uint64_t pages = contexts * layers * ((prompt + decode) / page_tokens + 1);
-  m.device_pool_bytes = 4 * arena_alignment_bytes + 2ull * 16 * row_bytes +
+  // Sparse: the page summaries' own arena part (16-bit min and max per page and per block of 8).
+  const std::uint64_t summary_pages = m.max_context_tokens / page_tokens + 1;
+  const std::uint64_t summary_bytes = sparse_at_create && sparse.enabled()
+                                          ? std::uint64_t{contexts} * layers * (summary_pages + (summary_pages + 7) / 8) *
+                                                2 * kv_heads * head_dim * 2
+                                          : 0;
+  m.device_pool_bytes = 5 * arena_alignment_bytes + 2ull * 16 * row_bytes + summary_bytes +
                         static_cast<std::uint64_t>(std::ceil(pages * pool_fraction)) * page_tokens * row_bytes;
   settings.q_heads = q_heads;
   settings.sparse = sparse_at_create ? sparse : SparseSettings{};
@@ -285,6 +295,11 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   }
   std::vector<ContextId> ids;
   for (std::uint32_t c = 0; c < contexts; ++c) ids.push_back(rt.open_context(c + 1, prompt + decode)->handle);
+  // What the arena's summaries part must hold: every key written, as stored (f16), per page and block.
+  const MemoryPlan& plan = rt.plan();
+  runtime::PageSummaries expected(runtime::SummaryShape{plan.summaries.histories, layers, plan.summaries.pages_per_layer,
+                                                        kv_heads, head_dim, runtime::SummaryFormat::f16});
+  std::vector<std::uint16_t> key_bits(std::size_t{kv_heads} * head_dim);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::size_t kv = std::size_t{kv_heads} * head_dim, qe = std::size_t{q_heads} * head_dim;
@@ -308,6 +323,14 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
       for (float& x : v) x = normal(rng);
       for (float& x : q) x = 2.0f * normal(rng);
       EXPECT_TRUE(counted([&] { return rt.write_kv(l, k.data(), v.data()); }).ok());
+      for (std::uint32_t c = 0; c < contexts && plan.summaries.bytes != 0; ++c) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+          const std::uint32_t t = fed + i;
+          if (t % page_tokens == 0) expected.clear(ids[c].slot, l, t / page_tokens);
+          runtime::encode_elements(DType::f16, &k[(std::size_t{c} * n + i) * kv], kv, key_bits.data());
+          expected.add_stored(ids[c].slot, l, t / page_tokens, reinterpret_cast<const std::byte*>(key_bits.data()));
+        }
+      }
       const Status s = counted([&] { return rt.attend(l, q.data(), out.data()); });
       EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().describe());
       const std::size_t used = std::size_t{contexts} * n * qe;
@@ -320,6 +343,31 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
     fed += n;
   }
   EXPECT_EQ(rt.check(), nullptr);
+  if (plan.arena.summaries.size_bytes != 0) {
+    const std::span<const std::byte> want = expected.bytes();
+    std::vector<std::byte> got(plan.arena.summaries.size_bytes);
+    auto down = (*backend)->download(plan.arena.summaries.offset_bytes, got);
+    EXPECT_TRUE(down.ok());
+    if (down.ok()) {
+      EXPECT_EQ((*backend)->wait_host(down.value(), std::chrono::seconds(10)).value(), FenceOutcome::signalled);
+      (*backend)->release_fence(down.value());
+      // Each context's slot: its pages and blocks (every layer) that hold keys.
+      const runtime::SummaryShape& shape = expected.shape();
+      const std::uint32_t used = (prompt + decode + page_tokens - 1) / page_tokens;
+      for (const ContextId id : ids) {
+        for (std::uint32_t p = 0; p < used; ++p) {
+          const std::uint64_t at = expected.page_offset(id.slot, 0, p), bytes = shape.page_stride() * 2;
+          result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
+          result.summary_bytes_checked += bytes;
+        }
+        for (std::uint32_t b = 0; b < (used + 7) / 8; ++b) {
+          const std::uint64_t at = expected.block_offset(id.slot, 0, b), bytes = shape.page_stride() * 2;
+          result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
+          result.summary_bytes_checked += bytes;
+        }
+      }
+    }
+  }
   result.stats = rt.sparse_stats();
   result.counters = rt.counters();
   result.explanation = rt.explain(ids[0]);
@@ -370,6 +418,11 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
       EXPECT_GE(r.stats.mean_recall(), last_recall - 1e-9) << "recall grows with the budget";
       EXPECT_EQ(r.allocations_after_first_decode, 0u) << "budget " << budget;
       EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
+      EXPECT_GT(r.summary_bytes_checked, 0u);
+      EXPECT_TRUE(r.summaries_match) << "the arena's summaries part holds every key written, per page and block";
+      EXPECT_EQ(exact.summary_bytes_checked, 0u) << "exact mode keeps no summaries part";
+      EXPECT_GT(r.stats.bound_pages, 0u);
+      EXPECT_LE(r.stats.bound_pages_exact, r.stats.bound_pages);
       EXPECT_FALSE(identical(exact.decode_outputs, r.decode_outputs)) << "a partial read changes the output";
       // Prefill stays exact: the outputs before the first decode step are exact mode's.
       const std::size_t prefill = exact.all_outputs.size() - exact.decode_outputs.size();
