@@ -121,8 +121,6 @@ struct SparseStats {
   std::uint64_t recall_count = 0;
   double recall_min = 1.0;
   std::uint64_t select_ns = 0;           // time spent choosing pages (bounds, ranking), steady clock
-  std::uint64_t bound_pages = 0;         // Σ (KV head, page) bounds the selections needed
-  std::uint64_t bound_pages_exact = 0;   // of those, computed from the page's own summary (the rest: its block's)
   std::uint64_t summary_upload_bytes = 0; // page summaries copied into the arena's summaries part
   // The last step:
   std::uint64_t pages_read_last = 0, pages_context_last = 0, selections_last = 0;

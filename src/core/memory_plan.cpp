@@ -73,10 +73,8 @@ SummaryPlan plan_summaries(const MemorySettings& s, std::uint32_t histories) noe
   if (!s.sparse_summaries) return sp;
   sp.histories = histories;
   sp.pages_per_layer = s.max_context_tokens / s.page_tokens + 1;
-  sp.blocks_per_layer = (sp.pages_per_layer + 7) / 8;
   sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * 2u;  // 16-bit min and max
-  sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * (std::uint64_t{sp.pages_per_layer} + sp.blocks_per_layer) *
-             sp.page_bytes;
+  sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * sp.pages_per_layer * sp.page_bytes;
   return sp;
 }
 
@@ -317,6 +315,11 @@ std::uint64_t device_pool_minimum_bytes(const MemorySettings& s, std::uint32_t c
   const DeviceNeeds n = device_needs(s, contexts);
   return n.tiles_bytes + n.recurrent_bytes + static_cast<std::uint64_t>(std::max(contexts, 1u)) * n.floor_bytes +
          align_up(plan_summaries(s, host_concurrency(s)).bytes) + align_up(s.headroom_bytes);
+}
+
+std::uint64_t summary_part_bytes(const MemorySettings& s) noexcept {
+  if (!check_shape(s)) return 0;
+  return align_up(plan_summaries(s, host_concurrency(s)).bytes);
 }
 
 Result<std::uint64_t> parse_device_pool(std::string_view text, const MemorySettings& settings) {

@@ -56,11 +56,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     out += "\npage summaries (sparse attention; an arena part, and a host copy the pages are chosen from on the host):\n";
     out += fmt::format("  page_bytes        = 2 × kv_heads {} × head_dim {} × 2 B = {} B   (16-bit min and max of each key dimension)\n",
                        g.kv_heads, g.head_dim, sp.page_bytes);
-    out += fmt::format("  blocks            = ceil(pages {} / 8) = {}   (a summary per block of 8 pages too)\n",
-                       sp.pages_per_layer, sp.blocks_per_layer);
-    out += fmt::format("  summaries         = histories {} × dense_layers {} × (pages {} + blocks {}) × page_bytes {} = {}\n",
-                       sp.histories, g.dense_layers, sp.pages_per_layer, sp.blocks_per_layer, sp.page_bytes,
-                       format_bytes(sp.bytes));
+    out += fmt::format("  summaries         = histories {} × dense_layers {} × pages {} × page_bytes {} = {}\n",
+                       sp.histories, g.dense_layers, sp.pages_per_layer, sp.page_bytes, format_bytes(sp.bytes));
   }
   out += fmt::format("\ndevice arena (one allocation of {} at warm-up):\n", format_bytes(a.device_pool_bytes));
   out += fmt::format("  {:<16} {:>14} {:>12}   {}\n", "part", "offset (B)", "size", "formula");
@@ -73,9 +70,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                    fmt::format("slots {} × {}", a.recurrent_slots, format_bytes(a.recurrent_slot_bytes)));
   if (a.summaries.size_bytes != 0) {
     out += part_line("page summaries", a.summaries,
-                     fmt::format("histories {} × dense_layers {} × (pages {} + blocks {}) × {} B", plan.summaries.histories,
-                                 g.dense_layers, plan.summaries.pages_per_layer, plan.summaries.blocks_per_layer,
-                                 plan.summaries.page_bytes));
+                     fmt::format("histories {} × dense_layers {} × pages {} × {} B", plan.summaries.histories,
+                                 g.dense_layers, plan.summaries.pages_per_layer, plan.summaries.page_bytes));
   }
   out += part_line("headroom", a.headroom, "stated by --headroom; revocable");
   out += fmt::format("  {:<16} {:>14} {:>12}   alignment ({} B) and the remainder below one page\n", "unused",
@@ -149,7 +145,6 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
   if (plan.summaries.bytes != 0) {
     j["page_summaries"] = {{"histories", plan.summaries.histories},
                            {"pages_per_layer", plan.summaries.pages_per_layer},
-                           {"blocks_per_layer", plan.summaries.blocks_per_layer},
                            {"page_bytes", plan.summaries.page_bytes},
                            {"bytes", plan.summaries.bytes}};
   }

@@ -297,12 +297,11 @@ TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   const MemoryPlan sparse = make_memory_plan(s).value();
   const SummaryPlan& sp = sparse.summaries;
   const Geometry& g = s.geometry;
-  const std::uint64_t pages = 32768 / 16 + 1, blocks = (pages + 7) / 8;
+  const std::uint64_t pages = 32768 / 16 + 1;
   EXPECT_EQ(sp.histories, 32u);
   EXPECT_EQ(sp.pages_per_layer, pages);
-  EXPECT_EQ(sp.blocks_per_layer, blocks);
   EXPECT_EQ(sp.page_bytes, 2ull * g.kv_heads * g.head_dim * 2);
-  EXPECT_EQ(sp.bytes, 32ull * g.dense_layers * (pages + blocks) * sp.page_bytes);
+  EXPECT_EQ(sp.bytes, 32ull * g.dense_layers * pages * sp.page_bytes);
   const ArenaPlan& a = sparse.arena;
   EXPECT_EQ(a.summaries.size_bytes, sp.bytes);
   EXPECT_EQ(a.summaries.offset_bytes % arena_alignment_bytes, 0u);
@@ -315,7 +314,7 @@ TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   EXPECT_LE((exact.arena.pages - a.pages) * a.page_bytes, sp.bytes + 2 * arena_alignment_bytes + a.page_bytes);
   const std::string text = format_memory_plan(sparse);
   EXPECT_NE(text.find("page summaries"), std::string::npos) << text;
-  EXPECT_NE(text.find("(pages 2049 + blocks 257)"), std::string::npos) << text;
+  EXPECT_NE(text.find("histories 32 × dense_layers 16 × pages 2049 × page_bytes"), std::string::npos) << text;
   EXPECT_NE(memory_plan_json(sparse).find("\"page_summaries\""), std::string::npos);
   // A pool that fits the exact plan's floor but not the summaries too is refused, naming them.
   s.device_pool_bytes = a.staging_tiles.size_bytes + a.recurrent.size_bytes + s.headroom_bytes + 64 * MiB;

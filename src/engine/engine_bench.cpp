@@ -187,9 +187,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
                  1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
                  ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
       if (ss.decode_steps != 0) {
-        fmt::print("selection {:.0f} us/token; bounds from the page's own summary {:.1f}% (the rest: their block's)\n",
-                   static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps),
-                   ss.bound_pages == 0 ? 0.0 : 100.0 * static_cast<double>(ss.bound_pages_exact) / static_cast<double>(ss.bound_pages));
+        fmt::print("selection {:.0f} us/token\n", static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps));
       }
       print_shares(phase == 0 ? "decode (exact)" : "decode (sparse)", eng.times());
     }

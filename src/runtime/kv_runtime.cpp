@@ -72,9 +72,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
     q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
     selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
-    bound_scratch_ = std::make_unique<runtime::BoundScratch>(pages);
     AK_ASSERT(summaries_->bytes().size() == plan_.arena.summaries.size_bytes, "kv runtime: the summaries part must hold the table");
-    summary_uploads_.resize(2u * std::size_t{sizes_.entries_max});
+    summary_uploads_.resize(sizes_.entries_max);
     summary_rebuilt_.resize(sizes_.entries_max);
     selected_.resize(pages);
     keep_.resize(std::size_t{sizes_.entries_max} * pages);

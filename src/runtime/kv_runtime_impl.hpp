@@ -299,7 +299,6 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<float> bounds_;                  // [kv_heads × pages_per_layer_max]
   std::vector<float> q_positive_, q_negative_; // [q_heads × head_dim]: the decode query, split
   std::unique_ptr<runtime::SelectionScratch> selection_;
-  std::unique_ptr<runtime::BoundScratch> bound_scratch_;
   std::vector<std::uint32_t> selected_;        // [pages_per_layer_max]
   std::vector<std::uint8_t> keep_;             // [entries_max × pages_per_layer_max]
   std::vector<std::uint8_t> heavy_flags_;      // [pages_per_layer_max]
@@ -323,7 +322,7 @@ class KvRuntimeImpl final : public KvRuntime {
   void summarize_rows(std::uint32_t layer);
   void add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept;
   void upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes);
-  std::vector<Fence> summary_uploads_;  // [2 × entries_max]: the step's summary uploads (pages, blocks)
+  std::vector<Fence> summary_uploads_;  // [entries_max]: the step's summary uploads
   std::vector<std::uint8_t> summary_rebuilt_;  // [entries_max]: some layer of the entry was rebuilt this step
   std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.

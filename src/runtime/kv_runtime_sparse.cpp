@@ -82,16 +82,13 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
       if (t % P == 0) summaries_->clear(slot, layer, t / P);
       add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
-    // The arena's copy, once the last layer is summarised: the pages and blocks this step changed
-    // in every layer, two contiguous ranges (from page 0 when any layer was rebuilt).
+    // The arena's copy, once the last layer is summarised: the pages this step changed in every
+    // layer, one contiguous range (from page 0 when any layer was rebuilt).
     summary_rebuilt_[e] = (layer == 0 ? 0 : summary_rebuilt_[e]) | (rebuilt ? 1 : 0);
     if (query_count_[e] == 0 || layer + 1 != g.dense_layers) continue;
-    const runtime::SummaryShape& shape = summaries_->shape();
-    const std::uint64_t all_layers = std::uint64_t{g.dense_layers} * shape.page_bytes();
+    const std::uint64_t all_layers = std::uint64_t{g.dense_layers} * summaries_->shape().page_bytes();
     const std::uint32_t first = summary_rebuilt_[e] != 0 ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
     upload_summaries(layer, summaries_->page_offset(slot, 0, first), std::uint64_t{last - first + 1} * all_layers);
-    const std::uint32_t block_first = first / runtime::summary_block_pages, block_last = last / runtime::summary_block_pages;
-    upload_summaries(layer, summaries_->block_offset(slot, 0, block_first), std::uint64_t{block_last - block_first + 1} * all_layers);
   }
 }
 
@@ -177,19 +174,14 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
                            q_negative_.data() + std::size_t{h} * g.head_dim);
     }
-    // Pruned by blocks of pages: exact for every page that can rank within the budget.
     const runtime::SummaryShape& shape = summaries_->shape();
     const std::uint16_t* pages = summaries_->page(slot, layer, 0);
-    const std::uint16_t* blocks = summaries_->block(slot, layer, 0);
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      const std::size_t q_at = std::size_t{kh} * group * g.head_dim, s_at = std::size_t{kh} * 2u * g.head_dim;
-      sparse_stats_.bound_pages_exact +=
-          runtime::page_bounds_pruned(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
-                                      pages + s_at, blocks + s_at, shape.page_stride(), n, budget,
-                                      std::max(1u, s.recent_pages), g.head_dim, bounds_.data() + std::size_t{kh} * n,
-                                      *bound_scratch_);
+      const std::size_t q_at = std::size_t{kh} * group * g.head_dim;
+      runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
+                           pages + std::size_t{kh} * 2u * g.head_dim, shape.page_stride(), n, g.head_dim,
+                           bounds_.data() + std::size_t{kh} * n);
     }
-    sparse_stats_.bound_pages += std::uint64_t{g.kv_heads} * n;
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;
     if (heavy) {

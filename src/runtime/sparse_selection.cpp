@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <limits>
 
 #include "activekv/assert.hpp"
@@ -73,10 +72,6 @@ std::uint64_t PageSummaries::page_offset(std::uint32_t slot, std::uint32_t layer
   return static_cast<std::uint64_t>(page(slot, layer, logical) - data_.data()) * sizeof(std::uint16_t);
 }
 
-std::uint64_t PageSummaries::block_offset(std::uint32_t slot, std::uint32_t layer, std::uint32_t block) const noexcept {
-  return static_cast<std::uint64_t>(this->block(slot, layer, block) - data_.data()) * sizeof(std::uint16_t);
-}
-
 std::span<const std::byte> PageSummaries::bytes() const noexcept {
   return std::as_bytes(std::span<const std::uint16_t>(data_));
 }
@@ -84,19 +79,7 @@ std::span<const std::byte> PageSummaries::bytes() const noexcept {
 std::uint16_t* PageSummaries::at(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept {
   AK_ASSERT(slot < shape_.slots && layer < shape_.layers && logical < shape_.pages_max,
             "page summaries: page out of range");
-  return data_.data() + ((std::size_t{slot} * shape_.slot_summaries() + logical) * shape_.layers + layer) * shape_.page_elements();
-}
-
-std::uint16_t* PageSummaries::block_at(std::uint32_t slot, std::uint32_t layer, std::uint32_t block) noexcept {
-  AK_ASSERT(slot < shape_.slots && layer < shape_.layers && block < shape_.blocks_max(),
-            "page summaries: block out of range");
-  return data_.data() +
-         ((std::size_t{slot} * shape_.slot_summaries() + shape_.pages_max + block) * shape_.layers + layer) *
-             shape_.page_elements();
-}
-
-const std::uint16_t* PageSummaries::block(std::uint32_t slot, std::uint32_t layer, std::uint32_t block) const noexcept {
-  return const_cast<PageSummaries*>(this)->block_at(slot, layer, block);
+  return data_.data() + ((std::size_t{slot} * shape_.pages_max + logical) * shape_.layers + layer) * shape_.page_elements();
 }
 
 namespace {
@@ -119,21 +102,18 @@ inline void widen(std::uint16_t* min, std::uint16_t* max, std::uint16_t lo, std:
 
 void PageSummaries::clear(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept {
   empty_summary(at(slot, layer, logical), shape_);
-  if (logical % summary_block_pages == 0) empty_summary(block_at(slot, layer, logical / summary_block_pages), shape_);
 }
 
 void PageSummaries::add(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const float* key) noexcept {
   std::uint16_t* s = at(slot, layer, logical);
-  std::uint16_t* b = block_at(slot, layer, logical / summary_block_pages);
   const std::uint32_t d = shape_.head_dim;
   const SummaryFormat f = shape_.format;
-  for (std::uint32_t h = 0; h < shape_.kv_heads; ++h, s += 2u * d, b += 2u * d, key += d) {
+  for (std::uint32_t h = 0; h < shape_.kv_heads; ++h, s += 2u * d, key += d) {
     for (std::uint32_t i = 0; i < d; ++i) {
       const std::uint16_t bits = nearest(f, key[i]);
       const float back = summary_decode(f, bits);
       const std::uint16_t lo = back > key[i] ? step(bits, -1) : bits, hi = back < key[i] ? step(bits, +1) : bits;
       widen(s + i, s + d + i, lo, hi);
-      widen(b + i, b + d + i, lo, hi);
     }
   }
 }
@@ -141,14 +121,12 @@ void PageSummaries::add(std::uint32_t slot, std::uint32_t layer, std::uint32_t l
 void PageSummaries::add_stored(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical,
                                const std::byte* key) noexcept {
   std::uint16_t* s = at(slot, layer, logical);
-  std::uint16_t* b = block_at(slot, layer, logical / summary_block_pages);
   const std::uint32_t d = shape_.head_dim;
-  for (std::uint32_t h = 0; h < shape_.kv_heads; ++h, s += 2u * d, b += 2u * d) {
+  for (std::uint32_t h = 0; h < shape_.kv_heads; ++h, s += 2u * d) {
     for (std::uint32_t i = 0; i < d; ++i, key += sizeof(std::uint16_t)) {
       std::uint16_t bits;
       std::memcpy(&bits, key, sizeof bits);
       widen(s + i, s + d + i, bits, bits);
-      widen(b + i, b + d + i, bits, bits);
     }
   }
 }
@@ -301,54 +279,6 @@ void page_bounds(SummaryFormat format, const float* positive, const float* negat
     return;
   }
   page_bounds_portable(format, positive, negative, heads, first, stride, count, dim, out);
-}
-
-BoundScratch::BoundScratch(std::uint32_t pages_max)
-    : block_bound((pages_max + summary_block_pages - 1) / summary_block_pages),
-      order(block_bound.size()),
-      computed(pages_max) {}
-
-std::uint32_t page_bounds_pruned(SummaryFormat format, const float* positive, const float* negative,
-                                 std::uint32_t heads, const std::uint16_t* pages, const std::uint16_t* blocks,
-                                 std::size_t stride, std::uint32_t n, std::uint32_t keep, std::uint32_t recent,
-                                 std::uint32_t dim, float* out, BoundScratch& scratch) noexcept {
-  constexpr std::uint32_t B = summary_block_pages;
-  const std::uint32_t nb = (n + B - 1) / B;
-  AK_ASSERT(nb <= scratch.block_bound.size() && n <= scratch.computed.size(), "sparse bound: more pages than reserved");
-  if (keep == 0 || keep >= n || nb <= 2) {
-    page_bounds(format, positive, negative, heads, pages, stride, n, dim, out);
-    return n;
-  }
-  float* block_bound = scratch.block_bound.data();
-  std::uint32_t* order = scratch.order.data();
-  page_bounds(format, positive, negative, heads, blocks, stride, nb, dim, block_bound);
-  for (std::uint32_t b = 0; b < nb; ++b) order[b] = b;
-  std::sort(order, order + nb, [block_bound](std::uint32_t a, std::uint32_t b) {
-    return block_bound[a] > block_bound[b] || (block_bound[a] == block_bound[b] && a < b);
-  });
-  std::uint32_t computed = 0, i = 0;
-  auto exact_block = [&](std::uint32_t b) {
-    const std::uint32_t first = b * B, count = std::min(B, n - first);
-    page_bounds(format, positive, negative, heads, pages + first * stride, stride, count, dim, out + first);
-    std::copy_n(out + first, count, scratch.computed.data() + computed);
-    computed += count;
-  };
-  // The best blocks until `keep` pages are known; their keep-th largest bound is ≤ the true
-  // keep-th largest, so a block whose bound is below it holds no page that can rank.
-  for (; i < nb && computed < keep; ++i) exact_block(order[i]);
-  float* c = scratch.computed.data();
-  std::nth_element(c, c + (keep - 1), c + computed, std::greater<float>());
-  const float threshold = c[keep - 1];
-  for (; i < nb && block_bound[order[i]] >= threshold; ++i) exact_block(order[i]);
-  // The rest keep their block's bound; the sink and the newest pages get their own (explain).
-  for (; i < nb; ++i) {
-    const std::uint32_t b = order[i], first = b * B, count = std::min(B, n - first);
-    std::fill_n(out + first, count, block_bound[b]);
-    for (std::uint32_t p = first; p < first + count; ++p) {
-      if (p == 0 || p + recent >= n) page_bounds(format, positive, negative, heads, pages + p * stride, stride, 1, dim, out + p);
-    }
-  }
-  return computed;
 }
 
 float lane_dot(const float* q, const float* k, std::uint32_t dim) noexcept {

@@ -41,10 +41,6 @@ std::uint16_t summary_round_down(SummaryFormat format, float value) noexcept;  /
 std::uint16_t summary_round_up(SummaryFormat format, float value) noexcept;    // the smallest stored value ≥ value
 float summary_decode(SummaryFormat format, std::uint16_t bits) noexcept;       // exact
 
-// Pages per block: each block of this many consecutive pages has a summary too (the union of
-// its pages'), so the bound can skip a whole block whose bound is below the budget's last page.
-inline constexpr std::uint32_t summary_block_pages = 8;
-
 struct SummaryShape {
   std::uint32_t slots = 0;      // host histories (contexts that can run at once)
   std::uint32_t layers = 0;     // dense layers
@@ -52,11 +48,9 @@ struct SummaryShape {
   std::uint32_t kv_heads = 0;
   std::uint32_t head_dim = 0;
   SummaryFormat format = SummaryFormat::f16;
-  std::uint32_t blocks_max() const noexcept { return (pages_max + summary_block_pages - 1) / summary_block_pages; }
-  // Summaries of one slot: its pages, then its blocks, each for every layer in turn (so what one
-  // step changes — a page and its block in every layer — is two contiguous ranges).
-  std::uint64_t slot_summaries() const noexcept { return std::uint64_t{pages_max} + blocks_max(); }
-  std::uint64_t elements() const noexcept { return std::uint64_t{slots} * slot_summaries() * layers * page_elements(); }
+  // Summaries of one slot: its pages, each for every layer in turn (so what one step changes —
+  // the newest page in every layer — is one contiguous range).
+  std::uint64_t elements() const noexcept { return std::uint64_t{slots} * pages_max * layers * page_elements(); }
   // Elements from one page (or block) of a layer to the next of the same layer.
   std::size_t page_stride() const noexcept { return std::size_t{layers} * page_elements(); }
   std::uint64_t page_elements() const noexcept { return std::uint64_t{kv_heads} * 2u * head_dim; }
@@ -64,7 +58,7 @@ struct SummaryShape {
   std::uint64_t bytes() const noexcept { return elements() * sizeof(std::uint16_t); }
 };
 
-// Per (slot, logical page or block, layer, KV head): min[head_dim] then max[head_dim], 16-bit
+// Per (slot, logical page, layer, KV head): min[head_dim] then max[head_dim], 16-bit
 // (SummaryFormat), rounded outward. The host copy; the runtime mirrors it into the arena's
 // summaries part (docs/SPARSE.md "Where").
 class PageSummaries {
@@ -76,12 +70,8 @@ class PageSummaries {
   const std::uint16_t* page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) const noexcept;
   // Byte offset of the page's summary in the table (and in the arena part, which has its layout).
   std::uint64_t page_offset(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) const noexcept;
-  // The summary of block `block` (pages [8·block, 8·block + 8)): [kv_heads][2][head_dim].
-  const std::uint16_t* block(std::uint32_t slot, std::uint32_t layer, std::uint32_t block) const noexcept;
-  std::uint64_t block_offset(std::uint32_t slot, std::uint32_t layer, std::uint32_t block) const noexcept;
   std::span<const std::byte> bytes() const noexcept;
-  // Empties the page (min = +inf, max = −inf): its first key sets both; the first page of a
-  // block empties the block too (pages fill in order, so a block holds exactly its pages' keys).
+  // Empties the page (min = +inf, max = −inf): its first key sets both.
   void clear(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept;
   // One key row, [kv_heads][head_dim] fp32 as the kernel reads it, joins the page.
   void add(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const float* key) noexcept;
@@ -91,7 +81,6 @@ class PageSummaries {
 
  private:
   std::uint16_t* at(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept;
-  std::uint16_t* block_at(std::uint32_t slot, std::uint32_t layer, std::uint32_t block) noexcept;
   SummaryShape shape_;
   std::vector<std::uint16_t> data_;
 };
@@ -116,22 +105,6 @@ void page_bounds(SummaryFormat format, const float* positive, const float* negat
                  const std::uint16_t* first, std::size_t stride, std::uint32_t count, std::uint32_t dim, float* out,
                  BoundIsa isa = BoundIsa::best) noexcept;
 bool page_bounds_vectorised(std::uint32_t dim) noexcept;  // BoundIsa::best runs AVX2 code for this dim
-// The bounds of a context's n pages for one KV head, pruned by blocks. Exact (page_bounds) for
-// every page whose bound can be among the `keep` largest; each other page gets its block's bound,
-// which is ≥ its own and < the keep-th largest page bound — so every ranking's first `keep`
-// pages, and their order, are those of the exact bounds. The sink page and the newest `recent`
-// pages are always exact. Blocks are visited in order of their bound (ties: lower block), so
-// the result is a function of the bytes. Returns the pages computed exactly.
-struct BoundScratch {
-  explicit BoundScratch(std::uint32_t pages_max);
-  std::vector<float> block_bound;       // [blocks]
-  std::vector<std::uint32_t> order;     // [blocks]
-  std::vector<float> computed;          // [pages]: the exact bounds found, for the keep-th largest
-};
-std::uint32_t page_bounds_pruned(SummaryFormat format, const float* positive, const float* negative,
-                                 std::uint32_t heads, const std::uint16_t* pages, const std::uint16_t* blocks,
-                                 std::size_t stride, std::uint32_t n, std::uint32_t keep, std::uint32_t recent,
-                                 std::uint32_t dim, float* out, BoundScratch& scratch) noexcept;
 // q·k in the same lane order (the tests' comparison).
 float lane_dot(const float* q, const float* k, std::uint32_t dim) noexcept;
 
@@ -140,8 +113,7 @@ struct SelectionInput {
   std::uint32_t groups = 0;      // KV head groups
   std::uint32_t budget = 0;      // pages to read at most (forced pages may exceed it)
   std::uint32_t recent = 0;      // the newest pages, always read
-  std::span<const float> bound;  // [groups][pages]: each group's bound per page: an upper bound of
-                                 // q·k, exact for every page that can rank within `budget`
+  std::span<const float> bound;  // [groups][pages]: each group's bound per page
   std::span<const std::uint8_t> heavy;  // empty or [pages]: 1 = a heavy hitter, forced
 };
 
