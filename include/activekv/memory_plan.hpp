@@ -15,8 +15,9 @@
 //   staging tiles   tiles × tile_tokens × row_bytes
 //   page pool       pages × page_tokens × row_bytes
 //   recurrent slots concurrency × recurrent_state_bytes
+//   page summaries  histories × dense_layers × pages × summary page bytes (sparse only; else empty)
 //   headroom        headroom_bytes (explicit, revocable; may be 0)
-// The page pool gets what the device pool leaves after the other three parts.
+// The page pool gets what the device pool leaves after the other parts.
 //
 // Budgets, per context, in pages across all dense layers: floor ≤ target ≤ burst.
 //   floor_pages_per_layer = 1 (sink) + pages_spanned_max(chunk_tokens)   (the tail pages one step writes)
@@ -107,6 +108,7 @@ struct ArenaPlan {
   ArenaPart staging_tiles;              // tiles × tile_bytes
   ArenaPart page_pool;                  // pages × page_bytes
   ArenaPart recurrent;                  // recurrent_slots × recurrent_slot_bytes
+  ArenaPart summaries;                  // sparse attention's page summaries (SummaryPlan::bytes; empty when off)
   ArenaPart headroom;                   // headroom_bytes
   std::uint64_t used_bytes = 0;         // end of the last part
   std::uint64_t unused_bytes = 0;       // device_pool_bytes − used_bytes (alignment and the page remainder)
@@ -131,13 +133,14 @@ struct BudgetPlan {
 };
 
 // Sparse attention's page summaries (docs/SPARSE.md): per history, dense layer and logical page
-// (one more than a max-length context holds, for a partial tail), per KV head the min and max of
-// each key dimension in fp32. Host memory (the selection runs on the host), sized at warm-up.
+// (one more than a max-length context holds, for a partial tail), per KV head the min and max
+// of each key dimension, 16-bit rounded outward. An arena part of their
+// own (ArenaPlan::summaries), mirrored from the host copy the runtime keeps; zero when sparse is off.
 struct SummaryPlan {
-  std::uint32_t histories = 0;       // = host concurrency
-  std::uint32_t pages_per_layer = 0; // max_context / page_tokens + 1
-  std::uint64_t page_bytes = 0;      // 2 × kv_heads × head_dim × 4 B
-  std::uint64_t bytes = 0;           // histories × dense_layers × pages_per_layer × page_bytes; 0 when off
+  std::uint32_t histories = 0;        // = host concurrency
+  std::uint32_t pages_per_layer = 0;  // max_context / page_tokens + 1
+  std::uint64_t page_bytes = 0;       // 2 × kv_heads × head_dim × 2 B (16-bit min and max)
+  std::uint64_t bytes = 0;            // histories × dense_layers × pages_per_layer × page_bytes; 0 when off
 };
 
 struct MemoryPlan {
@@ -158,6 +161,10 @@ std::uint32_t pages_spanned_max(std::uint32_t tokens, std::uint32_t page_tokens)
 // The smallest device pool these settings can run one context in, and the one that runs
 // max_seqs contexts at their floors; used to say how to choose a size.
 std::uint64_t device_pool_minimum_bytes(const MemorySettings& settings, std::uint32_t contexts);
+
+// The arena bytes the page summaries' part takes with these settings, alignment included (0 when
+// sparse_summaries is off): what to add to a device pool sized for the exact plan.
+std::uint64_t summary_part_bytes(const MemorySettings& settings) noexcept;
 
 // Parses --device-pool. Refuses an automatic size ("auto", "0", "50%", "max") with the why
 // and a suggested explicit size computed from the other settings.

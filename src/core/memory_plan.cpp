@@ -67,6 +67,17 @@ DeviceNeeds device_needs(const MemorySettings& s, std::uint32_t contexts) noexce
   return n;
 }
 
+// Sparse attention's page summaries for `histories` histories (zero when sparse is off).
+SummaryPlan plan_summaries(const MemorySettings& s, std::uint32_t histories) noexcept {
+  SummaryPlan sp;
+  if (!s.sparse_summaries) return sp;
+  sp.histories = histories;
+  sp.pages_per_layer = s.max_context_tokens / s.page_tokens + 1;
+  sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * 2u;  // 16-bit min and max
+  sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * sp.pages_per_layer * sp.page_bytes;
+  return sp;
+}
+
 std::uint32_t host_concurrency(const MemorySettings& s) noexcept {
   const u128 segment = static_cast<u128>(s.max_context_tokens) * s.geometry.row_bytes();
   if (segment == 0 || s.geometry.dense_layers == 0) return 0;
@@ -182,7 +193,7 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   return h;
 }
 
-Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
+Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h, std::uint64_t summary_bytes) {
   ArenaPlan a;
   a.device_pool_bytes = s.device_pool_bytes;
   if (s.device_pool_bytes == 0) return automatic_device_pool(s);
@@ -207,29 +218,33 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
   if (recurrent_bytes > u64_max / 4) return invalid("--recurrent-state-bytes", "recurrent slots overflow: lower it");
   const DeviceNeeds needs = device_needs(s, 1);
   const std::uint64_t fixed = align_up(static_cast<std::uint64_t>(tiles_bytes)) +
-                              align_up(static_cast<std::uint64_t>(recurrent_bytes)) + align_up(s.headroom_bytes);
+                              align_up(static_cast<std::uint64_t>(recurrent_bytes)) + align_up(summary_bytes) +
+                              align_up(s.headroom_bytes);
   const std::uint64_t minimum = fixed + align_up(needs.floor_bytes);
   auto too_small = [&] {
     return refused("--device-pool",
                    fmt::format("device pool must be at least {} to run one context: staging tiles {} ({} × {} tokens) "
-                               "+ recurrent slots {} ({} × {}) + headroom {} + one floor {} ({} pages of {}); "
+                               "+ recurrent slots {} ({} × {}) + {}headroom {} + one floor {} ({} pages of {}); "
                                "raise --device-pool, or lower --tiles, --tile-tokens, --chunk-tokens or --headroom",
                                format_bytes(minimum), format_bytes(static_cast<std::uint64_t>(tiles_bytes)), a.tiles,
                                a.tile_tokens, format_bytes(static_cast<std::uint64_t>(recurrent_bytes)),
-                               a.recurrent_slots, format_bytes(a.recurrent_slot_bytes), format_bytes(s.headroom_bytes),
-                               format_bytes(needs.floor_bytes), needs.floor_pages, format_bytes(a.page_bytes)));
+                               a.recurrent_slots, format_bytes(a.recurrent_slot_bytes),
+                               summary_bytes == 0 ? std::string() : fmt::format("page summaries {} + ", format_bytes(summary_bytes)),
+                               format_bytes(s.headroom_bytes), format_bytes(needs.floor_bytes), needs.floor_pages,
+                               format_bytes(a.page_bytes)));
   };
   if (s.device_pool_bytes < fixed) return too_small();
   // Start from the count that ignores alignment (an upper bound) and step down to the first that fits.
   const std::uint64_t unaligned = align_up(static_cast<std::uint64_t>(tiles_bytes)) +
-                                  static_cast<std::uint64_t>(recurrent_bytes) + s.headroom_bytes;
+                                  static_cast<std::uint64_t>(recurrent_bytes) + summary_bytes + s.headroom_bytes;
   std::uint64_t pages = s.device_pool_bytes > unaligned ? (s.device_pool_bytes - unaligned) / a.page_bytes : 0;
   // Lay out; alignment of the page pool's end may cost a page or a few small ones.
   for (;;) {
     a.staging_tiles = {0, static_cast<std::uint64_t>(tiles_bytes)};
     a.page_pool = {align_up(a.staging_tiles.size_bytes), pages * a.page_bytes};
     a.recurrent = part_after(a.page_pool, static_cast<std::uint64_t>(recurrent_bytes));
-    a.headroom = part_after(a.recurrent, s.headroom_bytes);
+    a.summaries = part_after(a.recurrent, summary_bytes);
+    a.headroom = part_after(a.summaries, s.headroom_bytes);
     a.used_bytes = a.headroom.offset_bytes + a.headroom.size_bytes;
     if (a.used_bytes <= s.device_pool_bytes || pages == 0) break;
     --pages;
@@ -299,7 +314,12 @@ std::uint64_t device_pool_minimum_bytes(const MemorySettings& s, std::uint32_t c
   if (!check_shape(s)) return 0;
   const DeviceNeeds n = device_needs(s, contexts);
   return n.tiles_bytes + n.recurrent_bytes + static_cast<std::uint64_t>(std::max(contexts, 1u)) * n.floor_bytes +
-         align_up(s.headroom_bytes);
+         align_up(plan_summaries(s, host_concurrency(s)).bytes) + align_up(s.headroom_bytes);
+}
+
+std::uint64_t summary_part_bytes(const MemorySettings& s) noexcept {
+  if (!check_shape(s)) return 0;
+  return align_up(plan_summaries(s, host_concurrency(s)).bytes);
 }
 
 Result<std::uint64_t> parse_device_pool(std::string_view text, const MemorySettings& settings) {
@@ -320,19 +340,13 @@ Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
   Result<HostPoolPlan> host = plan_host_pool(s);
   if (!host) return host.error();
   plan.host = *host;
-  Result<ArenaPlan> arena = plan_arena(s, plan.host);
+  plan.summaries = plan_summaries(s, plan.host.concurrency);
+  Result<ArenaPlan> arena = plan_arena(s, plan.host, plan.summaries.bytes);
   if (!arena) return arena.error();
   plan.arena = *arena;
   Result<BudgetPlan> budget = plan_budget(s, plan.host, plan.arena);
   if (!budget) return budget.error();
   plan.budget = *budget;
-  if (s.sparse_summaries) {
-    SummaryPlan& sp = plan.summaries;
-    sp.histories = plan.host.concurrency;
-    sp.pages_per_layer = plan.budget.pages_per_layer_max + 1;
-    sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * sizeof(float);
-    sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * sp.pages_per_layer * sp.page_bytes;
-  }
   return plan;
 }
 

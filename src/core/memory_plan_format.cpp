@@ -53,8 +53,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
 
   if (plan.summaries.bytes != 0) {
     const SummaryPlan& sp = plan.summaries;
-    out += "\npage summaries (sparse attention; host memory, the pages are chosen on the host):\n";
-    out += fmt::format("  page_bytes        = 2 × kv_heads {} × head_dim {} × 4 B = {} B   (min and max of each key dimension)\n",
+    out += "\npage summaries (sparse attention; an arena part, and a host copy the pages are chosen from on the host):\n";
+    out += fmt::format("  page_bytes        = 2 × kv_heads {} × head_dim {} × 2 B = {} B   (16-bit min and max of each key dimension)\n",
                        g.kv_heads, g.head_dim, sp.page_bytes);
     out += fmt::format("  summaries         = histories {} × dense_layers {} × pages {} × page_bytes {} = {}\n",
                        sp.histories, g.dense_layers, sp.pages_per_layer, sp.page_bytes, format_bytes(sp.bytes));
@@ -68,6 +68,11 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                                h.row_bytes, format_bytes(a.page_bytes)));
   out += part_line("recurrent slots", a.recurrent,
                    fmt::format("slots {} × {}", a.recurrent_slots, format_bytes(a.recurrent_slot_bytes)));
+  if (a.summaries.size_bytes != 0) {
+    out += part_line("page summaries", a.summaries,
+                     fmt::format("histories {} × dense_layers {} × pages {} × {} B", plan.summaries.histories,
+                                 g.dense_layers, plan.summaries.pages_per_layer, plan.summaries.page_bytes));
+  }
   out += part_line("headroom", a.headroom, "stated by --headroom; revocable");
   out += fmt::format("  {:<16} {:>14} {:>12}   alignment ({} B) and the remainder below one page\n", "unused",
                      a.used_bytes, format_bytes(a.unused_bytes), arena_alignment_bytes);
@@ -125,6 +130,7 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                 {"headroom", part_json(a.headroom)},
                 {"used_bytes", a.used_bytes},
                 {"unused_bytes", a.unused_bytes}};
+  if (a.summaries.size_bytes != 0) j["arena"]["page_summaries"] = part_json(a.summaries);
   j["budget"] = {{"floor_pages", b.floor_pages},
                  {"floor_pages_min", b.floor_pages_min},
                  {"floor_pages_per_layer", b.floor_pages_per_layer},

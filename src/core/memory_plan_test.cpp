@@ -279,5 +279,49 @@ TEST(MemoryPlan, PrintsFormulasAndJsonWithTheFormulasTerms) {
   }
 }
 
+
+// Sparse attention's page summaries: their own arena part (between the recurrent slots and the
+// headroom, aligned), sized by the formula, taken from the page pool; none with sparse off, where
+// the plan is the exact plan (same layout, no summaries line).
+TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
+  MemorySettings s = hybrid_settings();
+  s.headroom_bytes = 1 * GiB;
+  const MemoryPlan exact = make_memory_plan(s).value();
+  EXPECT_EQ(exact.summaries.bytes, 0u);
+  EXPECT_EQ(exact.arena.summaries.size_bytes, 0u);
+  EXPECT_EQ(exact.arena.summaries.offset_bytes, exact.arena.recurrent.offset_bytes + exact.arena.recurrent.size_bytes);
+  EXPECT_EQ(format_memory_plan(exact).find("page summaries"), std::string::npos);
+  EXPECT_EQ(memory_plan_json(exact).find("summaries"), std::string::npos);
+
+  s.sparse_summaries = true;
+  const MemoryPlan sparse = make_memory_plan(s).value();
+  const SummaryPlan& sp = sparse.summaries;
+  const Geometry& g = s.geometry;
+  const std::uint64_t pages = 32768 / 16 + 1;
+  EXPECT_EQ(sp.histories, 32u);
+  EXPECT_EQ(sp.pages_per_layer, pages);
+  EXPECT_EQ(sp.page_bytes, 2ull * g.kv_heads * g.head_dim * 2);
+  EXPECT_EQ(sp.bytes, 32ull * g.dense_layers * pages * sp.page_bytes);
+  const ArenaPlan& a = sparse.arena;
+  EXPECT_EQ(a.summaries.size_bytes, sp.bytes);
+  EXPECT_EQ(a.summaries.offset_bytes % arena_alignment_bytes, 0u);
+  EXPECT_GE(a.summaries.offset_bytes, a.recurrent.offset_bytes + a.recurrent.size_bytes);
+  EXPECT_GE(a.headroom.offset_bytes, a.summaries.offset_bytes + a.summaries.size_bytes);
+  EXPECT_LE(a.used_bytes, a.device_pool_bytes);
+  EXPECT_EQ(a.headroom.size_bytes, exact.arena.headroom.size_bytes);
+  // The pages give way: at most the summaries' bytes (plus alignment) fewer pages' worth.
+  EXPECT_LT(a.pages, exact.arena.pages);
+  EXPECT_LE((exact.arena.pages - a.pages) * a.page_bytes, sp.bytes + 2 * arena_alignment_bytes + a.page_bytes);
+  const std::string text = format_memory_plan(sparse);
+  EXPECT_NE(text.find("page summaries"), std::string::npos) << text;
+  EXPECT_NE(text.find("histories 32 × dense_layers 16 × pages 2049 × page_bytes"), std::string::npos) << text;
+  EXPECT_NE(memory_plan_json(sparse).find("\"page_summaries\""), std::string::npos);
+  // A pool that fits the exact plan's floor but not the summaries too is refused, naming them.
+  s.device_pool_bytes = a.staging_tiles.size_bytes + a.recurrent.size_bytes + s.headroom_bytes + 64 * MiB;
+  const Result<MemoryPlan> tight = make_memory_plan(s);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_NE(tight.error().describe().find("page summaries"), std::string::npos) << tight.error().describe();
+}
+
 }  // namespace
 }  // namespace activekv

@@ -192,6 +192,9 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
                  decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages", sparse_fraction), seconds[phase],
                  1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
                  ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
+      if (ss.decode_steps != 0) {
+        fmt::print("selection {:.0f} us/token\n", static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps));
+      }
       print_shares(phase == 0 ? "decode (exact)" : "decode (sparse)", eng.times());
     }
     fmt::print("sparse decode speed / exact decode speed at context {}: {:.3f} (wall), {:.3f} (CPU time)\n", context,

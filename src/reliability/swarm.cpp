@@ -153,6 +153,11 @@ class SeedRun {
       sp.floor_pages = sparse_pick(3, 6);
       sp.recent_pages = sparse_pick(1, 2);
       sp.measure = sparse_pick(0, 1) == 1;
+      // The summaries' own arena part after the pages: the page pool's end rounded up to the
+      // alignment, then the part (so the pool keeps at least its `pages`).
+      MemorySettings with_summaries = m;
+      with_summaries.sparse_summaries = true;
+      m.device_pool_bytes += arena_alignment_bytes + summary_part_bytes(with_summaries);
     }
     settings_.prefix_reuse = chance(67);
 

@@ -63,7 +63,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     const std::uint32_t slots = budgets_.slots();
     const std::uint32_t pages = sizes_.pages_per_layer_max;
     const std::size_t per_slot_layer = std::size_t{slots} * g.dense_layers;
-    const runtime::SummaryShape shape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim};
+    const runtime::SummaryShape shape{slots, g.dense_layers, pages, g.kv_heads, g.head_dim,
+                                      runtime::summary_format_for(g.dtype)};
     AK_ASSERT(shape.bytes() == plan_.summaries.bytes, "kv runtime: the page summaries must be the plan's");
     summaries_ = std::make_unique<runtime::PageSummaries>(shape);
     summarized_generation_.assign(slots, 0);
@@ -73,6 +74,9 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
     q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
     selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
+    AK_ASSERT(summaries_->bytes().size() == plan_.arena.summaries.size_bytes, "kv runtime: the summaries part must hold the table");
+    summary_uploads_.resize(sizes_.entries_max);
+    summary_rebuilt_.resize(sizes_.entries_max);
     selected_.resize(pages);
     keep_.resize(std::size_t{sizes_.entries_max} * pages);
     heavy_flags_.resize(pages);

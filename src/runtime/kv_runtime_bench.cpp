@@ -17,6 +17,9 @@
 //   activekv_runtime_bench --sparse [--steps N]   sparse attention (docs/SPARSE.md): decode at an
 //       8K context, exact and reading 1/8 of the pages (fixed fraction), in the same run; the
 //       step and attention medians and their ratios
+//   activekv_runtime_bench --bounds   the sparse selection's bound alone: one decode step's page
+//       bounds at 8K (30 layers × 3 KV heads × 513 pages, 3 query heads each) from the 16-bit
+//       summaries, portable and vectorised, the best of 50 in thread CPU time
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -30,6 +33,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "runtime/sparse_selection.hpp"
 #include "testing/alloc_counter.hpp"
 
 namespace activekv {
@@ -131,6 +135,7 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
   std::vector<double> step_us, plan_us, attention_us, copies_us, issue_us;
   std::uint64_t allocations = 0;
   const KvCounters before_all = rt.counters();
+  if (sparse.enabled()) rt.reset_sparse_stats();  // the timed steps only
   const double cpu_before = cpu_us();
   for (std::uint32_t i = 0; i < steps; ++i) {
     const KvCounters before = rt.counters();
@@ -158,8 +163,12 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
                        ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / ss.selections, cpu_per_step};
     std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %9.0f | %7.1f | %7.1f | %u |\n", context_tokens,
                 !sparse.enabled() ? "exact" : sparse.per_group ? "sparse 1/8" : "1/8 1 list", step_med, cpu_per_step, median(attention_us),
-                static_cast<double>(ss.select_ns) / 1e3 / std::max<std::uint64_t>(1, ss.decode_steps),
+                static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps)),
                 medians->pages_read, medians->pages_held, static_cast<unsigned>(allocations));
+    if (sparse.enabled()) {
+      std::printf("|  |  | page summaries copied into the arena: %.0f B per step |  |  |  |  |  |  |\n",
+                  static_cast<double>(ss.summary_upload_bytes) / static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps)));
+    }
     for (const ContextId c : contexts) rt.finish(c);
     return rt.pages_free() == rt.pages_total() ? 0 : 1;
   }
@@ -168,6 +177,54 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
               100.0 * (plan + issue) / step_med, staged_mib, static_cast<unsigned>(allocations));
   for (const ContextId c : contexts) rt.finish(c);
   return rt.pages_free() == rt.pages_total() ? 0 : 1;
+}
+
+double thread_cpu_us() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+int bounds_only() {
+  const std::uint32_t pages = 8192 / 16 + 1, kv = 3, d = 64, group = 3, layers = 30;
+  runtime::PageSummaries table(runtime::SummaryShape{1, layers, pages, kv, d, runtime::SummaryFormat::f16});
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::uint16_t> key(std::size_t{kv} * d);
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    for (std::uint32_t p = 0; p < pages; ++p) {
+      table.clear(0, l, p);
+      for (int r = 0; r < 16; ++r) {
+        for (std::uint16_t& x : key) x = runtime::summary_round_down(runtime::SummaryFormat::f16, normal(rng));
+        table.add_stored(0, l, p, reinterpret_cast<const std::byte*>(key.data()));
+      }
+    }
+  }
+  std::vector<float> q(std::size_t{kv} * group * d), qp(q.size()), qn(q.size()), out(std::size_t{kv} * pages);
+  for (float& x : q) x = normal(rng);
+  runtime::split_query(q.data(), static_cast<std::uint32_t>(q.size()), qp.data(), qn.data());
+  std::printf("the bound of one decode step at 8K: 30 layers x 3 KV heads x %u pages, 3 query heads each, f16 summaries "
+              "(%llu B per layer and KV head); best of 50, thread CPU time\n\n", pages,
+              static_cast<unsigned long long>(std::uint64_t{pages} * table.shape().page_bytes() / kv));
+  for (const runtime::BoundIsa isa : {runtime::BoundIsa::portable, runtime::BoundIsa::best}) {
+    double best = 1e30;
+    for (int rep = 0; rep < 50; ++rep) {
+      const double t0 = thread_cpu_us();
+      for (std::uint32_t l = 0; l < layers; ++l) {
+        for (std::uint32_t kh = 0; kh < kv; ++kh) {
+          runtime::page_bounds(runtime::SummaryFormat::f16, qp.data() + std::size_t{kh} * group * d,
+                               qn.data() + std::size_t{kh} * group * d, group,
+                               table.page(0, l, 0) + std::size_t{kh} * 2 * d, table.shape().page_stride(), pages, d,
+                               out.data() + std::size_t{kh} * pages, isa);
+        }
+      }
+      best = std::min(best, thread_cpu_us() - t0);
+    }
+    std::printf("%-10s %8.0f us per step\n",
+                isa == runtime::BoundIsa::portable ? "portable" : (runtime::page_bounds_vectorised(d) ? "avx2+f16c" : "portable*"),
+                best);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -179,6 +236,7 @@ int main(int argc, char** argv) {
   bool sparse = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sparse") == 0) sparse = true;
+    if (std::strcmp(argv[i], "--bounds") == 0) return activekv::bounds_only();
   }
   for (int i = 1; i + 1 < argc; i += 1) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));

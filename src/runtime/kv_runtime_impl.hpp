@@ -348,7 +348,12 @@ class KvRuntimeImpl final : public KvRuntime {
   double recall_step_sum_ = 0.0;
   std::uint64_t recall_step_count_ = 0;
   // write_kv: the layer's new keys join their pages' summaries (rebuilt first when stale).
-  void summarize_rows(std::uint32_t layer) noexcept;
+  void summarize_rows(std::uint32_t layer);
+  void add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept;
+  void upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes);
+  std::vector<Fence> summary_uploads_;  // [entries_max]: the step's summary uploads
+  std::vector<std::uint8_t> summary_rebuilt_;  // [entries_max]: some layer of the entry was rebuilt this step
+  std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;
   std::uint32_t sparse_budget(std::uint32_t slot, std::uint32_t layer, std::uint32_t pages) noexcept;

@@ -108,6 +108,9 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
     settings.sparse.fraction = 0.125f * static_cast<float>(uniform(1, 6));
     settings.sparse.floor_pages = uniform(3, 6);
     settings.sparse.recent_pages = uniform(1, 3);
+    MemorySettings with_summaries = m;  // the summaries' own arena part, on top of the pages
+    with_summaries.sparse_summaries = true;
+    m.device_pool_bytes += summary_part_bytes(with_summaries);
     settings.sparse.measure = uniform(0, 1) == 1;
   }
 

@@ -53,11 +53,22 @@ Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
   return Status::success();
 }
 
-void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
+// The key of an encoded row joins its page: as stored when the summary keeps that format
+// (exact), else decoded as the kernel widens it and rounded outward.
+void KvRuntimeImpl::add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept {
+  const Geometry& g = plan_.geometry;
+  if (runtime::summary_stores_dtype(summaries_->shape().format, g.dtype)) {
+    summaries_->add_stored(slot, layer, logical, row);
+    return;
+  }
+  runtime::decode_elements(g.dtype, row, std::size_t{g.kv_heads} * g.head_dim, key_row_.data());
+  summaries_->add(slot, layer, logical, key_row_.data());
+}
+
+void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
   if (summaries_ == nullptr) return;
   const Geometry& g = plan_.geometry;
   const std::uint32_t P = plan_.arena.page_tokens;
-  const std::size_t head_elements = std::size_t{g.kv_heads} * g.head_dim;
   const std::uint64_t row_bytes = g.row_bytes();
   const std::span<const std::byte> host = backend_.host_pool();
   for (std::uint32_t e = 0; e < entries(); ++e) {
@@ -66,22 +77,40 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) noexcept {
     const std::uint32_t slot = context.slot;
     // Stale (another context held the slot, an adopted or restored prefix, a failed step):
     // rebuild the layer's pages from the host rows, which are authoritative below length_before.
-    if (summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before) {
+    const bool rebuilt = summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before;
+    if (rebuilt) {
       for (std::uint32_t t = 0; t < lp.length_before; ++t) {
         if (t % P == 0) summaries_->clear(slot, layer, t / P);
-        const std::byte* row = host.data() + plan_.host.row_offset(slot, layer, t);
-        runtime::decode_elements(g.dtype, row, head_elements, key_row_.data());
-        summaries_->add(slot, layer, t / P, key_row_.data());
+        add_key(slot, layer, t / P, host.data() + plan_.host.row_offset(slot, layer, t));
       }
     }
     for (std::uint32_t i = 0; i < query_count_[e]; ++i) {
       const std::uint32_t t = lp.length_before + i;
       if (t % P == 0) summaries_->clear(slot, layer, t / P);
-      // The key as stored (encoded), decoded as the kernel widens it.
-      runtime::decode_elements(g.dtype, rows_.data() + (query_first_[e] + i) * row_bytes, head_elements, key_row_.data());
-      summaries_->add(slot, layer, t / P, key_row_.data());
+      add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
+    // The arena's copy, once the last layer is summarised: the pages this step changed in every
+    // layer, one contiguous range (from page 0 when any layer was rebuilt).
+    summary_rebuilt_[e] = (layer == 0 ? 0 : summary_rebuilt_[e]) | (rebuilt ? 1 : 0);
+    if (query_count_[e] == 0 || layer + 1 != g.dense_layers) continue;
+    const std::uint64_t all_layers = std::uint64_t{g.dense_layers} * summaries_->shape().page_bytes();
+    const std::uint32_t first = summary_rebuilt_[e] != 0 ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
+    upload_summaries(layer, summaries_->page_offset(slot, 0, first), std::uint64_t{last - first + 1} * all_layers);
   }
+}
+
+// One range of the host table into the same range of the arena's summaries part (h2d, waited
+// with the layer's row uploads: the host bytes stay untouched until then).
+void KvRuntimeImpl::upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes) {
+  if (fault_.what != nullptr) return;
+  AK_ASSERT(summary_upload_count_ < summary_uploads_.size(), "kv runtime: more summary uploads than reserved");
+  Result<Fence> up = backend_.upload(plan_.arena.summaries.offset_bytes + offset, summaries_->bytes().subspan(offset, bytes));
+  if (!up.ok()) {
+    note_refusal("a page-summary upload was refused by the backend", up.error(), layer);
+    return;
+  }
+  summary_uploads_[summary_upload_count_++] = up.value();
+  sparse_stats_.summary_upload_bytes += bytes;
 }
 
 std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t layer, std::uint32_t pages) noexcept {
@@ -172,14 +201,13 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
                            q_negative_.data() + std::size_t{h} * g.head_dim);
     }
+    const runtime::SummaryShape& shape = summaries_->shape();
+    const std::uint16_t* pages = summaries_->page(slot, layer, 0);
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      float* bound = bounds_.data() + std::size_t{kh} * n;
-      const float* qp = q_positive_.data() + std::size_t{kh} * group * g.head_dim;
-      const float* qn = q_negative_.data() + std::size_t{kh} * group * g.head_dim;
-      for (std::uint32_t p = 0; p < n; ++p) {
-        const float* sum = summaries_->page(slot, layer, p) + std::size_t{kh} * 2u * g.head_dim;
-        bound[p] = runtime::group_bound(qp, qn, group, sum, sum + g.head_dim, g.head_dim);
-      }
+      const std::size_t q_at = std::size_t{kh} * group * g.head_dim;
+      runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
+                           pages + std::size_t{kh} * 2u * g.head_dim, shape.page_stride(), n, g.head_dim,
+                           bounds_.data() + std::size_t{kh} * n);
     }
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;

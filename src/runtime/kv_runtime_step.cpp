@@ -457,6 +457,11 @@ void KvRuntimeImpl::retire_uploads(std::uint32_t layer) noexcept {
     release_fence(uploads_[i]);
   }
   upload_count_ = 0;
+  for (std::uint32_t i = 0; i < summary_upload_count_; ++i) {
+    wait(summary_uploads_[i], "a page-summary upload (h2d) did not signal", layer);
+    release_fence(summary_uploads_[i]);
+  }
+  summary_upload_count_ = 0;
 }
 
 Status KvRuntimeImpl::attend_none(std::uint32_t layer) {

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -24,6 +25,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "runtime/element_codec.hpp"
 #include "runtime/sparse_selection.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -33,38 +35,147 @@ namespace {
 using runtime::page_bound;
 using runtime::lane_dot;
 
+// Random pages of fp32 keys (so the outward rounding is exercised) and of keys already in the
+// format (stored exactly), both formats; the bound the runtime computes from the stored summary
+// is ≥ the same-order dot of every key (exactly) and ≥ the double-precision dot.
 TEST(SparseBound, IsAnUpperBoundOfEveryKeyOfThePage) {
   std::mt19937_64 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> dims(1, 80), rows(1, 32);
+  std::uniform_int_distribution<int> dims(1, 80), rows(1, 32), heads_of(1, 4);
   for (int trial = 0; trial < 2000; ++trial) {
+    const auto format = trial % 2 == 0 ? runtime::SummaryFormat::f16 : runtime::SummaryFormat::bf16;
+    const bool in_format = trial % 4 >= 2;  // keys already representable: the summary is exact
     const auto d = static_cast<std::uint32_t>(dims(rng));
+    const auto heads = static_cast<std::uint32_t>(heads_of(rng));
     const int n = rows(rng);
     const float scale = trial % 3 == 0 ? 10.0f : 1.0f;
-    std::vector<float> q(d), keys(std::size_t(n) * d), mn(d, INFINITY), mx(d, -INFINITY);
+    // One KV head's page through PageSummaries (one slot, layer, page and head).
+    runtime::PageSummaries table(runtime::SummaryShape{1, 1, 1, 1, d, format});
+    table.clear(0, 0, 0);
+    std::vector<float> q(std::size_t(heads) * d), keys(std::size_t(n) * d);
     for (float& x : q) x = normal(rng) * scale;
     for (int r = 0; r < n; ++r) {
       for (std::uint32_t i = 0; i < d; ++i) {
-        const float k = normal(rng) * scale;
+        float k = normal(rng) * scale;
+        if (in_format) k = runtime::summary_decode(format, runtime::summary_round_down(format, k));
         keys[r * d + i] = k;
-        mn[i] = std::min(mn[i], k);
-        mx[i] = std::max(mx[i], k);
+      }
+      table.add(0, 0, 0, keys.data() + std::size_t(r) * d);
+    }
+    const std::uint16_t* stored = table.page(0, 0, 0);
+    std::vector<float> mn(d), mx(d);
+    for (std::uint32_t i = 0; i < d; ++i) {
+      mn[i] = runtime::summary_decode(format, stored[i]);
+      mx[i] = runtime::summary_decode(format, stored[d + i]);
+      float lo = INFINITY, hi = -INFINITY;
+      for (int r = 0; r < n; ++r) lo = std::min(lo, keys[r * d + i]), hi = std::max(hi, keys[r * d + i]);
+      ASSERT_LE(mn[i], lo) << "min rounded down";
+      ASSERT_GE(mx[i], hi) << "max rounded up";
+      if (in_format) {
+        ASSERT_EQ(mn[i], lo) << "a key in the format is stored exactly";
+        ASSERT_EQ(mx[i], hi);
       }
     }
-    const float bound = page_bound(q.data(), mn.data(), mx.data(), d);
-    // The runtime's path (q split once, a group of heads, AVX2 where the CPU has it) is the same arithmetic.
-    std::vector<float> qp(d), qn(d);
-    runtime::split_query(q.data(), d, qp.data(), qn.data());
-    const float grouped = runtime::group_bound(qp.data(), qn.data(), 1, mn.data(), mx.data(), d);
-    ASSERT_EQ(std::memcmp(&grouped, &bound, sizeof(float)), 0) << "trial " << trial << " dim " << d;
-    for (int r = 0; r < n; ++r) {
-      const float* k = keys.data() + std::size_t(r) * d;
-      ASSERT_GE(bound, lane_dot(q.data(), k, d)) << "trial " << trial << " row " << r;
-      double exact = 0.0;
-      for (std::uint32_t i = 0; i < d; ++i) exact += double(q[i]) * k[i];
-      ASSERT_GE(double(bound), exact - 1e-5 * (1.0 + std::fabs(exact))) << "trial " << trial;
+    // The runtime's path (q split once, a group of heads), portable and (where the CPU has it) AVX2.
+    std::vector<float> qp(q.size()), qn(q.size());
+    for (std::uint32_t h = 0; h < heads; ++h) runtime::split_query(&q[h * d], d, &qp[h * d], &qn[h * d]);
+    float portable = 0.0f, best = 0.0f;
+    runtime::page_bounds(format, qp.data(), qn.data(), heads, stored, 0, 1, d, &portable, runtime::BoundIsa::portable);
+    runtime::page_bounds(format, qp.data(), qn.data(), heads, stored, 0, 1, d, &best);
+    ASSERT_EQ(std::memcmp(&portable, &best, sizeof(float)), 0) << "trial " << trial << " dim " << d;
+    float reference = -INFINITY;
+    for (std::uint32_t h = 0; h < heads; ++h) reference = std::max(reference, page_bound(&q[h * d], mn.data(), mx.data(), d));
+    ASSERT_EQ(std::memcmp(&portable, &reference, sizeof(float)), 0) << "trial " << trial;
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      for (int r = 0; r < n; ++r) {
+        const float* k = keys.data() + std::size_t(r) * d;
+        ASSERT_GE(best, lane_dot(&q[h * d], k, d)) << "trial " << trial << " row " << r;
+        double exact = 0.0;
+        for (std::uint32_t i = 0; i < d; ++i) exact += double(q[h * d + i]) * k[i];
+        ASSERT_GE(double(best), exact - 1e-5 * (1.0 + std::fabs(exact))) << "trial " << trial;
+      }
     }
   }
+}
+
+// Outward rounding at the edges: zeros, subnormals, values between two stored ones, overflow.
+TEST(SparseBound, RoundsOutwardAtTheEdges) {
+  using runtime::SummaryFormat;
+  for (const SummaryFormat f : {SummaryFormat::f16, SummaryFormat::bf16}) {
+    for (const float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.1f, -0.1f, 1.0f, 3.14159f, -2.71828f, 65504.0f,
+                          70000.0f, -70000.0f, 1e30f, -1e30f}) {
+      const float lo = runtime::summary_decode(f, runtime::summary_round_down(f, v));
+      const float hi = runtime::summary_decode(f, runtime::summary_round_up(f, v));
+      EXPECT_LE(lo, v) << v;
+      EXPECT_GE(hi, v) << v;
+      EXPECT_FALSE(std::isnan(lo) || std::isnan(hi)) << v;
+    }
+  }
+  // bf16 has fp32's range: a finite key stays finite; f16 keeps f16 keys exact.
+  EXPECT_TRUE(std::isfinite(runtime::summary_decode(SummaryFormat::bf16, runtime::summary_round_up(SummaryFormat::bf16, 1e30f))));
+  EXPECT_EQ(runtime::summary_decode(SummaryFormat::f16, runtime::summary_round_up(SummaryFormat::f16, 0.5f)), 0.5f);
+}
+
+// A key row stored in the summary's format (the runtime's path for f16 KV) gives the same
+// summary as the fp32 path: min and max exactly.
+TEST(SparseBound, StoredKeysSummariseAsTheirValues) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const auto format : {runtime::SummaryFormat::f16, runtime::SummaryFormat::bf16}) {
+    const std::uint32_t kv = 2, d = 24;
+    runtime::PageSummaries a(runtime::SummaryShape{1, 1, 1, kv, d, format}), b = a;
+    a.clear(0, 0, 0);
+    b.clear(0, 0, 0);
+    std::vector<float> key(kv * d);
+    std::vector<std::uint16_t> bits(kv * d);
+    for (int r = 0; r < 20; ++r) {
+      for (std::uint32_t i = 0; i < kv * d; ++i) {
+        bits[i] = runtime::summary_round_down(format, normal(rng));
+        key[i] = runtime::summary_decode(format, bits[i]);
+      }
+      a.add(0, 0, 0, key.data());
+      b.add_stored(0, 0, 0, reinterpret_cast<const std::byte*>(bits.data()));
+    }
+    ASSERT_EQ(std::memcmp(a.page(0, 0, 0), b.page(0, 0, 0), a.shape().page_bytes()), 0);
+  }
+}
+
+// Many pages at once (the runtime's call): AVX2 and portable give the same bits for every page,
+// with the page stride of a real table (3 KV heads, 64 dims), and each page's bound equals
+// the one-page call's.
+TEST(SparseBound, VectorisedAndPortableAreBitIdenticalOverATable) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const std::uint32_t pages = 200, kv = 3, d = 64, group = 3;
+  for (const auto format : {runtime::SummaryFormat::f16, runtime::SummaryFormat::bf16}) {
+    runtime::PageSummaries table(runtime::SummaryShape{1, 1, pages, kv, d, format});
+    std::vector<float> key(std::size_t(kv) * d);
+    for (std::uint32_t p = 0; p < pages; ++p) {
+      table.clear(0, 0, p);
+      for (int r = 0; r < 16; ++r) {
+        for (float& x : key) x = normal(rng);
+        table.add(0, 0, p, key.data());
+      }
+    }
+    std::vector<float> q(std::size_t(group) * d), qp(q.size()), qn(q.size());
+    for (float& x : q) x = normal(rng);
+    for (std::uint32_t h = 0; h < group; ++h) runtime::split_query(&q[h * d], d, &qp[h * d], &qn[h * d]);
+    for (std::uint32_t kh = 0; kh < kv; ++kh) {
+      const std::uint16_t* first = table.page(0, 0, 0) + std::size_t{kh} * 2 * d;
+      std::vector<float> a(pages), b(pages);
+      runtime::page_bounds(format, qp.data(), qn.data(), group, first, table.shape().page_stride(), pages, d, a.data());
+      runtime::page_bounds(format, qp.data(), qn.data(), group, first, table.shape().page_stride(), pages, d, b.data(),
+                           runtime::BoundIsa::portable);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), pages * sizeof(float)), 0);
+      for (std::uint32_t p = 0; p < pages; p += 37) {
+        float one = 0.0f;
+        runtime::page_bounds(format, qp.data(), qn.data(), group, table.page(0, 0, p) + std::size_t{kh} * 2 * d, 0, 1, d,
+                             &one);
+        ASSERT_EQ(std::memcmp(&one, &a[p], sizeof(float)), 0);
+      }
+    }
+  }
+  if (!runtime::page_bounds_vectorised(64)) GTEST_SKIP() << "no AVX2 + F16C here: only the portable path ran";
 }
 
 TEST(SparseSelection, KeepsSinkAndNewestRespectsTheBudgetAscendsAndIsDeterministic) {
@@ -210,6 +321,8 @@ struct SparseRun {
   KvCounters counters;
   std::uint64_t allocations_after_first_decode = 0;
   Explanation explanation;
+  std::uint64_t summary_bytes_checked = 0;  // arena summaries part compared with the keys written
+  bool summaries_match = true;
 };
 
 SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at_create = true) {
@@ -229,7 +342,11 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   m.chunk_tokens = chunk;
   m.host_pool_bytes = std::uint64_t{contexts} * layers * m.max_context_tokens * row_bytes;
   const std::uint64_t pages = contexts * layers * ((prompt + decode) / page_tokens + 1);
-  m.device_pool_bytes = 4 * arena_alignment_bytes + 2ull * 16 * row_bytes +
+  // Sparse: the page summaries' own arena part (16-bit min and max per page).
+  const std::uint64_t summary_pages = m.max_context_tokens / page_tokens + 1;
+  const std::uint64_t summary_bytes =
+      sparse_at_create && sparse.enabled() ? std::uint64_t{contexts} * layers * summary_pages * 2 * kv_heads * head_dim * 2 : 0;
+  m.device_pool_bytes = 5 * arena_alignment_bytes + 2ull * 16 * row_bytes + summary_bytes +
                         static_cast<std::uint64_t>(std::ceil(pages * pool_fraction)) * page_tokens * row_bytes;
   settings.q_heads = q_heads;
   settings.sparse = sparse_at_create ? sparse : SparseSettings{};
@@ -249,6 +366,11 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   }
   std::vector<ContextId> ids;
   for (std::uint32_t c = 0; c < contexts; ++c) ids.push_back(rt.open_context(c + 1, prompt + decode)->handle);
+  // What the arena's summaries part must hold: every key written, as stored (f16), per page and block.
+  const MemoryPlan& plan = rt.plan();
+  runtime::PageSummaries expected(runtime::SummaryShape{plan.summaries.histories, layers, plan.summaries.pages_per_layer,
+                                                        kv_heads, head_dim, runtime::SummaryFormat::f16});
+  std::vector<std::uint16_t> key_bits(std::size_t{kv_heads} * head_dim);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::size_t kv = std::size_t{kv_heads} * head_dim, qe = std::size_t{q_heads} * head_dim;
@@ -272,6 +394,14 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
       for (float& x : v) x = normal(rng);
       for (float& x : q) x = 2.0f * normal(rng);
       EXPECT_TRUE(counted([&] { return rt.write_kv(l, k.data(), v.data()); }).ok());
+      for (std::uint32_t c = 0; c < contexts && plan.summaries.bytes != 0; ++c) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+          const std::uint32_t t = fed + i;
+          if (t % page_tokens == 0) expected.clear(ids[c].slot, l, t / page_tokens);
+          runtime::encode_elements(DType::f16, &k[(std::size_t{c} * n + i) * kv], kv, key_bits.data());
+          expected.add_stored(ids[c].slot, l, t / page_tokens, reinterpret_cast<const std::byte*>(key_bits.data()));
+        }
+      }
       const Status s = counted([&] { return rt.attend(l, q.data(), out.data()); });
       EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().describe());
       const std::size_t used = std::size_t{contexts} * n * qe;
@@ -284,6 +414,26 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
     fed += n;
   }
   EXPECT_EQ(rt.check(), nullptr);
+  if (plan.arena.summaries.size_bytes != 0) {
+    const std::span<const std::byte> want = expected.bytes();
+    std::vector<std::byte> got(plan.arena.summaries.size_bytes);
+    auto down = (*backend)->download(plan.arena.summaries.offset_bytes, got);
+    EXPECT_TRUE(down.ok());
+    if (down.ok()) {
+      EXPECT_EQ((*backend)->wait_host(down.value(), std::chrono::seconds(10)).value(), FenceOutcome::signalled);
+      (*backend)->release_fence(down.value());
+      // Each context's slot: its pages (every layer) that hold keys.
+      const runtime::SummaryShape& shape = expected.shape();
+      const std::uint32_t used = (prompt + decode + page_tokens - 1) / page_tokens;
+      for (const ContextId id : ids) {
+        for (std::uint32_t p = 0; p < used; ++p) {
+          const std::uint64_t at = expected.page_offset(id.slot, 0, p), bytes = shape.page_stride() * 2;
+          result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
+          result.summary_bytes_checked += bytes;
+        }
+      }
+    }
+  }
   result.stats = rt.sparse_stats();
   result.counters = rt.counters();
   result.explanation = rt.explain(ids[0]);
@@ -337,6 +487,9 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
       if (per_group) EXPECT_GE(r.stats.mean_recall(), last_recall - 1e-9) << "recall grows with the budget";
       EXPECT_EQ(r.allocations_after_first_decode, 0u) << "budget " << budget;
       EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
+      EXPECT_GT(r.summary_bytes_checked, 0u);
+      EXPECT_TRUE(r.summaries_match) << "the arena's summaries part holds every key written, per page";
+      EXPECT_EQ(exact.summary_bytes_checked, 0u) << "exact mode keeps no summaries part";
       EXPECT_FALSE(identical(exact.decode_outputs, r.decode_outputs)) << "a partial read changes the output";
       // Prefill stays exact: the outputs before the first decode step are exact mode's.
       const std::size_t prefill = exact.all_outputs.size() - exact.decode_outputs.size();
