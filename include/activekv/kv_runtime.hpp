@@ -304,7 +304,7 @@ class KvRuntime {
   virtual std::uint32_t histories_free() const = 0;
   // Host histories retired for good: a failed copy quarantined part of their host range.
   // histories_free() + running contexts + histories_retired() + histories held by the tier's
-  // writer (release_tier_leases) = concurrency.
+  // writer (release_tier_leases) = the plan's history_slots (concurrency + retained_histories).
   virtual std::uint32_t histories_retired() const = 0;
   // Staging tiles still usable (not quarantined). With none, every step is refused.
   virtual std::uint32_t tiles_usable() const = 0;

@@ -71,7 +71,8 @@ std::uint32_t host_concurrency(const MemorySettings& s) noexcept {
   const u128 segment = static_cast<u128>(s.max_context_tokens) * s.geometry.row_bytes();
   if (segment == 0 || s.geometry.dense_layers == 0) return 0;
   const u128 histories = static_cast<u128>(s.host_pool_bytes) / segment / s.geometry.dense_layers;
-  return static_cast<std::uint32_t>(std::min<u128>(histories, s.max_seqs));
+  if (histories <= s.retained_histories) return 0;
+  return static_cast<std::uint32_t>(std::min<u128>(histories - s.retained_histories, s.max_seqs));
 }
 
 bool automatic_text(std::string_view text) {
@@ -177,8 +178,18 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
                                format_bytes(h.history_bytes), h.dense_layers, format_bytes(h.segment_bytes),
                                s.max_context_tokens, lower, format_bytes(h.host_pool_bytes)));
   }
-  h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories, s.max_seqs));
-  h.used_bytes = static_cast<std::uint64_t>(h.concurrency) * h.history_bytes;
+  h.retained_histories = s.retained_histories;
+  if (h.histories <= h.retained_histories) {
+    const std::uint64_t need = (static_cast<std::uint64_t>(h.retained_histories) + 1) * h.history_bytes;
+    return refused("retained_histories",
+                   fmt::format("histories {} = floor(host pool {} / {} per history) must be ≥ concurrency (at least 1) + "
+                               "retained_histories {}: raise --host-pool to at least {} or lower retained_histories",
+                               h.histories, format_bytes(h.host_pool_bytes), format_bytes(h.history_bytes),
+                               h.retained_histories, format_bytes(need)));
+  }
+  h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories - h.retained_histories, s.max_seqs));
+  h.history_slots = h.concurrency + h.retained_histories;
+  h.used_bytes = static_cast<std::uint64_t>(h.history_slots) * h.history_bytes;
   return h;
 }
 
@@ -198,7 +209,7 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h) {
   a.tile_bytes = static_cast<std::uint64_t>(a.tile_tokens) * row;
   a.tile_pages = a.tile_tokens / a.page_tokens;
   a.tiles = s.tiles;
-  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.concurrency : 0;
+  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.history_slots : 0;
   a.recurrent_slot_bytes = s.geometry.recurrent_state_bytes;
 
   const u128 tiles_bytes = static_cast<u128>(a.tiles) * a.tile_bytes;
@@ -328,7 +339,7 @@ Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
   plan.budget = *budget;
   if (s.sparse_summaries) {
     SummaryPlan& sp = plan.summaries;
-    sp.histories = plan.host.concurrency;
+    sp.histories = plan.host.history_slots;
     sp.pages_per_layer = plan.budget.pages_per_layer_max + 1;
     sp.page_bytes = 2ull * s.geometry.kv_heads * s.geometry.head_dim * sizeof(float);
     sp.bytes = std::uint64_t{sp.histories} * s.geometry.dense_layers * sp.pages_per_layer * sp.page_bytes;

@@ -49,8 +49,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   pass_leases_.resize(plan_.arena.tiles);
   pass_tickets_.resize(sizes_.copies_per_pass_max);
   promotion_failed_.resize(sizes_.promotions_max);
-  slot_faulted_.resize(plan_.budget.concurrency);
-  deferred_cancels_.resize(plan_.budget.concurrency);
+  slot_faulted_.resize(budgets_.slots());
+  deferred_cancels_.resize(budgets_.slots());
   retained_generation_.assign(budgets_.slots(), 0);
   retained_request_.assign(budgets_.slots(), 0);
   adoption_.assign(budgets_.slots(), Adoption{});
