@@ -159,6 +159,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   p.histories = static_cast<std::uint32_t>(std::min<std::uint64_t>(mp.host.histories, UINT32_MAX));  // no wrap to 0
   p.max_seqs = mp.host.max_seqs;
   p.concurrency = std::min<std::uint32_t>(mp.host.concurrency, mp.budget.concurrency);
+  p.retained_histories = mp.host.retained_histories;
   p.pool_pages = mp.arena.pages;
   p.page_tokens = mp.arena.page_tokens;
   p.host_pool_bytes = mp.host.used_bytes;

@@ -26,9 +26,10 @@ FakeEngine::FakeEngine(const FakeEngineConfig& config) : config_(config) {
   AK_ASSERT(config.histories > 0, "FakeEngine: at least one history");
   AK_ASSERT(config.target_pages <= config.burst_pages, "FakeEngine: target must not exceed burst");
   plan_.max_context_tokens = config.max_context_tokens;
-  plan_.histories = config.histories;
+  plan_.histories = config.histories + config.retained_histories;
   plan_.max_seqs = config.max_seqs;
   plan_.concurrency = std::min(config.max_seqs, config.histories);
+  plan_.retained_histories = config.retained_histories;
   plan_.pool_pages = config.pool_pages;
   plan_.page_tokens = config.page_tokens;
   plan_.host_pool_bytes = std::uint64_t{config.histories + config.retained_histories} * config.dense_layers *
