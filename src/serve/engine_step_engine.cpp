@@ -91,7 +91,9 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   memory.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : mc.context_tokens;
   memory.max_seqs = c.max_seqs;
   memory.chunk_tokens = c.prefill_chunk_tokens;
-  memory.retained_histories = c.prefix_reuse ? c.retained_histories : 0;  // without reuse they would hold nothing
+  // Applied with or without reuse, so --no-prefix-reuse keeps the same concurrency (the extra
+  // histories then stay empty).
+  memory.retained_histories = c.retained_histories;
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",
                       fmt::format("the configuration's max_context {} exceeds the model's llama.context_length {} ({}): "
