@@ -560,6 +560,7 @@ TEST(PrefixReuse, TheRetainedHistoryAllowanceKeepsAHistoryWhileTheConcurrencyRun
   ASSERT_EQ(d->outcome, AdmitOutcome::queued);
   EXPECT_EQ(d->reason, Reason::no_free_history);
   EXPECT_EQ(rt.histories_free(), 1u);
+  EXPECT_FALSE(rt.may_admit_now()) << "a free history, but the concurrency runs";
   EXPECT_EQ(rt.counters().retained_histories, 1u) << "waiting does not drop the retained prefix";
   EXPECT_EQ(rt.check(), nullptr);
   prefill(sm, b->handle, s2, 0, 12);
@@ -577,6 +578,7 @@ TEST(PrefixReuse, TheRetainedHistoryAllowanceKeepsAHistoryWhileTheConcurrencyRun
   Sequence f2 = s2;
   f2.push(9);
   rt.finish(c->handle);
+  EXPECT_TRUE(rt.may_admit_now());
   auto e = rt.open_context(5, 64, f2.tokens, reused);
   ASSERT_EQ(e->outcome, AdmitOutcome::admitted);
   EXPECT_EQ(reused, 12u);

@@ -219,7 +219,9 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
       return {AdmitOutcome::tier_pending, {}, 0};
     }
   }
-  if (p.runtime->histories_free() == 0) return {AdmitOutcome::no_free_history, {}, 0};
+  // A free history is not enough with a retained-history allowance: the concurrency must have room
+  // too, or the request would queue inside the runtime and later be admitted without adopting.
+  if (!p.runtime->may_admit_now()) return {AdmitOutcome::no_free_history, {}, 0};
   const std::uint64_t id = p.next_request_id++;
   std::uint32_t reused = 0;
   auto result = p.runtime->open_context(id, tokens_max, prompt, reused);
