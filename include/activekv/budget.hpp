@@ -251,7 +251,8 @@ class BudgetManager {
   std::uint64_t floors_committed() const noexcept { return floors_committed_; }
   std::uint32_t running() const noexcept { return running_; }
   std::uint32_t queued() const noexcept { return queue_size_; }
-  std::uint32_t slots() const noexcept { return static_cast<std::uint32_t>(contexts_.size()); }
+  std::uint32_t slots() const noexcept { return static_cast<std::uint32_t>(contexts_.size()); }  // = plan history_slots
+  std::uint32_t running_max() const noexcept { return running_max_; }  // = plan host concurrency
   std::uint32_t histories_free() const noexcept { return free_slot_count_; }
   std::uint32_t histories_retired() const noexcept { return retired_count_; }
   // Takes a host history out of use for good: a copy that touched its host range failed, so the
@@ -346,7 +347,7 @@ class BudgetManager {
   std::uint32_t dense_layers_ = 0;
   std::uint32_t ring_capacity_ = 0;
   std::uint32_t slot_count_ = 0;
-  std::vector<ContextState> contexts_;        // one per slot (= host history), concurrency of them
+  std::vector<ContextState> contexts_;        // one per slot (= host history): history_slots of them
   std::vector<LayerResidency> layers_;        // dense_layers × slots (layer-major)
   std::vector<std::uint32_t> ring_;           // slot × dense_layers × ring_capacity pool pages
   std::vector<std::uint32_t> promoted_logical_;  // slot × dense_layers × promoted_pages_per_layer
@@ -369,6 +370,7 @@ class BudgetManager {
   std::uint64_t floors_committed_ = 0;
   std::uint64_t admissions_ = 0;
   std::uint32_t running_ = 0;
+  std::uint32_t running_max_ = 0;             // the plan's host concurrency (slots − retained_histories)
   std::uint64_t step_ = 0;
   BudgetCounters counters_;
 };

@@ -329,9 +329,14 @@ class KvRuntime {
   // Pages a failed or unknown fence took out of use for good.
   virtual std::uint32_t pages_quarantined() const = 0;
   virtual std::uint32_t histories_free() const = 0;
+  // A free history and room below the concurrency: with a retained-history allowance a history
+  // may be free while the concurrency's worth of contexts run (docs/PREFIX.md). A caller that
+  // wants its request to adopt a retained prefix submits only then: a request queued inside
+  // the runtime is admitted later without adopting.
+  virtual bool may_admit_now() const = 0;
   // Host histories retired for good: a failed copy quarantined part of their host range.
   // histories_free() + running contexts + histories_retired() + histories held by the tier's
-  // writer (release_tier_leases) = concurrency.
+  // writer (release_tier_leases) = the plan's history_slots (concurrency + retained_histories).
   virtual std::uint32_t histories_retired() const = 0;
   // Staging tiles still usable (not quarantined). With none, every step is refused.
   virtual std::uint32_t tiles_usable() const = 0;

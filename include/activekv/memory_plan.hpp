@@ -9,7 +9,9 @@
 //   segments          = floor(host_pool_bytes / segment_bytes)
 //   histories         = floor(segments / dense_layers)
 //   leftover_segments = segments − histories × dense_layers
-//   concurrency       = min(max_seqs, histories)
+//   concurrency       = min(max_seqs, histories − retained_histories)
+//   history_slots     = concurrency + retained_histories   (the histories mapped; the extra ones
+//                       never run a context, they only keep retained prefixes: docs/PREFIX.md)
 //
 // Device arena, one allocation, parts in this order, each non-empty part aligned to arena_alignment_bytes:
 //   staging tiles   tiles × tile_tokens × row_bytes
@@ -64,6 +66,8 @@ struct MemorySettings {
   std::uint64_t target_pages = 0;           // --target-pages (0 = an even share of the pool)
   std::uint64_t burst_pages = 0;            // --burst-pages  (0 = all pages a max-length context can use)
   bool sparse_summaries = false;            // sparse attention keeps page summaries (docs/SPARSE.md; plan --sparse)
+  std::uint32_t retained_histories = 0;     // retained_histories: host histories beyond the concurrency, kept
+                                            // only for retained prefixes (docs/PREFIX.md)
 };
 
 struct HostPoolPlan {
@@ -77,8 +81,10 @@ struct HostPoolPlan {
   std::uint64_t histories = 0;          // floor(segments / dense_layers)
   std::uint64_t leftover_segments = 0;  // segments − histories × dense_layers
   std::uint32_t max_seqs = 0;
-  std::uint32_t concurrency = 0;        // min(max_seqs, histories)
-  std::uint64_t used_bytes = 0;         // histories × history_bytes (what is mapped and pinned)
+  std::uint32_t retained_histories = 0; // histories kept only for retained prefixes (never run a context)
+  std::uint32_t concurrency = 0;        // min(max_seqs, histories − retained_histories): contexts that may run
+  std::uint32_t history_slots = 0;      // concurrency + retained_histories: the histories mapped
+  std::uint64_t used_bytes = 0;         // history_slots × history_bytes (what is mapped and pinned)
 
   // Byte offset of history h, dense layer l, token t (DESIGN "Shared data layout").
   std::uint64_t segment_offset(std::uint32_t history, std::uint32_t layer) const noexcept {

@@ -29,6 +29,7 @@ struct PlanOptions {
   std::string host_pool, device_pool, headroom;
   std::string page_tokens, tile_tokens, tiles, max_context, max_seqs, chunk_tokens;
   std::string floor_pages, target_pages, burst_pages, promoted_pages, queue_max;
+  std::string retained_histories;
   bool json = false;
   bool sparse = false;
 };
@@ -98,6 +99,7 @@ Result<MemorySettings> settings_from(const PlanOptions& o) {
   if (Status st = count_into(o.burst_pages, "--burst-pages", s.burst_pages); !st) return st.error();
   if (Status st = count_into(o.promoted_pages, "--promoted-pages", s.promoted_pages_per_layer); !st) return st.error();
   if (Status st = count_into(o.queue_max, "--queue-max", s.queue_max); !st) return st.error();
+  if (Status st = count_into(o.retained_histories, "--retained-histories", s.retained_histories); !st) return st.error();
   if (!o.headroom.empty()) {
     Result<std::uint64_t> bytes = parse_size(o.headroom, "--headroom", /*zero_allowed=*/true);
     if (!bytes) return bytes.error();
@@ -128,6 +130,8 @@ Action setup(CLI::App& sub) {
   sub.add_option("--host-pool", o->host_pool, "pinned host pool holding every context's history (e.g. 64GiB)");
   sub.add_option("--device-pool", o->device_pool, "the device arena: tiles + pages + recurrent slots + headroom");
   sub.add_option("--headroom", o->headroom, "revocable part of the device pool (default 0)");
+  sub.add_option("--retained-histories", o->retained_histories,
+                 "host histories beyond the concurrency that only keep retained prefixes (default 0; docs/PREFIX.md)");
   sub.add_option("--page-tokens", o->page_tokens, "tokens per page (default 16)");
   sub.add_option("--tile-tokens", o->tile_tokens, "tokens per staging tile (default min(32768, max context))");
   sub.add_option("--tiles", o->tiles, "staging tiles (default 2)");

@@ -188,6 +188,7 @@ Result<serve::FakeEngineConfig> fake_engine_config(const serve::RunConfig& c) {
   fc.burst_pages = fc.target_pages * 2;
   fc.row_bytes = 768;
   fc.prefix_reuse = c.prefix_reuse;
+  fc.retained_histories = c.retained_histories;
   return fc;
 }
 

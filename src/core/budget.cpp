@@ -46,8 +46,11 @@ BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& 
       ring_capacity_(plan.budget.layer_pages_max) {
   AK_ASSERT(arena.pages().pages_total() == plan.arena.pages, "the arena was built from another plan");
   AK_ASSERT(dense_layers_ > 0, "a plan has at least one dense layer");
-  const std::uint32_t slots = plan.host.concurrency;
+  // One slot per mapped host history: the concurrency plus the retained-history allowance (whose
+  // extra histories only keep retained prefixes: admission also needs running < running_max_).
+  const std::uint32_t slots = plan.host.history_slots;
   slot_count_ = slots;
+  running_max_ = plan.host.concurrency;
   const std::size_t layer_slots = static_cast<std::size_t>(slots) * dense_layers_;
   contexts_.resize(slots);
   layers_.resize(layer_slots);
@@ -132,7 +135,7 @@ AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens
   Reason wait = Reason::floor_fits;
   if (queue_size_ > 0) {
     wait = Reason::queue_not_empty;
-  } else if (free_slot_count_ == 0) {
+  } else if (free_slot_count_ == 0 || running_ >= running_max_) {
     wait = Reason::no_free_history;
   } else if (!floor_fits(request.budget.floor_pages)) {
     wait = Reason::floor_does_not_fit;
@@ -158,6 +161,7 @@ AdmitResult BudgetManager::submit(std::uint64_t request_id, std::uint32_t tokens
 
 AdmitResult BudgetManager::admit(const Waiting& request, Reason reason, bool adopt) noexcept {
   AK_ASSERT(free_slot_count_ > 0, "admission needs a free host history");
+  AK_ASSERT(running_ < running_max_, "admission needs room below the concurrency");
   AK_ASSERT(floor_fits(request.budget.floor_pages), "admission needs room for the floor");
   const std::uint32_t slot = take_free_slot(request.preferred_slot);
   ContextState& c = contexts_[slot];
@@ -390,7 +394,7 @@ bool BudgetManager::cancel_queued(std::uint64_t request_id) noexcept {
 void BudgetManager::admit_from_queue() noexcept {
   while (queue_size_ > 0) {
     const Waiting& head = queue_[queue_head_];
-    if (free_slot_count_ == 0 || !floor_fits(head.budget.floor_pages)) return;  // FIFO: the head blocks
+    if (free_slot_count_ == 0 || running_ >= running_max_ || !floor_fits(head.budget.floor_pages)) return;  // FIFO: the head blocks
     const Waiting request = head;
     queue_head_ = (queue_head_ + 1) % static_cast<std::uint32_t>(queue_.size());
     --queue_size_;

@@ -14,7 +14,7 @@ Result<HostPool> HostPool::create(const HostPoolPlan& plan, const PinOptions& op
 }
 
 std::span<std::byte> HostPool::segment(std::uint32_t history, std::uint32_t layer) const noexcept {
-  AK_ASSERT(history < plan_.concurrency, "history index outside the host pool");
+  AK_ASSERT(history < plan_.history_slots, "history index outside the host pool");
   AK_ASSERT(layer < plan_.dense_layers, "dense layer index outside the geometry");
   return {region_.data() + plan_.segment_offset(history, layer), plan_.segment_bytes};
 }

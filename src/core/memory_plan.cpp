@@ -82,7 +82,14 @@ std::uint32_t host_concurrency(const MemorySettings& s) noexcept {
   const u128 segment = static_cast<u128>(s.max_context_tokens) * s.geometry.row_bytes();
   if (segment == 0 || s.geometry.dense_layers == 0) return 0;
   const u128 histories = static_cast<u128>(s.host_pool_bytes) / segment / s.geometry.dense_layers;
-  return static_cast<std::uint32_t>(std::min<u128>(histories, s.max_seqs));
+  if (histories <= s.retained_histories) return 0;
+  return static_cast<std::uint32_t>(std::min<u128>(histories - s.retained_histories, s.max_seqs));
+}
+
+// Every history the host pool maps: the running contexts and the retained-history allowance.
+std::uint32_t host_history_slots(const MemorySettings& s) noexcept {
+  const std::uint32_t concurrency = host_concurrency(s);
+  return concurrency == 0 ? 0 : concurrency + s.retained_histories;
 }
 
 bool automatic_text(std::string_view text) {
@@ -188,8 +195,18 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
                                format_bytes(h.history_bytes), h.dense_layers, format_bytes(h.segment_bytes),
                                s.max_context_tokens, lower, format_bytes(h.host_pool_bytes)));
   }
-  h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories, s.max_seqs));
-  h.used_bytes = static_cast<std::uint64_t>(h.concurrency) * h.history_bytes;
+  h.retained_histories = s.retained_histories;
+  if (h.histories <= h.retained_histories) {
+    const std::uint64_t need = (static_cast<std::uint64_t>(h.retained_histories) + 1) * h.history_bytes;
+    return refused("retained_histories",
+                   fmt::format("histories {} = floor(host pool {} / {} per history) must be ≥ concurrency (at least 1) + "
+                               "retained_histories {}: raise --host-pool to at least {} or lower retained_histories",
+                               h.histories, format_bytes(h.host_pool_bytes), format_bytes(h.history_bytes),
+                               h.retained_histories, format_bytes(need)));
+  }
+  h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories - h.retained_histories, s.max_seqs));
+  h.history_slots = h.concurrency + h.retained_histories;
+  h.used_bytes = static_cast<std::uint64_t>(h.history_slots) * h.history_bytes;
   return h;
 }
 
@@ -209,7 +226,7 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h, std
   a.tile_bytes = static_cast<std::uint64_t>(a.tile_tokens) * row;
   a.tile_pages = a.tile_tokens / a.page_tokens;
   a.tiles = s.tiles;
-  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.concurrency : 0;
+  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.history_slots : 0;
   a.recurrent_slot_bytes = s.geometry.recurrent_state_bytes;
 
   const u128 tiles_bytes = static_cast<u128>(a.tiles) * a.tile_bytes;
@@ -314,12 +331,12 @@ std::uint64_t device_pool_minimum_bytes(const MemorySettings& s, std::uint32_t c
   if (!check_shape(s)) return 0;
   const DeviceNeeds n = device_needs(s, contexts);
   return n.tiles_bytes + n.recurrent_bytes + static_cast<std::uint64_t>(std::max(contexts, 1u)) * n.floor_bytes +
-         align_up(plan_summaries(s, host_concurrency(s)).bytes) + align_up(s.headroom_bytes);
+         align_up(plan_summaries(s, host_history_slots(s)).bytes) + align_up(s.headroom_bytes);
 }
 
 std::uint64_t summary_part_bytes(const MemorySettings& s) noexcept {
   if (!check_shape(s)) return 0;
-  return align_up(plan_summaries(s, host_concurrency(s)).bytes);
+  return align_up(plan_summaries(s, host_history_slots(s)).bytes);
 }
 
 Result<std::uint64_t> parse_device_pool(std::string_view text, const MemorySettings& settings) {
@@ -340,7 +357,7 @@ Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
   Result<HostPoolPlan> host = plan_host_pool(s);
   if (!host) return host.error();
   plan.host = *host;
-  plan.summaries = plan_summaries(s, plan.host.concurrency);
+  plan.summaries = plan_summaries(s, plan.host.history_slots);
   Result<ArenaPlan> arena = plan_arena(s, plan.host, plan.summaries.bytes);
   if (!arena) return arena.error();
   plan.arena = *arena;

@@ -46,10 +46,21 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                      h.dense_layers, h.histories, format_bytes(h.history_bytes));
   out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
                      h.dense_layers, h.leftover_segments);
-  out += fmt::format("  concurrency       = min(max_seqs {}, histories {}) = {}{}\n", h.max_seqs, h.histories,
-                     h.concurrency, h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");
-  out += fmt::format("  pinned            = concurrency {} × {} = {}\n", h.concurrency, format_bytes(h.history_bytes),
-                     format_bytes(h.used_bytes));
+  if (h.retained_histories == 0) {
+    out += fmt::format("  concurrency       = min(max_seqs {}, histories {}) = {}{}\n", h.max_seqs, h.histories,
+                       h.concurrency, h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");
+    out += fmt::format("  pinned            = concurrency {} × {} = {}\n", h.concurrency, format_bytes(h.history_bytes),
+                       format_bytes(h.used_bytes));
+  } else {
+    out += fmt::format("  concurrency       = min(max_seqs {}, histories {} − retained_histories {}) = {}{}\n", h.max_seqs,
+                       h.histories, h.retained_histories, h.concurrency,
+                       h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");
+    out += fmt::format("  history_slots     = concurrency {} + retained_histories {} = {}   (the {} extra never run a "
+                       "context: they keep retained prefixes)\n",
+                       h.concurrency, h.retained_histories, h.history_slots, h.retained_histories);
+    out += fmt::format("  pinned            = history_slots {} × {} = {}\n", h.history_slots, format_bytes(h.history_bytes),
+                       format_bytes(h.used_bytes));
+  }
 
   if (plan.summaries.bytes != 0) {
     const SummaryPlan& sp = plan.summaries;
@@ -113,6 +124,8 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                     {"leftover_segments", h.leftover_segments},
                     {"max_seqs", h.max_seqs},
                     {"concurrency", h.concurrency},
+                    {"retained_histories", h.retained_histories},
+                    {"history_slots", h.history_slots},
                     {"pinned_bytes", h.used_bytes}};
   j["arena"] = {{"device_pool_bytes", a.device_pool_bytes},
                 {"alignment_bytes", arena_alignment_bytes},

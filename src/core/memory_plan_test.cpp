@@ -162,6 +162,59 @@ TEST(MemoryPlan, HostPoolTooSmallNamesTheMinimum) {
   EXPECT_NE(r.error().message.find("lower --max-context to 16384"), std::string::npos) << r.error().message;
 }
 
+// The retained-history allowance: histories that never run a context, only keep retained
+// prefixes. The concurrency leaves them out; the host pool maps them; a pool that cannot hold
+// one running history besides them is refused with the formula.
+TEST(MemoryPlan, RetainedHistoriesAreMappedBeyondTheConcurrencyOrRefusedWithTheFormula) {
+  MemorySettings s;
+  s.geometry = find_preset("smollm2-135m")->geometry;
+  s.max_context_tokens = 8192;
+  s.max_seqs = 6;
+  s.device_pool_bytes = 24 * MiB;
+  s.tile_tokens = 1024;
+  s.tiles = 4;
+  s.chunk_tokens = 128;            // configs/default.json's prefill chunk
+  s.host_pool_bytes = 1080 * MiB;  // 6 histories of 180 MiB
+  s.retained_histories = 2;
+  const MemoryPlan plan = make_memory_plan(s).value();
+  EXPECT_EQ(plan.host.histories, 6u);
+  EXPECT_EQ(plan.host.retained_histories, 2u);
+  EXPECT_EQ(plan.host.concurrency, 4u);  // min(max_seqs 6, histories 6 − retained 2)
+  EXPECT_EQ(plan.host.history_slots, 6u);
+  EXPECT_EQ(plan.host.used_bytes, 6 * 180 * MiB);
+  EXPECT_EQ(plan.budget.concurrency, 4u) << "the device plan is the one 4 running contexts had before";
+  const std::string text = format_memory_plan(plan);
+  EXPECT_NE(text.find("concurrency       = min(max_seqs 6, histories 6 − retained_histories 2) = 4"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("history_slots     = concurrency 4 + retained_histories 2 = 6"), std::string::npos) << text;
+  EXPECT_NE(text.find("pinned            = history_slots 6 × 180 MiB"), std::string::npos) << text;
+  const std::string json = memory_plan_json(plan);
+  EXPECT_NE(json.find("\"retained_histories\": 2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"history_slots\": 6"), std::string::npos) << json;
+  // max_seqs below the histories: the allowance still comes on top of the concurrency.
+  s.max_seqs = 2;
+  const MemoryPlan small = make_memory_plan(s).value();
+  EXPECT_EQ(small.host.concurrency, 2u);
+  EXPECT_EQ(small.host.history_slots, 4u);
+  // Without the allowance the plan is what it always was.
+  s.max_seqs = 6;
+  s.retained_histories = 0;
+  s.host_pool_bytes = 720 * MiB;
+  const MemoryPlan none = make_memory_plan(s).value();
+  EXPECT_EQ(none.host.concurrency, 4u);
+  EXPECT_EQ(none.host.history_slots, 4u);
+  EXPECT_EQ(none.host.used_bytes, 720 * MiB);
+  // Refused: 4 histories cannot keep 4 retained and run one.
+  s.retained_histories = 4;
+  const auto r = make_memory_plan(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().setting, "retained_histories");
+  EXPECT_NE(r.error().message.find("concurrency (at least 1) + retained_histories 4"), std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("raise --host-pool to at least 900 MiB"), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << "one line";
+}
+
 TEST(MemoryPlan, AutomaticDeviceSizesAreRefusedWithHowToChoose) {
   const MemorySettings s = hybrid_settings();
   for (const char* text : {"auto", "AUTO", "0", "50%", "max"}) {

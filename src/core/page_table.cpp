@@ -290,6 +290,7 @@ const char* BudgetManager::check() const noexcept {
     if (in_tables != c.pages_assigned) return "a context's assigned count differs from its page tables";
   }
   if (running != running_) return "the running count differs from the slots";
+  if (running_ > running_max_) return "more contexts run than the concurrency";
   if (reserved != reserved_total_) return "the reserved total differs from the contexts' reservations";
   if (retained != retained_total_) return "the retained device pages differ from the free histories' tables";
   if (floors != floors_committed_) return "the committed floors differ from the contexts' floors";

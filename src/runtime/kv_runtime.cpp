@@ -51,8 +51,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   in_place_tickets_.resize(sizes_.entries_max);
   schedule_.read_host_in_place(settings.read_in_place);
   promotion_failed_.resize(sizes_.promotions_max);
-  slot_faulted_.resize(plan_.budget.concurrency);
-  deferred_cancels_.resize(plan_.budget.concurrency);
+  slot_faulted_.resize(budgets_.slots());
+  deferred_cancels_.resize(budgets_.slots());
   retained_generation_.assign(budgets_.slots(), 0);
   retained_request_.assign(budgets_.slots(), 0);
   adoption_.assign(budgets_.slots(), Adoption{});

@@ -148,7 +148,7 @@ void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std:
   const auto injected = backend.faults_injected();
   run.faults_injected = injected.failed_fences + injected.unknown_fences + injected.failed_copies + injected.torn_copies;
   // Every page that is not quarantined and every history that is not retired came back.
-  EXPECT_EQ(rt.histories_free() + rt.histories_retired(), rt.plan().budget.concurrency);
+  EXPECT_EQ(rt.histories_free() + rt.histories_retired(), rt.plan().host.history_slots);
   EXPECT_EQ(rt.histories_retired(), rt.counters().histories_retired);
   EXPECT_EQ(rt.pages_free() + rt.pages_quarantined(), rt.pages_total());
   EXPECT_EQ(rt.check(), nullptr);

@@ -336,7 +336,7 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
   totals.sparse_pages_held += rt.sparse_stats().pages_context;
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u) << "seed " << seed;
   EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;
-  EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
+  EXPECT_EQ(rt.histories_free(), rt.plan().host.history_slots) << "seed " << seed;
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
   EXPECT_EQ(rt.counters().failed_steps, 0u);
 }

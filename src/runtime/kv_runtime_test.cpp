@@ -240,7 +240,7 @@ void run_scenario(const Scenario& s, Backend& backend, RunResult& result) {
   result.counters = rt.counters();
   result.pages_total = rt.pages_total();
   EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "every page returned";
-  EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "every history returned";
+  EXPECT_EQ(rt.histories_free(), rt.plan().host.history_slots) << "every history returned";
   EXPECT_EQ(rt.check(), nullptr);
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
 }

@@ -126,7 +126,7 @@ struct Small {
 
 Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, std::uint32_t page_tokens = 4,
                  std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2, bool device = true,
-                 std::uint32_t pool_pages = 0) {
+                 std::uint32_t pool_pages = 0, std::uint32_t retained_histories = 0) {
   Small s;
   s.g.dense_layers = layers;
   s.g.kv_heads = 1;
@@ -143,7 +143,8 @@ Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, st
   m.max_context_tokens = s.max_context;
   m.max_seqs = histories;
   m.chunk_tokens = s.chunk_tokens;
-  m.host_pool_bytes = std::uint64_t{histories} * s.g.dense_layers * s.max_context * s.g.row_bytes();
+  m.retained_histories = retained_histories;  // host histories beyond the concurrency, for retained prefixes only
+  m.host_pool_bytes = std::uint64_t{histories + retained_histories} * s.g.dense_layers * s.max_context * s.g.row_bytes();
   const std::uint64_t floor_pages = std::uint64_t{s.g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, page_tokens));
   const std::uint64_t pages = floor_pages * histories + extra_pages;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
@@ -528,6 +529,69 @@ TEST(PrefixReuse, AdmissionDropsTheLeastRecentlyUsedRetainedHistoryAndLogsIt) {
   sm.rt->finish(e->handle);
 }
 
+// The retained-history allowance: 2 running contexts, 1 extra history that only keeps a
+// retained prefix. A follow-up keeps its history while two strangers run; a third stranger waits
+// for the concurrency, not on a retained history; more conversations than histories still drop,
+// least recently used first, counted and logged.
+TEST(PrefixReuse, TheRetainedHistoryAllowanceKeepsAHistoryWhileTheConcurrencyRunsAndStillDrops) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true, 1, 4, 2, 8, 2, true, 0, /*retained_histories=*/1);
+  ASSERT_NE(sm.rt, nullptr);
+  KvRuntime& rt = *sm.rt;
+  EXPECT_EQ(rt.plan().host.concurrency, 2u);
+  EXPECT_EQ(rt.plan().host.history_slots, 3u);
+  EXPECT_EQ(rt.histories_free(), 3u);
+  std::uint32_t reused = 0;
+  Sequence s1 = sequence_of(12, 61), s2 = sequence_of(12, 62), s3 = sequence_of(12, 63), s4 = sequence_of(12, 64);
+  auto a = rt.open_context(1, 64, s1.tokens, reused);
+  prefill(sm, a->handle, s1, 0, 12);
+  rt.finish_retaining(a->handle, s1.tokens);
+  // Two strangers run (the concurrency); s1's history is kept in the extra one.
+  auto b = rt.open_context(2, 64, s2.tokens, reused);
+  auto c = rt.open_context(3, 64, s3.tokens, reused);
+  ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+  EXPECT_NE(b->handle.slot, a->handle.slot);
+  EXPECT_NE(c->handle.slot, a->handle.slot);
+  EXPECT_EQ(rt.counters().retained_dropped, 0u) << "the allowance keeps s1's history while the concurrency runs";
+  // A third stranger waits for the concurrency: the free history holds a retained prefix, but it is
+  // not what admission waits on (the queue says no_free_history only because 2 run).
+  auto d = rt.open_context(4, 64, s4.tokens, reused);
+  ASSERT_EQ(d->outcome, AdmitOutcome::queued);
+  EXPECT_EQ(d->reason, Reason::no_free_history);
+  EXPECT_EQ(rt.histories_free(), 1u);
+  EXPECT_FALSE(rt.may_admit_now()) << "a free history, but the concurrency runs";
+  EXPECT_EQ(rt.counters().retained_histories, 1u) << "waiting does not drop the retained prefix";
+  EXPECT_EQ(rt.check(), nullptr);
+  prefill(sm, b->handle, s2, 0, 12);
+  rt.finish_retaining(b->handle, s2.tokens);
+  // The queued stranger is admitted at once; both free histories hold prefixes, so the least
+  // recently used (s1's) is dropped, counted and logged.
+  std::vector<AdmitResult> admitted(4);
+  ASSERT_EQ(rt.take_admitted(admitted), 1u);
+  const ContextId dh = admitted[0].handle;
+  EXPECT_EQ(dh.slot, a->handle.slot);
+  EXPECT_EQ(rt.counters().retained_dropped, 1u);
+  EXPECT_EQ(count_decisions(rt, dh, DecisionKind::drop_retained, Reason::retained_lru), 1u)
+      << "the decision log shows the drop and its reason";
+  // s2's follow-up, once a running context finishes, adopts s2's history in place.
+  Sequence f2 = s2;
+  f2.push(9);
+  rt.finish(c->handle);
+  EXPECT_TRUE(rt.may_admit_now());
+  auto e = rt.open_context(5, 64, f2.tokens, reused);
+  ASSERT_EQ(e->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 12u);
+  EXPECT_EQ(e->handle.slot, b->handle.slot) << "adopted in place";
+  expect_rows(sm, e->handle, f2, 12, "adopted with the allowance");
+  EXPECT_EQ(rt.check(), nullptr);
+  rt.finish(dh);
+  rt.finish(e->handle);
+  rt.release_retained();
+  EXPECT_EQ(rt.pages_free(), rt.pages_total());
+  EXPECT_EQ(rt.histories_free(), 3u) << "free + running + retired = history_slots";
+}
+
 TEST(PrefixReuse, APartialMatchCopiesAndKeepsTheLongerHistory) {
   if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
   Small sm = make_small(2, true);
@@ -753,7 +817,8 @@ std::uint32_t seeds_from_environment() {
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
                 queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
-                device_copied = 0, releases = 0;
+                device_copied = 0, releases = 0, allowance_seeds = 0, allowance_dropped = 0,
+                allowance_waits_at_concurrency = 0;
 };
 
 struct Live {
@@ -774,7 +839,11 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   const std::uint32_t extra_pages = uniform(0, 12);
   const std::uint32_t layers = uniform(1, 2);
   const bool device = uniform(0, 3) != 0;  // device retention on in three seeds of four
-  Small sm = make_small(histories, true, seed, page_tokens, tiles, extra_pages, layers, device);
+  // A retained-history allowance (0, 1 or 2 histories that never run a context) from its own
+  // generator, so every other draw of the seed is what it was before the allowance existed.
+  std::mt19937_64 retain_rng(seed ^ 0x2E7A1AEDull);
+  const std::uint32_t retained = std::uniform_int_distribution<std::uint32_t>(0, 2)(retain_rng);
+  Small sm = make_small(histories, true, seed, page_tokens, tiles, extra_pages, layers, device, 0, retained);
   ASSERT_NE(sm.rt, nullptr);
   KvRuntime& rt = *sm.rt;
   std::vector<Sequence> finished;  // conversations to follow up
@@ -822,6 +891,17 @@ void run_seed(std::uint64_t seed, Totals& totals) {
       ASSERT_TRUE(r.ok()) << r.error().describe();
       l.running = r->outcome == AdmitOutcome::admitted;
       totals.queued += l.running ? 0 : 1;
+      if (r->outcome == AdmitOutcome::queued && r->reason == Reason::no_free_history) {
+        // Admission never waits on a retained history: it waits for a history only when the
+        // concurrency's worth of contexts run (or every other history is retired or held).
+        std::uint32_t running_now = 0;
+        for (const Live& x : live) running_now += x.running ? 1 : 0;
+        ASSERT_TRUE(running_now == rt.plan().host.concurrency ||
+                    rt.histories_free() == 0)
+            << "seed " << seed << " op " << op << ": waits for a history with " << running_now << " running and "
+            << rt.histories_free() << " free";
+        totals.allowance_waits_at_concurrency += retained > 0 ? 1 : 0;
+      }
       l.handle = r->handle;
       l.length = reused;
       ASSERT_LT(reused, l.prompt) << "at least one prompt token is prefilled";
@@ -913,6 +993,9 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     }
     const char* broken = rt.check();
     ASSERT_EQ(broken, nullptr) << "seed " << seed << " op " << op << ": " << broken;
+    std::uint32_t running_now = 0;
+    for (const Live& x : live) running_now += x.running ? 1 : 0;
+    ASSERT_LE(running_now, rt.plan().host.concurrency) << "seed " << seed << " op " << op << ": the extra histories run nothing";
   }
   // Finish what runs; the queued are admitted as histories come back, then finish in turn.
   while (!live.empty()) {
@@ -933,7 +1016,8 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   EXPECT_EQ(rt.check(), nullptr);
   EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed << ": every page returned (" << kept_at_end
                                                << " were retained on the device)";
-  EXPECT_EQ(rt.histories_free(), rt.plan().budget.concurrency) << "seed " << seed;
+  EXPECT_EQ(rt.histories_free(), rt.plan().host.history_slots) << "seed " << seed << ": every history back";
+  EXPECT_EQ(rt.plan().host.history_slots, histories + retained);
   EXPECT_EQ(rt.counters().device_allocations_after_warmup, 0u);
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, heap_before) << "seed " << seed << ": invariant 7";
   const KvCounters& c = rt.counters();
@@ -946,6 +1030,10 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   totals.device_adopted += c.retained_device_pages_adopted;
   totals.device_reclaimed += c.retained_device_pages_reclaimed;
   totals.device_copied += c.prefix_device_pages_copied;
+  if (retained > 0) {
+    ++totals.allowance_seeds;
+    totals.allowance_dropped += c.retained_dropped;
+  }
   EXPECT_EQ(c.retained_device_pages_kept, c.retained_device_pages_adopted + c.retained_device_pages_reclaimed +
                                               c.retained_device_pages)
       << "seed " << seed << ": every retained device page is adopted, reclaimed or still held";
@@ -970,7 +1058,14 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
               static_cast<unsigned long long>(totals.device_adopted),
               static_cast<unsigned long long>(totals.device_reclaimed), static_cast<unsigned long long>(totals.device_copied),
               static_cast<unsigned long long>(totals.releases));
+  std::printf("retained-history allowance in %llu seeds: %llu retained dropped there, %llu waits for a history at the "
+              "concurrency\n",
+              static_cast<unsigned long long>(totals.allowance_seeds), static_cast<unsigned long long>(totals.allowance_dropped),
+              static_cast<unsigned long long>(totals.allowance_waits_at_concurrency));
   // The mix must have exercised what it claims to.
+  EXPECT_GT(totals.allowance_seeds, seeds / 2);
+  EXPECT_GT(totals.allowance_dropped, 0u) << "more conversations than histories drop even with the allowance";
+  EXPECT_GT(totals.allowance_waits_at_concurrency, 0u) << "admission waited at the concurrency with extra histories free";
   EXPECT_GT(totals.adoptions, seeds / 4);
   EXPECT_GT(totals.copies, 0u);
   EXPECT_GT(totals.dropped, 0u);

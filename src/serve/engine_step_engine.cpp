@@ -45,7 +45,7 @@ struct EngineStepEngine::Parts {
   std::uint64_t pending_request_id = 0;      // queued inside the runtime; 0: none
   std::vector<AdmitResult> admitted_scratch; // take_admitted() buffer, sized at warm-up
   std::vector<engine::StepInput> inputs;     // step scratch, sized at warm-up
-  std::vector<engine::Sampler> samplers;     // one per context slot (the concurrency), built at warm-up
+  std::vector<engine::Sampler> samplers;     // one per history slot (concurrency + retained), built at warm-up
   // Per slot: the tokens whose rows the context holds, in order (what a finished history is
   // retained under). Sized at warm-up: slots × max context.
   std::vector<std::int32_t> slot_tokens;
@@ -91,6 +91,9 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   memory.max_context_tokens = c.max_context_tokens != 0 ? c.max_context_tokens : mc.context_tokens;
   memory.max_seqs = c.max_seqs;
   memory.chunk_tokens = c.prefill_chunk_tokens;
+  // Applied with or without reuse, so --no-prefix-reuse keeps the same concurrency (the extra
+  // histories then stay empty).
+  memory.retained_histories = c.retained_histories;
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",
                       fmt::format("the configuration's max_context {} exceeds the model's llama.context_length {} ({}): "
@@ -160,6 +163,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   p.histories = static_cast<std::uint32_t>(std::min<std::uint64_t>(mp.host.histories, UINT32_MAX));  // no wrap to 0
   p.max_seqs = mp.host.max_seqs;
   p.concurrency = std::min<std::uint32_t>(mp.host.concurrency, mp.budget.concurrency);
+  p.retained_histories = mp.host.retained_histories;
   p.pool_pages = mp.arena.pages;
   p.page_tokens = mp.arena.page_tokens;
   p.host_pool_bytes = mp.host.used_bytes;
@@ -170,10 +174,11 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   parts->admitted_scratch.resize(std::max<std::size_t>(std::min(p.histories, p.concurrency), 1) + 8);
   parts->inputs.resize(entries_max);
   parts->max_context = mp.host.max_context_tokens;
-  parts->slot_tokens.assign(std::size_t{mp.budget.concurrency} * parts->max_context, 0);
-  parts->slot_length.assign(mp.budget.concurrency, 0);
-  parts->samplers.reserve(mp.budget.concurrency);
-  for (std::uint32_t i = 0; i < mp.budget.concurrency; ++i) {
+  // Per history slot (concurrency + retained_histories): a context may run in any mapped history.
+  parts->slot_tokens.assign(std::size_t{mp.host.history_slots} * parts->max_context, 0);
+  parts->slot_length.assign(mp.host.history_slots, 0);
+  parts->samplers.reserve(mp.host.history_slots);
+  for (std::uint32_t i = 0; i < mp.host.history_slots; ++i) {
     parts->samplers.emplace_back(engine::SamplerSettings{}, parts->engine->config().vocab);
   }
   parts->device_allocations_at_warmup = parts->runtime->counters().device_allocations_after_warmup;
@@ -216,7 +221,9 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
       return {AdmitOutcome::tier_pending, {}, 0};
     }
   }
-  if (p.runtime->histories_free() == 0) return {AdmitOutcome::no_free_history, {}, 0};
+  // A free history is not enough with a retained-history allowance: the concurrency must have room
+  // too, or the request would queue inside the runtime and later be admitted without adopting.
+  if (!p.runtime->may_admit_now()) return {AdmitOutcome::no_free_history, {}, 0};
   const std::uint64_t id = p.next_request_id++;
   std::uint32_t reused = 0;
   auto result = p.runtime->open_context(id, tokens_max, prompt, reused);
@@ -335,7 +342,7 @@ EngineCounters EngineStepEngine::counters() const {
   return c;
 }
 
-// Compared with what was allocated (the plan's concurrency: min(max_seqs, histories that fit)), never with
+// Compared with what was allocated (the plan's history slots: concurrency + retained_histories), never with
 // what the pool could hold: a pool larger than max_seqs histories is no leak.
 bool EngineStepEngine::all_returned() const {
   Parts& p = *parts_;
@@ -343,7 +350,7 @@ bool EngineStepEngine::all_returned() const {
     p.tier->drain();
     p.runtime->release_tier_leases();
   }
-  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.concurrency &&
+  return p.runtime->pages_free() == p.runtime->pages_total() && p.runtime->histories_free() == p.runtime->plan().host.history_slots &&
          p.runtime->check() == nullptr;
 }
 

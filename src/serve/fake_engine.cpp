@@ -26,20 +26,22 @@ FakeEngine::FakeEngine(const FakeEngineConfig& config) : config_(config) {
   AK_ASSERT(config.histories > 0, "FakeEngine: at least one history");
   AK_ASSERT(config.target_pages <= config.burst_pages, "FakeEngine: target must not exceed burst");
   plan_.max_context_tokens = config.max_context_tokens;
-  plan_.histories = config.histories;
+  plan_.histories = config.histories + config.retained_histories;
   plan_.max_seqs = config.max_seqs;
   plan_.concurrency = std::min(config.max_seqs, config.histories);
+  plan_.retained_histories = config.retained_histories;
   plan_.pool_pages = config.pool_pages;
   plan_.page_tokens = config.page_tokens;
-  plan_.host_pool_bytes = std::uint64_t{config.histories} * config.dense_layers * config.max_context_tokens * config.row_bytes;
+  plan_.host_pool_bytes = std::uint64_t{config.histories + config.retained_histories} * config.dense_layers *
+                          config.max_context_tokens * config.row_bytes;
   plan_.device_arena_bytes = std::uint64_t{config.pool_pages} * config.page_tokens * config.row_bytes;
   plan_.eos_token = config.eos_token;
-  slots_.resize(config.histories);
+  slots_.resize(std::size_t{config.histories} + config.retained_histories);
   for (Slot& s : slots_) {
     s.fed.reserve(config.max_context_tokens);
     s.page_hash.reserve(config.max_context_tokens / config.page_tokens + 1);
   }
-  order_.reserve(config.histories);
+  order_.reserve(slots_.size());
 }
 
 std::string FakeEngine::plan_text() const {
@@ -183,7 +185,7 @@ Admission FakeEngine::admit(std::span<const std::int32_t> prompt, std::uint32_t 
   s.admitted_order = admissions_++;
   order_.push_back(index);
   ++live_;
-  counters_.host_bytes_in_use = std::uint64_t{live_} * plan_.host_pool_bytes / config_.histories;
+  counters_.host_bytes_in_use = std::uint64_t{live_} * plan_.host_pool_bytes / slots_.size();
   return {AdmitOutcome::admitted, ContextHandle{index, s.generation}, reused};
 }
 
@@ -193,7 +195,7 @@ void FakeEngine::release(ContextHandle context) {
   s.held = 0;
   order_.erase(std::find(order_.begin(), order_.end(), context.index));  // no allocation
   --live_;
-  counters_.host_bytes_in_use = std::uint64_t{live_} * plan_.host_pool_bytes / config_.histories;
+  counters_.host_bytes_in_use = std::uint64_t{live_} * plan_.host_pool_bytes / slots_.size();
 }
 
 void FakeEngine::finish(ContextHandle context) {

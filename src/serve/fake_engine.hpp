@@ -34,7 +34,8 @@
 namespace activekv::serve {
 
 struct FakeEngineConfig {
-  std::uint32_t histories = 4;            // host-pool histories
+  std::uint32_t histories = 4;            // host-pool histories a context may run in
+  std::uint32_t retained_histories = 0;   // more histories that only keep retained prefixes (never run one)
   std::uint32_t max_seqs = 8;
   std::uint32_t max_context_tokens = 2048;
   std::uint32_t dense_layers = 4;

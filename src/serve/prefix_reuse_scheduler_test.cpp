@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "serve/fake_engine.hpp"
+#include "serve/run_config.hpp"
 #include "serve/scheduler.hpp"
 #include "serve/trace.hpp"
 #include "testing/alloc_counter.hpp"
@@ -129,6 +130,55 @@ TEST(PrefixReuseScheduler, DefaultTraceSessionsReuseTheirHistoryAndMatchByteForB
   EXPECT_GT(c.follow_ups, 0u);
   EXPECT_EQ(c.follow_ups_reusing, c.follow_ups) << "every follow-up adopts at least the shared dictionary preamble";
   EXPECT_LT(c.ttft_follow_ups_on_s, c.ttft_follow_ups_off_s);
+}
+
+// The default trace with the default configuration's retained-history allowance
+// (configs/default.json: retained_histories), the fake engine paced like the real
+// model on 2 cores (about 1 ms per prompt byte, 20 ms per step), so that four long
+// contexts run while the sessions' first turns finish and strangers take histories:
+// the pressure docs/PREFIX.md describes. With the allowance both follow-ups (r07,
+// r09) adopt their predecessor's whole history; the outputs equal reuse off.
+TEST(PrefixReuseScheduler, DefaultTraceWithTheRetainedHistoryAllowanceBothFollowUpsReuseTheirHistory) {
+  std::istringstream in{std::string(default_trace_text())};
+  auto trace = read_trace(in, "default_trace.jsonl");
+  ASSERT_TRUE(trace) << trace.error().describe();
+  auto defaults = parse_run_config(default_config_text(), "configs/default.json");
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  ASSERT_GT(defaults->retained_histories, 0u) << "configs/default.json keeps an allowance of retained histories";
+  SchedulerConfig config;
+  config.max_seqs = defaults->max_seqs;
+  config.step_tokens = defaults->step_tokens;
+  config.prefill_chunk_tokens = defaults->prefill_chunk_tokens;
+  config.stop_at_eos = false;
+  auto follow_ups = [&](std::uint32_t retained, Comparison& c) {
+    FakeEngineConfig e = default_like();
+    e.retained_histories = retained;
+    e.step_cost_s = 0.02;
+    e.token_cost_s = 0.001;
+    c = compare(*trace, e, config);
+    auto on = run_all(*trace, e, config, true);
+    std::vector<std::pair<std::string, bool>> whole;  // follow-up id, adopted its predecessor's whole history
+    for (const RequestRecord& x : on->scheduler->requests()) {
+      if (x.previous_turn < 0) continue;
+      const RequestRecord& prev = on->scheduler->requests()[static_cast<std::size_t>(x.previous_turn)];
+      const std::uint32_t held = prev.prompt_tokens + prev.output_tokens - 1;  // rows the predecessor holds
+      whole.emplace_back(x.id, x.reused_tokens + e.page_tokens > held);
+      std::printf("retained_histories %u: %s prompt %u, reused %u, prefilled %u; dropped %llu\n", retained, x.id.c_str(),
+                  x.prompt_tokens, x.reused_tokens, x.prompt_tokens - x.reused_tokens,
+                  static_cast<unsigned long long>(on->engine->counters().retained_dropped));
+    }
+    return whole;
+  };
+  Comparison with{}, without{};
+  const auto allowed = follow_ups(defaults->retained_histories, with);
+  if (HasFailure()) return;
+  ASSERT_EQ(allowed.size(), 2u);
+  for (const auto& [id, reused_whole] : allowed) EXPECT_TRUE(reused_whole) << id << " adopts its predecessor's history";
+  const auto none = follow_ups(0, without);
+  std::size_t whole_without = 0;
+  for (const auto& [id, reused_whole] : none) whole_without += reused_whole ? 1 : 0;
+  EXPECT_LT(whole_without, 2u) << "without the allowance the pressure drops a follow-up's history (the gap it closes)";
+  EXPECT_GT(with.reused, without.reused);
 }
 
 std::vector<std::int32_t> bytes(std::mt19937& rng, std::uint32_t n) {

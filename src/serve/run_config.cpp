@@ -58,10 +58,12 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
   return {};
 }
 
+constexpr std::uint32_t retained_histories_max = 1024;
+
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "kv_tier", "prefix_reuse_device", "sparse", "comment"};
+                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "comment"};
 
 // The sparse key: "exact", or an object (docs/SPARSE.md "Configuration").
 Status read_sparse(const json& value, SparseSettings& out, std::string_view source) {
@@ -134,6 +136,12 @@ Status RunConfig::validate(std::string_view source) const {
                        fmt::format("{} exceeds step_tokens {}: a chunk must fit in one step's budget", prefill_chunk_tokens,
                                    step_tokens));
   }
+  if (retained_histories > retained_histories_max) {
+    return field_error(source, "retained_histories",
+                       fmt::format("{} is more than {}: each retained history is a whole host history (max_context × rows "
+                                   "× dense layers); lower retained_histories",
+                                   retained_histories, retained_histories_max));
+  }
   if (step_tokens < max_seqs) {
     return field_error(source, "step_tokens",
                        fmt::format("{} is below max_seqs {}: every running context must be able to decode each step",
@@ -155,7 +163,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories)");
     }
   }
   RunConfig config;
@@ -173,7 +181,8 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
                    read_count(object, "step_tokens", config.step_tokens, source, true, 1),
                    read_count(object, "prefill_chunk_tokens", config.prefill_chunk_tokens, source, true, 1),
                    read_count(object, "threads", config.threads, source, true, 1),
-                   read_count(object, "max_queue", config.max_queue, source, false, 0)}) {
+                   read_count(object, "max_queue", config.max_queue, source, false, 0),
+                   read_count(object, "retained_histories", config.retained_histories, source, false, 0)}) {
     if (!s) return s.error();
   }
   if (object.contains("stop_at_eos")) {

@@ -32,6 +32,10 @@ struct RunConfig {
   bool stop_at_eos = true;                 // end a request at the end-of-sequence token
   double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
   bool prefix_reuse = true;                // a finished history stays as a retained prefix; a follow-up adopts it
+  // Host histories beyond the concurrency that only keep retained prefixes (docs/PREFIX.md): the host
+  // pool must hold concurrency + retained_histories. Applied with or without prefix_reuse (the same
+  // concurrency either way; without reuse the extra histories stay empty).
+  std::uint32_t retained_histories = 0;
   // The shared KV tier (docs/TIER.md): key kv_tier, "redis://host:port" or
   // {"url": …, "block_tokens": …, "timeout_ms": …, "write_queue": …, "lookups": …}; --kv-tier sets the url.
   std::string kv_tier;                     // empty: no tier

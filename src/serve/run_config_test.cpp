@@ -83,6 +83,23 @@ TEST(RunConfig, PrefixReuseDeviceDefaultsOnAndParses) {
   EXPECT_FALSE(off->prefix_reuse_device);
 }
 
+TEST(RunConfig, RetainedHistoriesDefaultToNoneParseAndRefuseOutOfRange) {
+  auto defaults = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  EXPECT_EQ(defaults->retained_histories, 0u);
+  auto two = parse_run_config(with("retained_histories", "2"), "c.json");
+  ASSERT_TRUE(two) << two.error().describe();
+  EXPECT_EQ(two->retained_histories, 2u);
+  for (const char* bad : {"-1", "\"two\"", "1.5", "true"}) {
+    auto r = parse_run_config(with("retained_histories", bad), "c.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().describe().find("retained_histories"), std::string::npos) << r.error().describe();
+  }
+  auto huge = parse_run_config(with("retained_histories", "5000"), "c.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().describe().find("retained_histories"), std::string::npos) << huge.error().describe();
+}
+
 TEST(RunConfig, DeepNestingAndFilesThatAreNoFilesAreRefused) {
   auto deep = parse_run_config("{\"comment\": " + std::string(100000, '[') + std::string(100000, ']') + "}", "c.json");
   ASSERT_FALSE(deep.ok());

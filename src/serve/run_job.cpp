@@ -13,6 +13,11 @@ namespace activekv::serve {
 
 std::string admission_text(const EnginePlan& plan, const RunConfig& config) {
   const std::uint32_t cap = std::min(config.max_seqs, plan.concurrency);
+  if (plan.retained_histories > 0) {
+    return fmt::format("concurrency {}: max_seqs {}, the host pool holds {} histories, {} of them kept only for retained "
+                       "prefixes (retained_histories)\n",
+                       cap, config.max_seqs, plan.histories, plan.retained_histories);
+  }
   if (plan.histories < config.max_seqs && plan.histories < plan.max_seqs) {
     return fmt::format(
         "concurrency {}: the host pool holds {} histories, below max_seqs {}; further requests queue "

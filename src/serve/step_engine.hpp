@@ -121,7 +121,8 @@ struct EngineCounters {
 struct EnginePlan {
   std::uint32_t max_context_tokens = 0;
   std::uint32_t histories = 0;       // host-pool histories (contexts that fit)
-  std::uint32_t concurrency = 0;     // min(max_seqs, histories)
+  std::uint32_t concurrency = 0;     // min(max_seqs, histories − retained_histories)
+  std::uint32_t retained_histories = 0;  // of the histories, kept only for retained prefixes (never run one)
   std::uint32_t max_seqs = 0;        // as configured
   std::uint32_t pool_pages = 0;      // device page pool
   std::uint32_t page_tokens = 0;
