@@ -26,8 +26,8 @@ std::uint64_t largest_fitting(std::uint64_t unit, std::uint64_t total) {
   std::uint64_t lo = 0, hi = total / 1 + 1;  // n ≤ total since unit ≥ 1
   while (hi - lo > 1) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
-    const unsigned __int128 used = static_cast<unsigned __int128>(mid) * unit;
-    (used <= total ? lo : hi) = mid;
+    const bool fits = mid <= total / unit;  // mid * unit <= total, without overflow
+    (fits ? lo : hi) = mid;
   }
   return lo;
 }
@@ -113,7 +113,9 @@ TEST(MemoryPlan, RandomGeometriesMatchAnIndependentComputationAndLayoutHolds) {
     EXPECT_EQ(a.staging_tiles.size_bytes, static_cast<std::uint64_t>(s.tiles) * s.tile_tokens * row);
     EXPECT_EQ(a.page_pool.size_bytes, static_cast<std::uint64_t>(a.pages) * s.page_tokens * row);
     for (const ArenaPart* part : {&a.staging_tiles, &a.page_pool, &a.recurrent, &a.headroom}) {
-      if (part->size_bytes != 0) EXPECT_EQ(part->offset_bytes % arena_alignment_bytes, 0u);
+      if (part->size_bytes != 0) {
+        EXPECT_EQ(part->offset_bytes % arena_alignment_bytes, 0u);
+      }
     }
     EXPECT_GE(a.page_pool.offset_bytes, a.staging_tiles.offset_bytes + a.staging_tiles.size_bytes);
     EXPECT_GE(a.recurrent.offset_bytes, a.page_pool.offset_bytes + a.page_pool.size_bytes);

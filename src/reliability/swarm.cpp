@@ -153,11 +153,6 @@ class SeedRun {
       sp.floor_pages = sparse_pick(3, 6);
       sp.recent_pages = sparse_pick(1, 2);
       sp.measure = sparse_pick(0, 1) == 1;
-      // The summaries' own arena part after the pages: the page pool's end rounded up to the
-      // alignment, then the part (so the pool keeps at least its `pages`).
-      MemorySettings with_summaries = m;
-      with_summaries.sparse_summaries = true;
-      m.device_pool_bytes += arena_alignment_bytes + summary_part_bytes(with_summaries);
     }
     settings_.prefix_reuse = chance(67);
     // A retained-history allowance (docs/PREFIX.md) in about two reuse seeds of three, from its own
@@ -167,6 +162,14 @@ class SeedRun {
       std::mt19937_64 retain_rng(report_.seed ^ 0x2E7A1AEDull);
       m.retained_histories = std::uniform_int_distribution<std::uint32_t>(0, 2)(retain_rng);
       m.host_pool_bytes += std::uint64_t{m.retained_histories} * g.dense_layers * m.max_context_tokens * g.row_bytes();
+    }
+    if (settings_.sparse.enabled()) {
+      // The summaries' own arena part after the pages, one per history slot (the retained
+      // allowance included): the page pool's end rounded up to the alignment, then the part (so
+      // the pool keeps at least its `pages`).
+      MemorySettings with_summaries = m;
+      with_summaries.sparse_summaries = true;
+      m.device_pool_bytes += arena_alignment_bytes + summary_part_bytes(with_summaries);
     }
 
     // The workload.

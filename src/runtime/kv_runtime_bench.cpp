@@ -160,7 +160,7 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
   if (medians != nullptr) {
     const SparseStats& ss = rt.sparse_stats();
     *medians = Medians{step_med, median(attention_us), ss.pages_read_per_selection(),
-                       ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / ss.selections, cpu_per_step};
+                       ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections), cpu_per_step};
     std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %9.0f | %7.1f | %7.1f | %u |\n", context_tokens,
                 !sparse.enabled() ? "exact" : sparse.per_group ? "sparse 1/8" : "1/8 1 list", step_med, cpu_per_step, median(attention_us),
                 static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps)),

@@ -484,7 +484,9 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
       EXPECT_GT(r.stats.mean_recall(), 0.0);
       EXPECT_LE(r.stats.mean_recall(), 1.0 + 1e-6);
       EXPECT_GT(r.stats.recall_min, 0.0);
-      if (per_group) EXPECT_GE(r.stats.mean_recall(), last_recall - 1e-9) << "recall grows with the budget";
+      if (per_group) {
+        EXPECT_GE(r.stats.mean_recall(), last_recall - 1e-9) << "recall grows with the budget";
+      }
       EXPECT_EQ(r.allocations_after_first_decode, 0u) << "budget " << budget;
       EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
       EXPECT_GT(r.summary_bytes_checked, 0u);

@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
       longest.push_back(ms(longest_call));
     }
     std::printf("| %zu | %u | %.0f | %.1f | %.2f | %.2f (%u, %.2f) |\n", static_cast<std::size_t>(std::min(n, kMaxContext - 1)),
-                restored, static_cast<double>(restored) * g.dense_layers * g.row_bytes() / 1e6, median(wall), median(admit),
+                restored, static_cast<double>(restored) * g.dense_layers * static_cast<double>(g.row_bytes()) / 1e6, median(wall), median(admit),
                 median(prepare), calls_last, median(longest));
   }
   tier_port->drain();
