@@ -319,7 +319,9 @@ std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch,
   const std::uint32_t n = in.pages;
   AK_ASSERT(n <= scratch.rank.size() && n <= selected.size(), "sparse selection: more pages than reserved");
   AK_ASSERT(std::size_t{in.groups} * n <= scratch.order.size(), "sparse selection: more groups than reserved");
-  AK_ASSERT(in.bound.size() >= std::size_t{in.groups} * n, "sparse selection: a bound per group and page");
+  const std::size_t stride = in.bound_stride == 0 ? n : in.bound_stride;
+  AK_ASSERT(stride >= n && in.bound.size() >= (std::size_t{in.groups} - 1) * stride + n,
+            "sparse selection: a bound per group and page");
   std::uint32_t* rank = scratch.rank.data();
   if (in.budget >= n) {
     for (std::uint32_t p = 0; p < n; ++p) {
@@ -345,7 +347,7 @@ std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch,
       for (std::uint32_t p = 0; p < n; ++p) {
         if (rank[p] == UINT32_MAX) order[c++] = p;
       }
-      top_first(order, fill, candidates, in.bound.data() + std::size_t{g} * n);
+      top_first(order, fill, candidates, in.bound.data() + std::size_t{g} * stride);
     }
     // Round-robin over the groups' rankings: rank r of group 0, of group 1, ..., then r + 1.
     std::uint32_t taken = 0;
@@ -370,7 +372,9 @@ std::uint32_t select_pages_per_group(const SelectionInput& in, SelectionScratch&
   AK_ASSERT(n <= scratch.rank.size() && n <= heads.size(), "sparse selection: more pages than reserved");
   AK_ASSERT(in.groups >= 1 && in.groups <= 32, "sparse selection: per-group lists need 1 to 32 groups");
   AK_ASSERT(std::size_t{in.groups} * n <= scratch.group_rank.size(), "sparse selection: more groups than reserved");
-  AK_ASSERT(in.bound.size() >= std::size_t{in.groups} * n, "sparse selection: a bound per group and page");
+  const std::size_t stride = in.bound_stride == 0 ? n : in.bound_stride;
+  AK_ASSERT(stride >= n && in.bound.size() >= (std::size_t{in.groups} - 1) * stride + n,
+            "sparse selection: a bound per group and page");
   const std::uint32_t all = in.groups == 32 ? UINT32_MAX : (1u << in.groups) - 1u;
   std::uint32_t* rank = scratch.rank.data();
   if (in.budget >= n) {
@@ -400,7 +404,7 @@ std::uint32_t select_pages_per_group(const SelectionInput& in, SelectionScratch&
     for (std::uint32_t p = 0; p < n; ++p) {
       if (rank[p] != rank_forced) order[c++] = p;
     }
-    top_first(order, fill, candidates, in.bound.data() + std::size_t{g} * n);
+    top_first(order, fill, candidates, in.bound.data() + std::size_t{g} * stride);
     for (std::uint32_t r = 0; r < fill; ++r) {
       const std::uint32_t p = order[r];
       grank[p] = r;
