@@ -161,9 +161,10 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
     const SparseStats& ss = rt.sparse_stats();
     *medians = Medians{step_med, median(attention_us), ss.pages_read_per_selection(),
                        ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / ss.selections, cpu_per_step};
-    std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %9.0f | %7.1f | %7.1f | %u |\n", context_tokens,
+    const double per_step = static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps));
+    std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %5.0f / %5.0f | %7.1f | %7.1f | %u |\n", context_tokens,
                 !sparse.enabled() ? "exact" : sparse.per_group ? "sparse 1/8" : "1/8 1 list", step_med, cpu_per_step, median(attention_us),
-                static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps)),
+                static_cast<double>(ss.select_ns) / 1e3 / per_step, static_cast<double>(ss.select_cpu_ns) / 1e3 / per_step,
                 medians->pages_read, medians->pages_held, static_cast<unsigned>(allocations));
     if (sparse.enabled()) {
       std::printf("|  |  | page summaries copied into the arena: %.0f B per step |  |  |  |  |  |  |\n",
@@ -249,7 +250,7 @@ int main(int argc, char** argv) {
   if (sparse) {
     std::printf("sparse attention: smollm2-135m geometry, host backend (threaded, 2 compute threads), batch 1, "
                 "%u decode steps, pool 100%%, medians in us\n\n", steps);
-    std::printf("| context | mode | step (wall) | step (CPU, mean) | attention wait | selection (mean) | pages read | pages held | heap allocs |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| context | mode | step (wall) | step (CPU, mean) | attention wait | selection (mean, wall / CPU) | pages read | pages held | heap allocs |\n|---|---|---|---|---|---|---|---|---|\n");
     activekv::Medians exact, eighth;
     activekv::SparseSettings s;
     s.mode = activekv::SparseMode::fraction;

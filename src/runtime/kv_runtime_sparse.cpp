@@ -146,6 +146,7 @@ std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t lay
 bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept {
   if (summaries_ == nullptr || !settings_.sparse.enabled()) return false;
   ScopedTimer timer(sparse_stats_.select_ns);
+  ThreadCpuTimer cpu_timer(sparse_stats_.select_cpu_ns);
   const Geometry& g = plan_.geometry;
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t P = plan_.arena.page_tokens;
