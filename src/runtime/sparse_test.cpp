@@ -510,7 +510,9 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
       for (const SparsePick& a : per_group ? e.sparse_picks : std::vector<SparsePick>{}) {
         for (const SparsePick& b : e.sparse_picks) {
           if (a.layer != b.layer || a.group != b.group || a.rank == UINT32_MAX || b.rank == UINT32_MAX) continue;
-          if (a.rank < b.rank) EXPECT_GE(a.bound, b.bound) << "layer " << a.layer << " pages " << a.logical << ", " << b.logical;
+          if (a.rank < b.rank) {
+            EXPECT_GE(a.bound, b.bound) << "layer " << a.layer << " pages " << a.logical << ", " << b.logical;
+          }
         }
       }
       for (std::uint32_t c : per_list) EXPECT_EQ(c, budget) << "each group's list holds the budget";
