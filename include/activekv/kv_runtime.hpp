@@ -130,6 +130,7 @@ struct SparseStats {
   std::uint64_t recall_count = 0;
   double recall_min = 1.0;
   std::uint64_t select_ns = 0;           // time spent choosing pages (bounds, ranking), steady clock
+  std::uint64_t select_cpu_ns = 0;       // the same spans in the choosing thread's CPU time
   std::uint64_t summary_upload_bytes = 0; // page summaries copied into the arena's summaries part
   // The last step:
   std::uint64_t pages_read_last = 0, pages_context_last = 0, selections_last = 0;

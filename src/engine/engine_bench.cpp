@@ -193,7 +193,9 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
                  1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
                  ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
       if (ss.decode_steps != 0) {
-        fmt::print("selection {:.0f} us/token\n", static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps));
+        fmt::print("selection {:.0f} us/token (wall), {:.0f} us/token (its thread's CPU)\n",
+                   static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps),
+                   static_cast<double>(ss.select_cpu_ns) / 1e3 / static_cast<double>(ss.decode_steps));
       }
       print_shares(phase == 0 ? "decode (exact)" : "decode (sparse)", eng.times());
     }

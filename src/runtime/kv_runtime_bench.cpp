@@ -14,7 +14,7 @@
 // and the heap allocations inside the step calls (must be 0).
 //
 //   activekv_runtime_bench [--steps N] [--batch B]
-//   activekv_runtime_bench --sparse [--steps N]   sparse attention (docs/SPARSE.md): decode at an
+//   activekv_runtime_bench --sparse [--steps N] [--only exact|group|list]   sparse attention (docs/SPARSE.md): decode at an
 //       8K context, exact and reading 1/8 of the pages (fixed fraction), in the same run; the
 //       step and attention medians and their ratios
 //   activekv_runtime_bench --bounds   the sparse selection's bound alone: one decode step's page
@@ -161,9 +161,10 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
     const SparseStats& ss = rt.sparse_stats();
     *medians = Medians{step_med, median(attention_us), ss.pages_read_per_selection(),
                        ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections), cpu_per_step};
-    std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %9.0f | %7.1f | %7.1f | %u |\n", context_tokens,
+    const double per_step = static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps));
+    std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %5.0f / %5.0f | %7.1f | %7.1f | %u |\n", context_tokens,
                 !sparse.enabled() ? "exact" : sparse.per_group ? "sparse 1/8" : "1/8 1 list", step_med, cpu_per_step, median(attention_us),
-                static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps)),
+                static_cast<double>(ss.select_ns) / 1e3 / per_step, static_cast<double>(ss.select_cpu_ns) / 1e3 / per_step,
                 medians->pages_read, medians->pages_held, static_cast<unsigned>(allocations));
     if (sparse.enabled()) {
       std::printf("|  |  | page summaries copied into the arena: %.0f B per step |  |  |  |  |  |  |\n",
@@ -234,6 +235,7 @@ int main(int argc, char** argv) {
   std::uint32_t steps = 32;
   std::uint32_t batch = 1;
   bool sparse = false;
+  const char* only = nullptr;  // --only exact|group|list: one mode of --sparse (to profile it alone)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sparse") == 0) sparse = true;
     if (std::strcmp(argv[i], "--bounds") == 0) return activekv::bounds_only();
@@ -241,22 +243,30 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 1) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--batch") == 0) batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   // "8K": the longest prompt that leaves room for the decode steps in the model's 8,192 tokens.
   const std::uint32_t long_context = std::min(8192u - 64u, 8192u - steps - 8u);
   if (sparse) {
     std::printf("sparse attention: smollm2-135m geometry, host backend (threaded, 2 compute threads), batch 1, "
                 "%u decode steps, pool 100%%, medians in us\n\n", steps);
-    std::printf("| context | mode | step (wall) | step (CPU, mean) | attention wait | selection (mean) | pages read | pages held | heap allocs |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| context | mode | step (wall) | step (CPU, mean) | attention wait | selection (mean, wall / CPU) | pages read | pages held | heap allocs |\n|---|---|---|---|---|---|---|---|---|\n");
     activekv::Medians exact, eighth;
     activekv::SparseSettings s;
     s.mode = activekv::SparseMode::fraction;
     s.fraction = 0.125f;
+    activekv::SparseSettings o = s;  // the same budget with one page list for all KV heads
+    o.per_group = false;
+    if (only != nullptr) {
+      if (std::strcmp(only, "exact") == 0) return activekv::run(long_context, 1.0, 1, steps, {}, &exact);
+      if (std::strcmp(only, "group") == 0) return activekv::run(long_context, 1.0, 1, steps, s, &eighth);
+      if (std::strcmp(only, "list") == 0) return activekv::run(long_context, 1.0, 1, steps, o, &eighth);
+      std::fprintf(stderr, "--only: expected exact, group or list, got '%s'\n", only);
+      return 2;
+    }
     int rc = activekv::run(long_context, 1.0, 1, steps, {}, &exact);
     rc |= activekv::run(long_context, 1.0, 1, steps, s, &eighth);
-    activekv::Medians one_list;  // the same budget with one page list for all KV heads
-    activekv::SparseSettings o = s;
-    o.per_group = false;
+    activekv::Medians one_list;
     rc |= activekv::run(long_context, 1.0, 1, steps, o, &one_list);
     std::printf("\nsparse 1/8 against exact: step %.2fx faster (wall medians), %.2fx (CPU time per step)\n",
                 exact.step_us / eighth.step_us, exact.cpu_us / eighth.cpu_us);

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <string>
 #include <vector>
@@ -74,6 +75,25 @@ class ScopedTimer {
   ScopedTimer& operator=(const ScopedTimer&) = delete;
 
  private:
+  std::uint64_t& sink_;
+  std::uint64_t start_;
+};
+
+// The calling thread's CPU time over a scope, added to `sink` (against ScopedTimer's wall time it
+// tells work from waiting for a core).
+class ThreadCpuTimer {
+ public:
+  explicit ThreadCpuTimer(std::uint64_t& sink) noexcept : sink_(sink), start_(now()) {}
+  ~ThreadCpuTimer() { sink_ += now() - start_; }
+  ThreadCpuTimer(const ThreadCpuTimer&) = delete;
+  ThreadCpuTimer& operator=(const ThreadCpuTimer&) = delete;
+
+ private:
+  static std::uint64_t now() noexcept {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(t.tv_nsec);
+  }
   std::uint64_t& sink_;
   std::uint64_t start_;
 };

@@ -146,6 +146,7 @@ std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t lay
 bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept {
   if (summaries_ == nullptr || !settings_.sparse.enabled()) return false;
   ScopedTimer timer(sparse_stats_.select_ns);
+  ThreadCpuTimer cpu_timer(sparse_stats_.select_cpu_ns);
   const Geometry& g = plan_.geometry;
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t P = plan_.arena.page_tokens;
@@ -203,11 +204,14 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     }
     const runtime::SummaryShape& shape = summaries_->shape();
     const std::uint16_t* pages = summaries_->page(slot, layer, 0);
+    // Per group, the bounds go straight where explain reads them ([group][max]); else [group][n].
+    float* bound_out = per_group_ ? pick_group_bound_.data() + sl * kv * max : bounds_.data();
+    const std::size_t bound_stride = per_group_ ? max : n;
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
       const std::size_t q_at = std::size_t{kh} * group * g.head_dim;
       runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
                            pages + std::size_t{kh} * 2u * g.head_dim, shape.page_stride(), n, g.head_dim,
-                           bounds_.data() + std::size_t{kh} * n);
+                           bound_out + std::size_t{kh} * bound_stride);
     }
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;
@@ -233,7 +237,8 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     in.groups = g.kv_heads;
     in.budget = budget;
     in.recent = std::max(1u, s.recent_pages);
-    in.bound = {bounds_.data(), std::size_t{g.kv_heads} * n};
+    in.bound = {bound_out, (std::size_t{kv} - 1) * bound_stride + n};
+    in.bound_stride = bound_stride;
     if (heavy) in.heavy = {heavy_flags_.data(), n};
     std::uint32_t count = 0;
     std::uint64_t head_pages = 0;  // (page, KV head) pairs read
@@ -242,10 +247,8 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       count = runtime::select_pages_per_group(in, *selection_, {keep, n});
       for (std::uint32_t p = 0; p < n; ++p) head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));
       std::uint32_t* group_rank = pick_group_rank_.data() + sl * kv * max;
-      float* group_bound = pick_group_bound_.data() + sl * kv * max;
       for (std::uint32_t kh = 0; kh < kv; ++kh) {
         std::copy_n(selection_->group_rank.data() + std::size_t{kh} * n, n, group_rank + std::size_t{kh} * max);
-        std::copy_n(bounds_.data() + std::size_t{kh} * n, n, group_bound + std::size_t{kh} * max);
       }
     } else {
       count = runtime::select_pages(in, *selection_, {selected_.data(), n});
@@ -254,13 +257,15 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       head_pages = std::uint64_t{count} * kv;
     }
     std::uint32_t ranked = 0;
-    for (std::uint32_t p = 0; p < n; ++p) {
-      const std::uint32_t r = selection_->rank[p];
-      pick_rank[p] = r;
-      float b = bounds_[p];
-      for (std::uint32_t kh = 1; kh < g.kv_heads; ++kh) b = std::max(b, bounds_[std::size_t{kh} * n + p]);
-      pick_bound[p] = b;
-      ranked += (r != UINT32_MAX && r != runtime::rank_forced) ? 1u : 0u;
+    std::copy_n(selection_->rank.data(), n, pick_rank);
+    if (!per_group_) {  // one list: explain gives a page's best bound over the groups
+      for (std::uint32_t p = 0; p < n; ++p) {
+        const std::uint32_t r = selection_->rank[p];
+        float b = bounds_[p];
+        for (std::uint32_t kh = 1; kh < g.kv_heads; ++kh) b = std::max(b, bounds_[std::size_t{kh} * n + p]);
+        pick_bound[p] = b;
+        ranked += (r != UINT32_MAX && r != runtime::rank_forced) ? 1u : 0u;
+      }
     }
     // Per group the pages ranked by bound (the estimate's "lower half" is within a group's list).
     fill_[e] = ranked;

@@ -205,8 +205,17 @@ __attribute__((target("avx2,f16c"))) void page_bounds_heads(const float* positiv
                                                             const std::uint16_t* first, std::size_t stride,
                                                             std::uint32_t count, std::uint32_t dim,
                                                             float* out) noexcept {
+  // The summaries of one layer lie a page's summary apart (all layers of a page together), too far
+  // for the hardware prefetcher: each page's summary is fetched `ahead` pages early. Prefetching
+  // changes no arithmetic.
+  constexpr std::uint32_t ahead = 8;
+  const std::size_t summary_bytes = std::size_t{dim} * 2u * sizeof(std::uint16_t);
   for (std::uint32_t p = 0; p < count; ++p) {
     const std::uint16_t* s = first + p * stride;
+    if (p + ahead < count) {
+      const char* next = reinterpret_cast<const char*>(first + (p + ahead) * stride);
+      for (std::size_t b = 0; b < summary_bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+    }
     __m256 acc[Heads];
     for (std::uint32_t h = 0; h < Heads; ++h) acc[h] = _mm256_setzero_ps();
     for (std::uint32_t i = 0; i < dim; i += lanes) {
@@ -287,6 +296,19 @@ float lane_dot(const float* q, const float* k, std::uint32_t dim) noexcept {
   return lane_sum(acc);
 }
 
+namespace {
+// The first `fill` of `count` pages in `order` become the best by bound, best first (ties: lower
+// page) — the same as partial_sort, since the order is total: the fill-th page is found in linear
+// time and only the pages before it are sorted.
+void top_first(std::uint32_t* order, std::uint32_t fill, std::uint32_t count, const float* bound) noexcept {
+  const auto better = [bound](std::uint32_t a, std::uint32_t b) {
+    return bound[a] > bound[b] || (bound[a] == bound[b] && a < b);
+  };
+  if (fill < count) std::nth_element(order, order + fill, order + count, better);
+  std::sort(order, order + fill, better);
+}
+}  // namespace
+
 SelectionScratch::SelectionScratch(std::uint32_t groups_max, std::uint32_t pages_max)
     : order(std::size_t{groups_max} * pages_max),
       rank(pages_max),
@@ -297,7 +319,9 @@ std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch,
   const std::uint32_t n = in.pages;
   AK_ASSERT(n <= scratch.rank.size() && n <= selected.size(), "sparse selection: more pages than reserved");
   AK_ASSERT(std::size_t{in.groups} * n <= scratch.order.size(), "sparse selection: more groups than reserved");
-  AK_ASSERT(in.bound.size() >= std::size_t{in.groups} * n, "sparse selection: a bound per group and page");
+  const std::size_t stride = in.bound_stride == 0 ? n : in.bound_stride;
+  AK_ASSERT(stride >= n && in.bound.size() >= (std::size_t{in.groups} - 1) * stride + n,
+            "sparse selection: a bound per group and page");
   std::uint32_t* rank = scratch.rank.data();
   if (in.budget >= n) {
     for (std::uint32_t p = 0; p < n; ++p) {
@@ -323,10 +347,7 @@ std::uint32_t select_pages(const SelectionInput& in, SelectionScratch& scratch,
       for (std::uint32_t p = 0; p < n; ++p) {
         if (rank[p] == UINT32_MAX) order[c++] = p;
       }
-      const float* bound = in.bound.data() + std::size_t{g} * n;
-      std::partial_sort(order, order + fill, order + candidates, [bound](std::uint32_t a, std::uint32_t b) {
-        return bound[a] > bound[b] || (bound[a] == bound[b] && a < b);
-      });
+      top_first(order, fill, candidates, in.bound.data() + std::size_t{g} * stride);
     }
     // Round-robin over the groups' rankings: rank r of group 0, of group 1, ..., then r + 1.
     std::uint32_t taken = 0;
@@ -351,7 +372,9 @@ std::uint32_t select_pages_per_group(const SelectionInput& in, SelectionScratch&
   AK_ASSERT(n <= scratch.rank.size() && n <= heads.size(), "sparse selection: more pages than reserved");
   AK_ASSERT(in.groups >= 1 && in.groups <= 32, "sparse selection: per-group lists need 1 to 32 groups");
   AK_ASSERT(std::size_t{in.groups} * n <= scratch.group_rank.size(), "sparse selection: more groups than reserved");
-  AK_ASSERT(in.bound.size() >= std::size_t{in.groups} * n, "sparse selection: a bound per group and page");
+  const std::size_t stride = in.bound_stride == 0 ? n : in.bound_stride;
+  AK_ASSERT(stride >= n && in.bound.size() >= (std::size_t{in.groups} - 1) * stride + n,
+            "sparse selection: a bound per group and page");
   const std::uint32_t all = in.groups == 32 ? UINT32_MAX : (1u << in.groups) - 1u;
   std::uint32_t* rank = scratch.rank.data();
   if (in.budget >= n) {
@@ -381,10 +404,7 @@ std::uint32_t select_pages_per_group(const SelectionInput& in, SelectionScratch&
     for (std::uint32_t p = 0; p < n; ++p) {
       if (rank[p] != rank_forced) order[c++] = p;
     }
-    const float* bound = in.bound.data() + std::size_t{g} * n;
-    std::partial_sort(order, order + fill, order + candidates, [bound](std::uint32_t a, std::uint32_t b) {
-      return bound[a] > bound[b] || (bound[a] == bound[b] && a < b);
-    });
+    top_first(order, fill, candidates, in.bound.data() + std::size_t{g} * stride);
     for (std::uint32_t r = 0; r < fill; ++r) {
       const std::uint32_t p = order[r];
       grank[p] = r;

@@ -116,7 +116,8 @@ struct SelectionInput {
   std::uint32_t groups = 0;      // KV head groups
   std::uint32_t budget = 0;      // pages to read at most (forced pages may exceed it)
   std::uint32_t recent = 0;      // the newest pages, always read
-  std::span<const float> bound;  // [groups][pages]: each group's bound per page
+  std::span<const float> bound;  // [groups][bound_stride]: each group's bound per page
+  std::size_t bound_stride = 0;  // floats from one group's bounds to the next; 0: `pages`
   std::span<const std::uint8_t> heavy;  // empty or [pages]: 1 = a heavy hitter, forced
 };
 

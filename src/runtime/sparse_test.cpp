@@ -508,6 +508,15 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
         ++per_list[std::size_t{p.layer} * lists + (per_group ? p.group : 0u)];
       }
       EXPECT_EQ(ranked, (budget - 3) * layers * lists) << "all but the sink and the two newest by rank";
+      // Within a group's list, a better rank never has a lower bound (explain gives the bound ranked).
+      for (const SparsePick& a : per_group ? e.sparse_picks : std::vector<SparsePick>{}) {
+        for (const SparsePick& b : e.sparse_picks) {
+          if (a.layer != b.layer || a.group != b.group || a.rank == UINT32_MAX || b.rank == UINT32_MAX) continue;
+          if (a.rank < b.rank) {
+            EXPECT_GE(a.bound, b.bound) << "layer " << a.layer << " pages " << a.logical << ", " << b.logical;
+          }
+        }
+      }
       for (std::uint32_t c : per_list) EXPECT_EQ(c, budget) << "each group's list holds the budget";
       if (fraction == 1.0 && per_group) last_recall = r.stats.mean_recall();
      }

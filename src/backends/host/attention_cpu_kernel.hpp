@@ -82,15 +82,17 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
 // pacc of query i, head h at [i·q_heads + h] (pacc × dim). K and V of each
 // 16-row tile are widened once and used by every query and every head of the
 // group. A query's rows are the page rows its position sees.
-// `next` (may be null) is the page after this one: its bytes are prefetched
-// while this one is computed (pages are scattered through the arena, so the
-// hardware prefetcher cannot follow). Prefetching changes no arithmetic.
+// `next` (may be null) is the page after this one: the bytes of it that the
+// heads in `next_mask` read (their K and V of each row) are prefetched while
+// this one is computed (pages are scattered through the arena, so the hardware
+// prefetcher cannot follow), spread over this page's kv-head passes.
+// Prefetching changes no arithmetic.
 // `mask` (page_heads): only the KV heads whose bit is set are computed; the
 // others' partials stay empty (pm = −inf, ps = 0) and merge_partials skips them.
 [[gnu::noinline]] void page_partials(const std::byte* page_bytes, const AttentionPage& page, const AttentionShape& shape,
                                      const float* q, const std::uint32_t* positions, std::uint32_t count,
-                                     AttentionScratch& scratch, const std::byte* next, std::uint64_t next_bytes,
-                                     std::uint32_t mask) {
+                                     AttentionScratch& scratch, const std::byte* next, std::uint32_t next_rows,
+                                     std::uint32_t mask, std::uint32_t next_mask) {
   const std::uint32_t dim = shape.head_dim;
   const std::uint32_t kv = shape.kv_heads;
   const std::uint32_t group = shape.q_heads / kv;
@@ -116,8 +118,18 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
   }
   // pacc needs no zeroing: the first tile's values() start from 0 for every
   // query that sees the page (the others' pacc is never read).
-  // The next page's bytes, a share before each kv head (a burst of a whole page stalls on fill buffers).
-  const std::uint64_t prefetch_share = next != nullptr ? (next_bytes / kv + 63) / 64 * 64 : 0;
+  // The next page's bytes, a share before each kv-head pass (a burst of a whole page stalls on
+  // fill buffers): units of (row, head it reads), each the head's K and V of that row.
+  std::uint32_t next_heads[32];
+  std::uint32_t next_count = 0;
+  std::uint32_t passes = 0;
+  for (std::uint32_t k = 0; k < kv; ++k) {
+    if (((next_mask >> k) & 1u) != 0) next_heads[next_count++] = k;
+    passes += (mask >> k) & 1u;
+  }
+  const std::uint64_t units = next != nullptr ? std::uint64_t{next_rows} * next_count : 0;
+  const std::uint64_t prefetch_share = passes == 0 ? units : (units + passes - 1) / passes;
+  const std::uint64_t page_head_bytes = std::uint64_t{dim} * dtype_bytes(shape.dtype);
   std::uint64_t prefetched = 0;
 
   for (std::uint32_t first = 0; first < rows_max; first += block_rows) {
@@ -139,8 +151,13 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
       const std::uint32_t n = std::min(block_rows, rows - first);
       for (std::uint32_t k = 0; k < kv; ++k) {
         if (((mask >> k) & 1u) == 0) continue;
-        for (const std::uint64_t stop = std::min(next_bytes, prefetched + prefetch_share); prefetched < stop; prefetched += 64)
-          __builtin_prefetch(next + prefetched, 0, 3);
+        for (const std::uint64_t stop = std::min(units, prefetched + prefetch_share); prefetched < stop; ++prefetched) {
+          const std::byte* at = next + (prefetched / next_count) * row_bytes + next_heads[prefetched % next_count] * page_head_bytes;
+          for (std::uint64_t b = 0; b < page_head_bytes; b += 64) {
+            __builtin_prefetch(at + b, 0, 3);
+            __builtin_prefetch(at + v_offset + b, 0, 3);
+          }
+        }
         const std::size_t h0 = std::size_t{i} * shape.q_heads + std::size_t{k} * group;
         scores(q + h0 * dim, k_src + k * head_bytes, src_stride, src_type, n, dim, group, shape.scale, sc);
         for (std::uint32_t g = 0; g < group; ++g) {
@@ -238,7 +255,8 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
     const AttentionPage& next = job.pages[more ? i + 1 : i];
     const std::uint32_t mask = job.heads_of(i);
     page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, positions, count, scratch,
-                  more ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens * shape.row_bytes(), mask);
+                  more ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens, mask,
+                  job.heads_of(more ? i + 1 : i));
     for (std::uint32_t j = 0; j < count; ++j) {
       if (visible_rows(page, positions[j]) == 0) continue;
       const std::size_t x = std::size_t{j} * heads;
@@ -280,21 +298,28 @@ inline void run_part(const std::byte* arena, const AttentionJob& job, std::uint3
     const AttentionPage& page = job.pages[i];
     if (visible_rows(page, position) == 0) continue;
     const AttentionPage& next = job.pages[i + 1 < end ? i + 1 : i];
+    const std::uint32_t mask = job.heads_of(i);
     page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, &position, 1, scratch,
-                  i + 1 < end ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens * shape.row_bytes(),
-                  job.heads_of(i));
+                  i + 1 < end ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens, mask,
+                  job.heads_of(i + 1 < end ? i + 1 : i));
     if (job.page_mass != nullptr) {  // log mass only for jobs that report page mass
       float* lm = split.log_mass.data() + std::size_t{i} * heads;
       for (std::uint32_t h = 0; h < heads; ++h) lm[h] = scratch.page_m[h] + std::log(scratch.page_s[h]);
     }
     if (part == 0) {
       merge_partials(state, state + heads, state + 2 * heads, scratch.page_m.data(), scratch.page_s.data(),
-                     scratch.page_acc.data(), heads, dim, job.heads_of(i), heads / shape.kv_heads);
+                     scratch.page_acc.data(), heads, dim, mask, heads / shape.kv_heads);
     } else {
+      // Only the heads that read the page: finish_split merges no other head's partial.
       float* rec = split.partials.data() + std::size_t{i} * record;
-      std::memcpy(rec, scratch.page_m.data(), std::size_t{heads} * 4);
-      std::memcpy(rec + heads, scratch.page_s.data(), std::size_t{heads} * 4);
-      std::memcpy(rec + 2 * heads, scratch.page_acc.data(), std::size_t{heads} * dim * 4);
+      const std::uint32_t group = heads / shape.kv_heads;
+      for (std::uint32_t k = 0; k < shape.kv_heads; ++k) {
+        if (((mask >> k) & 1u) == 0) continue;
+        const std::size_t h0 = std::size_t{k} * group;
+        std::memcpy(rec + h0, scratch.page_m.data() + h0, std::size_t{group} * 4);
+        std::memcpy(rec + heads + h0, scratch.page_s.data() + h0, std::size_t{group} * 4);
+        std::memcpy(rec + 2 * heads + h0 * dim, scratch.page_acc.data() + h0 * dim, std::size_t{group} * dim * 4);
+      }
     }
   }
 }

@@ -97,27 +97,28 @@ class Fixture {
 
   // Queries [q0, q0 + n) over pages [p0, p1) in one job cut `parts` ways (1: tiles).
   // state: nullptr, or [n][q_heads][2 + dim] loaded (load) and stored.
+  // heads: empty, or per page of the table the KV heads that read it (page_heads).
   std::vector<float> run(std::uint32_t q0, std::uint32_t n, std::uint32_t parts, std::uint32_t p0, std::uint32_t p1,
-                         float* state = nullptr, bool load = false, bool write_output = true) {
+                         float* state = nullptr, bool load = false, bool write_output = true,
+                         const std::vector<std::uint32_t>& heads = {}) {
     std::vector<float> out(n * row_floats(), -1.0f);
     std::vector<std::uint32_t> positions(n);
     for (std::uint32_t i = 0; i < n; ++i) positions[i] = c_.first + q0 + i;
     // One task per query when the job is split (the decode layout), else one task.
     std::vector<AttentionTask> tasks;
     std::vector<AttentionPage> pages;
-    if (parts > 1) {
-      for (std::uint32_t i = 0; i < n; ++i) {
-        tasks.push_back(AttentionTask{static_cast<std::uint32_t>(pages.size()), p1 - p0, i, 1});
-        pages.insert(pages.end(), table_.begin() + p0, table_.begin() + p1);
-      }
-    } else {
-      tasks.push_back(AttentionTask{0, p1 - p0, 0, n});
-      pages.assign(table_.begin() + p0, table_.begin() + p1);
+    std::vector<std::uint32_t> page_heads;
+    for (std::uint32_t i = 0; i < (parts > 1 ? n : 1u); ++i) {
+      tasks.push_back(parts > 1 ? AttentionTask{static_cast<std::uint32_t>(pages.size()), p1 - p0, i, 1}
+                                : AttentionTask{0, p1 - p0, 0, n});
+      pages.insert(pages.end(), table_.begin() + p0, table_.begin() + p1);
+      if (!heads.empty()) page_heads.insert(page_heads.end(), heads.begin() + p0, heads.begin() + p1);
     }
     AttentionBatch batch;
     batch.shape = c_.shape;
     batch.tasks = tasks;
     batch.pages = pages;
+    batch.page_heads = page_heads;
     batch.query_positions = positions;
     batch.queries = std::span<const float>(queries_.data() + q0 * row_floats(), n * row_floats());
     batch.output = out;
@@ -228,6 +229,43 @@ TEST_P(AttentionCpuKernel, PassesOverThePagesCarryingStateEqualOnePass) {
     (void)f.run(q, 1, 2, 0, cut, one.data(), false, false);
     const std::vector<float> step = f.run(q, 1, 2, cut, f.pages(), one.data(), true);
     EXPECT_TRUE(same_bits(step, whole.data() + q * row, row)) << "split passes cut at page " << cut;
+  }
+}
+
+// Per-KV-head page lists (page_heads): a decode step cut over threads is the same bits as the
+// whole list (the split parts keep and merge only the heads that read each page), and a KV head
+// reading every page gives the bits of the call without page_heads.
+TEST_P(AttentionCpuKernel, PerHeadPagesGiveTheSameBitsSplitOrWhole) {
+  const Case& c = GetParam();
+  Fixture f(c);
+  const std::uint32_t kv = c.shape.kv_heads;
+  const std::uint32_t group = c.shape.q_heads / kv;
+  const std::uint32_t all = (1u << kv) - 1u;
+  std::mt19937 rng(11);
+  std::vector<std::uint32_t> heads(f.pages());
+  for (std::uint32_t& h : heads) h = 1u + static_cast<std::uint32_t>(rng() % all);
+  heads.front() = 1u;  // KV head 0 reads every page, the others some
+  for (std::uint32_t& h : heads) h |= 1u;
+  heads.back() = all;
+  const std::vector<float> plain = f.run(0, c.queries, 1, 0, f.pages());
+  const std::vector<float> whole = f.run(0, c.queries, 1, 0, f.pages(), nullptr, false, true, heads);
+  const std::size_t row = f.row_floats();
+  const std::size_t head0 = std::size_t{group} * c.shape.head_dim;  // KV head 0's query heads
+  for (std::uint32_t q = 0; q < c.queries; ++q) {
+    EXPECT_EQ(std::memcmp(plain.data() + q * row, whole.data() + q * row, head0 * sizeof(float)), 0)
+        << "query " << q << ": KV head 0 reads every page";
+  }
+  bool other_heads_differ = false;
+  for (std::uint32_t q = 0; q < c.queries; ++q) {
+    other_heads_differ = other_heads_differ || std::memcmp(plain.data() + q * row + head0, whole.data() + q * row + head0,
+                                                           (row - head0) * sizeof(float)) != 0;
+  }
+  EXPECT_TRUE(other_heads_differ) << "the masks must change what the other KV heads read";
+  for (std::uint32_t q = 0; q < c.queries; q += 4) {
+    for (const std::uint32_t parts : {2u, 3u}) {
+      const std::vector<float> step = f.run(q, 1, parts, 0, f.pages(), nullptr, false, true, heads);
+      EXPECT_TRUE(same_bits(step, whole.data() + q * row, row)) << "query " << q << " split in " << parts;
+    }
   }
 }
 
