@@ -59,6 +59,8 @@ Status read_count(const json& object, const char* field, std::uint32_t& out, std
 }
 
 constexpr std::uint32_t retained_histories_max = 1024;
+constexpr std::uint32_t kv_tier_write_queue_max = 4096;
+constexpr std::uint32_t kv_tier_lookups_max = 64;
 
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
@@ -214,6 +216,18 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
                        read_count(tier, "write_queue", config.kv_tier_write_queue, source, false, 1),
                        read_count(tier, "lookups", config.kv_tier_lookups, source, false, 1)}) {
         if (!s) return s.error();
+      }
+      // Each queued write is a job record and each lookup a reader thread with its own connection
+      // (holding up to a whole prompt's blocks): both are sized at start, so both are bounded here.
+      if (config.kv_tier_write_queue > kv_tier_write_queue_max) {
+        return field_error(source, "kv_tier.write_queue",
+                           fmt::format("{} is more than {} blocks; lower write_queue", config.kv_tier_write_queue,
+                                       kv_tier_write_queue_max));
+      }
+      if (config.kv_tier_lookups > kv_tier_lookups_max) {
+        return field_error(source, "kv_tier.lookups",
+                           fmt::format("{} is more than {} (each lookup is a reader thread and a connection); lower lookups",
+                                       config.kv_tier_lookups, kv_tier_lookups_max));
       }
     } else {
       return field_error(source, "kv_tier", "must be a redis://host:port string or an object with url, block_tokens, timeout_ms, write_queue, lookups");

@@ -156,7 +156,9 @@ TEST(RunConfig, KvTierParsesAsAUrlOrAnObjectAndRefusesOthers) {
   for (const char* bad : {R"(, "kv_tier": "http://x:1"})", R"(, "kv_tier": 5})", R"(, "kv_tier": {"block_tokens": 256}})",
                           R"(, "kv_tier": {"url": "redis://h:1", "colour": 1}})",
                           R"(, "kv_tier": {"url": "redis://h:1", "write_queue": 0}})",
-                          R"(, "kv_tier": {"url": "redis://h:1", "lookups": 0}})"}) {
+                          R"(, "kv_tier": {"url": "redis://h:1", "lookups": 0}})",
+                          R"(, "kv_tier": {"url": "redis://h:1", "lookups": 1000000}})",
+                          R"(, "kv_tier": {"url": "redis://h:1", "write_queue": 16777216}})"}) {
     auto refused = parse_run_config(base + bad, "c.json");
     ASSERT_FALSE(refused) << bad;
     EXPECT_FALSE(refused.error().describe().empty());
