@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "activekv/backend.hpp"
@@ -299,25 +300,46 @@ class TeeKv final : public KvAccess {
   std::uint64_t compared_ = 0, mismatches_ = 0;
 };
 
+// Runtimes of the same model, one per (device pool fraction, read in place), behind one TeeKv:
+// the first drives the forward pass and every attention output of the others is compared with its
+// bits. `tee` stays empty when a runtime could not be made or the context handles differ (the tee
+// needs the same handle in every runtime).
+struct TeeCase {
+  double fraction;  // of the context's pages in the device pool
+  bool in_place;    // history below the pool read in place in the host pool
+};
+
+struct TeedRuntimes {
+  std::vector<RuntimeSetup> setups;
+  std::vector<std::unique_ptr<RuntimeKv>> kvs;
+  std::unique_ptr<TeeKv> tee;
+};
+
+TeedRuntimes make_teed(std::span<const TeeCase> cases, std::uint32_t length, const ForwardLimits& limits) {
+  TeedRuntimes t;
+  std::vector<RuntimeKv*> raw;
+  for (const TeeCase& c : cases) {
+    t.setups.push_back(make_runtime(*g_model, c.fraction, length, limits, c.in_place));
+    if (t.setups.back().runtime == nullptr || !(t.setups.back().context == t.setups.front().context)) return t;
+    t.kvs.push_back(std::make_unique<RuntimeKv>(*t.setups.back().runtime));
+    raw.push_back(t.kvs.back().get());
+  }
+  const std::size_t q_floats = std::size_t{g_model->config().q_heads} * g_model->config().head_dim;
+  t.tee = std::make_unique<TeeKv>(raw, limits.step_tokens_max * q_floats);
+  t.tee->set_query_floats(q_floats);
+  return t;
+}
+
 TEST_F(RuntimeEngine, FourThousandTokenPromptIsBudgetInvariant) {
   const ForwardLimits limits{128, 1};
   const std::vector<TokenId> prompt = long_prompt(4096);
   const std::uint32_t decode = 64;
   const std::uint32_t final_length = static_cast<std::uint32_t>(prompt.size()) + decode + 1;
-  const double fractions[3] = {1.0, 0.25, 0.05};
-  RuntimeSetup rs[3];
-  std::vector<std::unique_ptr<RuntimeKv>> kvs;
-  std::vector<RuntimeKv*> raw;
-  for (int b = 0; b < 3; ++b) {
-    rs[b] = make_runtime(*g_model, fractions[b], final_length, limits);
-    ASSERT_NE(rs[b].runtime, nullptr);
-    ASSERT_EQ(rs[b].context, rs[0].context) << "the tee needs the same handle in every runtime";
-    kvs.push_back(std::make_unique<RuntimeKv>(*rs[b].runtime));
-    raw.push_back(kvs.back().get());
-  }
-  const std::size_t q_floats = std::size_t{g_model->config().q_heads} * g_model->config().head_dim;
-  TeeKv tee(raw, limits.step_tokens_max * q_floats);
-  tee.set_query_floats(q_floats);
+  const TeeCase cases[3] = {{1.0, false}, {0.25, false}, {0.05, false}};
+  TeedRuntimes t = make_teed(cases, final_length, limits);
+  ASSERT_NE(t.tee, nullptr) << "every runtime made, with the same context handle";
+  const std::vector<RuntimeSetup>& rs = t.setups;
+  TeeKv& tee = *t.tee;
   Forward f(*g_model, tee, *g_pool, best_isa(), limits);
   std::uint32_t steps_with_logits = 0;
   run_sequence(f, rs[0].context, prompt, decode, [&](std::span<const float>) { ++steps_with_logits; });
@@ -329,7 +351,7 @@ TEST_F(RuntimeEngine, FourThousandTokenPromptIsBudgetInvariant) {
   std::uint64_t staged[3];
   for (int b = 0; b < 3; ++b) {
     staged[b] = rs[b].runtime->counters().bytes_staged;
-    std::printf("pool %3.0f%%: bytes staged %llu, pages resident/staged (last step) %llu/%llu\n", fractions[b] * 100,
+    std::printf("pool %3.0f%%: bytes staged %llu, pages resident/staged (last step) %llu/%llu\n", cases[b].fraction * 100,
                 static_cast<unsigned long long>(staged[b]),
                 static_cast<unsigned long long>(rs[b].runtime->counters().pages_resident_last),
                 static_cast<unsigned long long>(rs[b].runtime->counters().pages_staged_last));
@@ -347,24 +369,11 @@ TEST_F(RuntimeEngine, ReadInPlaceIsBudgetInvariant) {
   const std::vector<TokenId> prompt = long_prompt(1024);
   const std::uint32_t decode = 16;
   const std::uint32_t final_length = static_cast<std::uint32_t>(prompt.size()) + decode + 1;
-  struct Case {
-    double fraction;
-    bool in_place;
-  };
-  const Case cases[5] = {{1.0, false}, {0.25, true}, {0.05, true}, {0.25, false}, {0.05, false}};
-  RuntimeSetup rs[5];
-  std::vector<std::unique_ptr<RuntimeKv>> kvs;
-  std::vector<RuntimeKv*> raw;
-  for (int b = 0; b < 5; ++b) {
-    rs[b] = make_runtime(*g_model, cases[b].fraction, final_length, limits, cases[b].in_place);
-    ASSERT_NE(rs[b].runtime, nullptr);
-    ASSERT_EQ(rs[b].context, rs[0].context) << "the tee needs the same handle in every runtime";
-    kvs.push_back(std::make_unique<RuntimeKv>(*rs[b].runtime));
-    raw.push_back(kvs.back().get());
-  }
-  const std::size_t q_floats = std::size_t{g_model->config().q_heads} * g_model->config().head_dim;
-  TeeKv tee(raw, limits.step_tokens_max * q_floats);
-  tee.set_query_floats(q_floats);
+  const TeeCase cases[5] = {{1.0, false}, {0.25, true}, {0.05, true}, {0.25, false}, {0.05, false}};
+  TeedRuntimes t = make_teed(cases, final_length, limits);
+  ASSERT_NE(t.tee, nullptr) << "every runtime made, with the same context handle";
+  const std::vector<RuntimeSetup>& rs = t.setups;
+  TeeKv& tee = *t.tee;
   Forward f(*g_model, tee, *g_pool, best_isa(), limits);
   run_sequence(f, rs[0].context, prompt, decode, [](std::span<const float>) {});
   EXPECT_EQ(tee.mismatches(), 0u) << "attention outputs that differed between budgets or paths";
