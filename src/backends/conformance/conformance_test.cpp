@@ -347,18 +347,24 @@ struct Attended {
   std::vector<float> output, mass, state;
 };
 
+// A batch of the scenario's queries over `pages` as one task; `task` must outlive the batch.
+AttentionBatch one_task_batch(const Scenario& s, const AttentionTask& task, std::span<const AttentionPage> pages) {
+  AttentionBatch batch;
+  batch.shape = s.shape;
+  batch.tasks = std::span<const AttentionTask>(&task, 1);
+  batch.pages = pages;
+  batch.query_positions = s.positions;
+  batch.queries = s.q;
+  return batch;
+}
+
 Attended attend(Backend& backend, const Scenario& s, const std::vector<AttentionPage>& table, bool with_mass = true,
                 std::span<const std::uint32_t> page_heads = {}) {
   Attended run;
   run.output.assign(s.q.size(), -7.0f);
   if (with_mass) run.mass.assign(table.size(), -7.0f);
   const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
-  AttentionBatch batch;
-  batch.shape = s.shape;
-  batch.tasks = std::span<const AttentionTask>(&task, 1);
-  batch.pages = table;
-  batch.query_positions = s.positions;
-  batch.queries = s.q;
+  AttentionBatch batch = one_task_batch(s, task, table);
   batch.output = run.output;
   batch.page_mass = run.mass;
   batch.page_heads = page_heads;
@@ -377,12 +383,7 @@ std::vector<float> reference(const Scenario& s, const std::vector<AttentionPage>
   std::vector<AttentionPage> host_table(table);
   for (std::size_t k = 0; k < table.size(); ++k) host_table[k].arena_offset = s.host_offset + k * s.page_bytes();
   const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
-  AttentionBatch batch;
-  batch.shape = s.shape;
-  batch.tasks = std::span<const AttentionTask>(&task, 1);
-  batch.pages = host_table;
-  batch.query_positions = s.positions;
-  batch.queries = s.q;
+  AttentionBatch batch = one_task_batch(s, task, host_table);
   batch.page_heads = page_heads;
   std::vector<float> out(s.q.size());
   host::attention_reference(pool.data(), batch, out);
@@ -480,12 +481,7 @@ TEST_P(Conformance, PerHeadPageListsMatchTheReferenceAndTheHeadsOwnPages) {
     heads.back() = bad;
     std::vector<float> out(s.q.size());
     const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
-    AttentionBatch batch;
-    batch.shape = s.shape;
-    batch.tasks = std::span<const AttentionTask>(&task, 1);
-    batch.pages = table;
-    batch.query_positions = s.positions;
-    batch.queries = s.q;
+    AttentionBatch batch = one_task_batch(s, task, table);
     batch.output = out;
     batch.page_heads = heads;
     const Result<Fence> refused = backend().attention(batch);
@@ -516,12 +512,7 @@ TEST_P(Conformance, AttentionIsBitIdenticalAcrossLayoutsAndPasses) {
     for (int pass = 0; pass < 2; ++pass) {
       const AttentionTask task = pass == 0 ? AttentionTask{0, split, 0, s.queries}
                                            : AttentionTask{split, static_cast<std::uint32_t>(mixed_table.size()) - split, 0, s.queries};
-      AttentionBatch batch;
-      batch.shape = s.shape;
-      batch.tasks = std::span<const AttentionTask>(&task, 1);
-      batch.pages = mixed_table;
-      batch.query_positions = s.positions;
-      batch.queries = s.q;
+      AttentionBatch batch = one_task_batch(s, task, mixed_table);
       batch.state = state;
       batch.load_state = pass == 1;
       batch.store_state = pass == 0;
@@ -687,12 +678,7 @@ TEST_P(Conformance, StepsAfterWarmUpAllocateNothing) {
   const std::vector<AttentionPage> table = lay_out(backend(), s, mixed, rng);
   std::vector<float> output(s.q.size()), mass(table.size());
   const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
-  AttentionBatch batch;
-  batch.shape = s.shape;
-  batch.tasks = std::span<const AttentionTask>(&task, 1);
-  batch.pages = table;
-  batch.query_positions = s.positions;
-  batch.queries = s.q;
+  AttentionBatch batch = one_task_batch(s, task, table);
   batch.output = output;
   batch.page_mass = mass;
   const CopyRegion region{0, s.tiles_offset, s.page_bytes()};
