@@ -1,0 +1,106 @@
+// swarm_draw.cpp — the seed's draw: the configuration (geometry, pools, budgets, policy, sparse
+// attention, retained histories), the fault rates and the workload (requests, conversations).
+//
+// Invariant: every value comes from the seed alone, in a fixed order from the seed's generator
+// (sparse attention and the retained allowance from their own generators, so that every other
+// draw is what it was before they existed); the pools are sized so that the page pool holds
+// exactly the pages drawn.
+#include "reliability/swarm_seed_run.hpp"
+
+namespace activekv::reliability::detail {
+
+void SeedRun::draw() {
+  Geometry& g = settings_.memory.geometry;
+  g.dense_layers = uniform(1, 2);
+  g.kv_heads = uniform(1, 2);
+  g.head_dim = 8u << uniform(0, 1);
+  g.dtype = chance(50) ? DType::f16 : DType::bf16;
+  MemorySettings& m = settings_.memory;
+  m.page_tokens = 2u << uniform(0, 2);
+  m.tile_tokens = m.page_tokens * uniform(1, 3);
+  m.tiles = uniform(1, 2);
+  m.max_context_tokens = 64;
+  m.max_seqs = uniform(1, 3);
+  m.chunk_tokens = m.page_tokens * uniform(1, 2);
+  m.host_pool_bytes = std::uint64_t{m.max_seqs} * g.dense_layers * m.max_context_tokens * g.row_bytes();
+  const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, m.page_tokens));
+  const std::uint64_t all_pages = std::uint64_t{m.max_seqs} * g.dense_layers * (m.max_context_tokens / m.page_tokens);
+  const std::uint64_t pages = floor_pages * m.max_seqs + uniform(0, 60) * (all_pages - floor_pages * m.max_seqs) / 100;
+  // Exactly `pages` pool pages: the page pool starts at the tiles' end rounded up to the arena
+  // alignment (slack beyond that would become more pages, and every history would fit).
+  const std::uint64_t tiles_bytes = std::uint64_t{m.tiles} * m.tile_tokens * g.row_bytes();
+  m.device_pool_bytes = (tiles_bytes + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes +
+                        pages * m.page_tokens * g.row_bytes();
+  settings_.q_heads = g.kv_heads * uniform(1, 2);
+  settings_.policy = chance(50) ? ResidencyPolicyKind::exact : ResidencyPolicyKind::hotness;
+  settings_.hotness_threshold = 0.02f;
+
+  // Fault rates: each class present in about two seeds of three.
+  faults_.failed_copy = chance(67) ? real(0.10) : 0.0;
+  faults_.failed_fence = chance(67) ? real(0.02) : 0.0;
+  faults_.unknown_fence = chance(67) ? real(0.02) : 0.0;
+  faults_.late_fence = chance(67) ? real(0.30) : 0.0;
+  faults_.late_ticks = uniform(1, 5000);
+  reorder_ = chance(75);
+  fault_phase_steps_ = uniform(0, 40);
+  lose_device_at_ = chance(20) ? uniform(1, std::max(1u, static_cast<std::uint32_t>(fault_phase_steps_))) : 0;
+  lose_device_layer_ = uniform(0, g.dense_layers - 1);
+  refuse_warmup_ = chance(10);
+  // Sparse attention (docs/SPARSE.md) in about one seed of three, from its own generator so that
+  // every other draw of the seed is what it was before sparse existed.
+  std::mt19937_64 sparse_rng(report_.seed ^ 0x5BA75E5EEDull);
+  auto sparse_pick = [&](std::uint32_t lo, std::uint32_t hi) {
+    return std::uniform_int_distribution<std::uint32_t>(lo, hi)(sparse_rng);
+  };
+  if (sparse_pick(0, 2) == 0) {
+    SparseSettings& sp = settings_.sparse;
+    const std::uint32_t mode = sparse_pick(0, 2);
+    sp.mode = mode == 0 ? SparseMode::pages : mode == 1 ? SparseMode::fraction : SparseMode::adaptive;
+    sp.pages = sparse_pick(3, 6);
+    sp.fraction = 0.25f * static_cast<float>(sparse_pick(1, 3));
+    sp.floor_pages = sparse_pick(3, 6);
+    sp.recent_pages = sparse_pick(1, 2);
+    sp.measure = sparse_pick(0, 1) == 1;
+  }
+  settings_.prefix_reuse = chance(67);
+  // A retained-history allowance (docs/PREFIX.md) in about two reuse seeds of three, from its own
+  // generator so that every other draw of the seed is what it was before: host histories that
+  // never run a context, only keep retained prefixes.
+  if (settings_.prefix_reuse) {
+    std::mt19937_64 retain_rng(report_.seed ^ 0x2E7A1AEDull);
+    m.retained_histories = std::uniform_int_distribution<std::uint32_t>(0, 2)(retain_rng);
+    m.host_pool_bytes += std::uint64_t{m.retained_histories} * g.dense_layers * m.max_context_tokens * g.row_bytes();
+  }
+  if (settings_.sparse.enabled()) {
+    // The summaries' own arena part after the pages, one per history slot (the retained
+    // allowance included): the page pool's end rounded up to the alignment, then the part (so
+    // the pool keeps at least its `pages`).
+    MemorySettings with_summaries = m;
+    with_summaries.sparse_summaries = true;
+    m.device_pool_bytes += arena_alignment_bytes + summary_part_bytes(with_summaries);
+  }
+
+  // The workload.
+  const std::uint32_t n = uniform(2, 8);
+  requests_.resize(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    Request& r = requests_[i];
+    r.id = i + 1;
+    r.tokens_max = uniform(4, m.max_context_tokens);
+    r.prompt_tokens = uniform(1, r.tokens_max);
+    r.cancel_at = chance(15) ? uniform(1, r.tokens_max) : 0;
+    r.arrival_step = uniform(0, 30);
+    if (i > 0 && chance(40)) {  // a follow-up turn: arrives after its predecessor, extends its history
+      r.follows = static_cast<std::int32_t>(uniform(0, i - 1));
+      r.arrival_step = requests_[static_cast<std::size_t>(r.follows)].arrival_step + uniform(5, 60);
+    }
+    r.k.resize(g.dense_layers);
+    r.v.resize(g.dense_layers);
+    r.sums.resize(g.dense_layers);
+  }
+  report_.requests = n;
+  trace(g.dense_layers), trace(g.kv_heads), trace(g.head_dim), trace(m.page_tokens), trace(m.tile_tokens);
+  trace(m.max_seqs), trace(m.device_pool_bytes), trace(n);
+}
+
+}  // namespace activekv::reliability::detail
