@@ -16,6 +16,7 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
+#include "serve/retained_histories.hpp"
 
 namespace activekv::cli {
 
@@ -99,7 +100,16 @@ Result<MemorySettings> settings_from(const PlanOptions& o) {
   if (Status st = count_into(o.burst_pages, "--burst-pages", s.burst_pages); !st) return st.error();
   if (Status st = count_into(o.promoted_pages, "--promoted-pages", s.promoted_pages_per_layer); !st) return st.error();
   if (Status st = count_into(o.queue_max, "--queue-max", s.queue_max); !st) return st.error();
-  if (Status st = count_into(o.retained_histories, "--retained-histories", s.retained_histories); !st) return st.error();
+  if (!o.retained_histories.empty()) {  // the run configuration's bound, in its words
+    Result<std::uint64_t> retained = parse_count(o.retained_histories, "--retained-histories");
+    if (!retained) return retained.error();
+    if (*retained > serve::retained_histories_max) {
+      return make_error(ErrorCode::invalid_argument, "--retained-histories",
+                        fmt::format("must be a whole number from 0 to {}, got {}: {}; lower --retained-histories",
+                                    serve::retained_histories_max, o.retained_histories, serve::retained_histories_why));
+    }
+    s.retained_histories = static_cast<std::uint32_t>(*retained);
+  }
   if (!o.headroom.empty()) {
     Result<std::uint64_t> bytes = parse_size(o.headroom, "--headroom", /*zero_allowed=*/true);
     if (!bytes) return bytes.error();
@@ -131,7 +141,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--device-pool", o->device_pool, "the device arena: tiles + pages + recurrent slots + headroom");
   sub.add_option("--headroom", o->headroom, "revocable part of the device pool (default 0)");
   sub.add_option("--retained-histories", o->retained_histories,
-                 "host histories beyond the concurrency that only keep retained prefixes (default 0; docs/PREFIX.md)");
+                 fmt::format("host histories beyond the concurrency that only keep retained prefixes (0 to {}, default 0; "
+                             "docs/PREFIX.md)",
+                             serve::retained_histories_max));
   sub.add_option("--page-tokens", o->page_tokens, "tokens per page (default 16)");
   sub.add_option("--tile-tokens", o->tile_tokens, "tokens per staging tile (default min(32768, max context))");
   sub.add_option("--tiles", o->tiles, "staging tiles (default 2)");

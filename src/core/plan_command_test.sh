@@ -54,6 +54,10 @@ expect_refused "--device-pool" --preset hybrid-27b --host-pool 64GiB
 expect_refused "--device-pool" --preset hybrid-27b --host-pool 64GiB --device-pool 300MiB
 expect_refused "host pool must be at least 2 GiB (16 segments of 128 MiB) for max context 32768" --preset hybrid-27b --host-pool 1GiB --device-pool 16GiB
 expect_refused "--tile-tokens" --preset hybrid-27b --host-pool 64GiB --device-pool 16GiB --page-tokens 16 --tile-tokens 1000
+# --retained-histories: the run configuration's bound (1,024), named in the refusal; 1,024 itself is planned.
+expect_refused "--retained-histories: must be a whole number from 0 to 1024, got 1025" --preset smollm2-135m --host-pool 1TiB --device-pool 1GiB --retained-histories 1025
+expect_refused "--retained-histories: must be a whole number from 0 to 1024, got 99999999999" --preset smollm2-135m --host-pool 1TiB --device-pool 1GiB --retained-histories 99999999999
+expect_ok "retained_histories 1024" --preset smollm2-135m --host-pool 1TiB --device-pool 1GiB --retained-histories 1024
 expect_refused "--target-pages" --preset hybrid-27b --host-pool 64GiB --device-pool 16GiB --floor-pages 600 --target-pages 500
 expect_refused "--burst-pages" --preset hybrid-27b --host-pool 64GiB --device-pool 16GiB --target-pages 600 --burst-pages 500
 expect_refused "--floor-pages" --preset hybrid-27b --host-pool 64GiB --device-pool 16GiB --floor-pages 10

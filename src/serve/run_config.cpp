@@ -11,6 +11,7 @@
 #include "activekv/size.hpp"
 #include "serve/input_file.hpp"
 #include "serve/json_limits.hpp"
+#include "serve/retained_histories.hpp"
 
 namespace activekv::serve {
 
@@ -44,21 +45,21 @@ Status read_size(const json& object, const char* field, std::uint64_t& out, std:
   return {};
 }
 
+// A whole number in [lo, hi]; `why` (if any) follows the refusal.
 Status read_count(const json& object, const char* field, std::uint32_t& out, std::string_view source, bool required,
-                  std::uint32_t lo) {
+                  std::uint32_t lo, std::uint32_t hi = count_max, std::string_view why = {}) {
   if (!object.contains(field)) {
     if (required) return field_error(source, field, "missing");
     return {};
   }
   const json& value = object.at(field);
-  if (!value.is_number_integer() || value.get<std::int64_t>() < lo || value.get<std::int64_t>() > count_max) {
-    return field_error(source, field, fmt::format("must be a whole number from {} to {}, got {}", lo, count_max, describe_json(value)));
+  if (!value.is_number_integer() || value.get<std::int64_t>() < lo || value.get<std::int64_t>() > hi) {
+    return field_error(source, field, fmt::format("must be a whole number from {} to {}, got {}{}", lo, hi, describe_json(value), why));
   }
   out = static_cast<std::uint32_t>(value.get<std::int64_t>());
   return {};
 }
 
-constexpr std::uint32_t retained_histories_max = 1024;
 constexpr std::uint32_t kv_tier_write_queue_max = 4096;
 constexpr std::uint32_t kv_tier_lookups_max = 64;
 
@@ -138,11 +139,10 @@ Status RunConfig::validate(std::string_view source) const {
                        fmt::format("{} exceeds step_tokens {}: a chunk must fit in one step's budget", prefill_chunk_tokens,
                                    step_tokens));
   }
-  if (retained_histories > retained_histories_max) {
+  if (retained_histories > retained_histories_max) {  // a configuration built in code, not read from JSON
     return field_error(source, "retained_histories",
-                       fmt::format("{} is more than {}: each retained history is a whole host history (max_context × rows "
-                                   "× dense layers); lower retained_histories",
-                                   retained_histories, retained_histories_max));
+                       fmt::format("must be a whole number from 0 to {}, got {}: {}; lower retained_histories",
+                                   retained_histories_max, retained_histories, retained_histories_why));
   }
   if (step_tokens < max_seqs) {
     return field_error(source, "step_tokens",
@@ -184,7 +184,9 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
                    read_count(object, "prefill_chunk_tokens", config.prefill_chunk_tokens, source, true, 1),
                    read_count(object, "threads", config.threads, source, true, 1),
                    read_count(object, "max_queue", config.max_queue, source, false, 0),
-                   read_count(object, "retained_histories", config.retained_histories, source, false, 0)}) {
+                   read_count(object, "retained_histories", config.retained_histories, source, false, 0,
+                              retained_histories_max,
+                              fmt::format(": {}; lower retained_histories", retained_histories_why))}) {
     if (!s) return s.error();
   }
   if (object.contains("stop_at_eos")) {

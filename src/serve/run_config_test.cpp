@@ -1,11 +1,13 @@
 // run_config_test.cpp — the run configuration: the default file, and refusals naming the field.
 #include "serve/run_config.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "activekv/size.hpp"
+#include "serve/retained_histories.hpp"
 
 namespace activekv::serve {
 namespace {
@@ -98,6 +100,29 @@ TEST(RunConfig, RetainedHistoriesDefaultToNoneParseAndRefuseOutOfRange) {
   auto huge = parse_run_config(with("retained_histories", "5000"), "c.json");
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.error().describe().find("retained_histories"), std::string::npos) << huge.error().describe();
+  auto most = parse_run_config(with("retained_histories", "1024"), "c.json");
+  ASSERT_TRUE(most) << most.error().describe();
+  EXPECT_EQ(most->retained_histories, 1024u);
+}
+
+// The refusal names the bound it applies: 1,024 (retained_histories_max), for a value just past it and
+// for one past the generic count bound alike; never the generic bound it does not apply.
+TEST(RunConfig, RetainedHistoriesRefusalNamesTheBoundItApplies) {
+  for (const char* bad : {"1025", "5000", "20000000"}) {
+    auto r = parse_run_config(with("retained_histories", bad), "c.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    const std::string text = r.error().describe();
+    EXPECT_NE(text.find("retained_histories"), std::string::npos) << text;
+    EXPECT_NE(text.find(fmt::format("from 0 to {}, got {}", retained_histories_max, bad)), std::string::npos) << text;
+    EXPECT_EQ(text.find("16777216"), std::string::npos) << text;
+  }
+  RunConfig built = *parse_run_config(valid, "c.json");
+  built.retained_histories = retained_histories_max + 1;
+  Status s = built.validate("c.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().describe().find(fmt::format("from 0 to {}, got {}", retained_histories_max, retained_histories_max + 1)),
+            std::string::npos)
+      << s.error().describe();
 }
 
 TEST(RunConfig, DeepNestingAndFilesThatAreNoFilesAreRefused) {
