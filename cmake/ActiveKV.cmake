@@ -35,6 +35,13 @@ function(activekv_test name)
     list(APPEND _libs activekv_alloc_counter)
   endif()
   target_link_libraries(${name} PRIVATE ${_libs})
+  # A test carrying a label in ACTIVEKV_LABELS_NOT_IN_ALL is left out of `all` (the stage that
+  # skips those labels does not compile them); tests_<label> or its own name still builds it.
+  foreach(label ${ARG_LABELS})
+    if(label IN_LIST ACTIVEKV_LABELS_NOT_IN_ALL)
+      set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
+    endif()
+  endforeach()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 600)
   endif()
@@ -44,6 +51,14 @@ function(activekv_test name)
     set_property(GLOBAL APPEND PROPERTY ACTIVEKV_LABELS ${label})
     set_property(GLOBAL APPEND PROPERTY ACTIVEKV_TESTS_${label} ${name})
   endforeach()
+endfunction()
+
+# activekv_bench_program(target): a benchmark program (prints figures, no test runs it) is in
+# `all` only with ACTIVEKV_BENCHMARKS; otherwise it is built only when named.
+function(activekv_bench_program target)
+  if(NOT ACTIVEKV_BENCHMARKS)
+    set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL ON)
+  endif()
 endfunction()
 
 # One target per test label, `tests_<label>`, building every test executable that
