@@ -3,7 +3,8 @@
 #   1. release      every unit, property, conformance, end-to-end and model test (ctest),
 #                   the quick swarm (label swarm) and the slow budget-invariance run included
 #   2. asan+ubsan   the same suites under AddressSanitizer and UndefinedBehaviorSanitizer with
-#                   expensive assertions, except the tests labelled slow or model
+#                   expensive assertions, except the tests labelled slow or model (which the asan
+#                   preset leaves out of its build too; docs/TESTING.md)
 #   3. tsan         the backend and runtime tests under ThreadSanitizer
 #   4. fuzz         each libFuzzer target briefly from its committed corpus (scripts/fuzz-quick.sh)
 # The sanitizer and fuzz presets compile at -O1 -g1 (line tables only): about a third of
