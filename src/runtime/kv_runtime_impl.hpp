@@ -374,8 +374,7 @@ class KvRuntimeImpl final : public KvRuntime {
   void summarize_rows(std::uint32_t layer);
   void add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept;
   void upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes);
-  std::vector<Fence> summary_uploads_;  // [entries_max]: the step's summary uploads
-  std::vector<std::uint8_t> summary_rebuilt_;  // [entries_max]: some layer of the entry was rebuilt this step
+  std::vector<Fence> summary_uploads_;  // [entries_max]: the layer's summary uploads (waited with its rows)
   std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;

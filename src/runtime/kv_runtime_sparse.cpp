@@ -89,13 +89,12 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
       if (t % P == 0) summaries_->clear(slot, layer, t / P);
       add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
-    // The arena's copy, once the last layer is summarised: the pages this step changed in every
-    // layer, one contiguous range (from page 0 when any layer was rebuilt).
-    summary_rebuilt_[e] = (layer == 0 ? 0 : summary_rebuilt_[e]) | (rebuilt ? 1 : 0);
-    if (query_count_[e] == 0 || layer + 1 != g.dense_layers) continue;
-    const std::uint64_t all_layers = std::uint64_t{g.dense_layers} * summaries_->shape().page_bytes();
-    const std::uint32_t first = summary_rebuilt_[e] != 0 ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
-    upload_summaries(layer, summaries_->page_offset(slot, 0, first), std::uint64_t{last - first + 1} * all_layers);
+    // The arena's copy: the pages this step changed in this layer, one contiguous range (from
+    // page 0 when the layer was rebuilt), waited with the layer's row uploads.
+    if (query_count_[e] == 0) continue;
+    const std::uint32_t first = rebuilt ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
+    upload_summaries(layer, summaries_->page_offset(slot, layer, first),
+                     std::uint64_t{last - first + 1} * summaries_->shape().page_bytes());
   }
 }
 

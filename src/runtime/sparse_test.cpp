@@ -422,14 +422,16 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
     if (down.ok()) {
       EXPECT_EQ((*backend)->wait_host(down.value(), std::chrono::seconds(10)).value(), FenceOutcome::signalled);
       (*backend)->release_fence(down.value());
-      // Each context's slot: its pages (every layer) that hold keys.
+      // Each context's slot: its pages that hold keys, in every layer.
       const runtime::SummaryShape& shape = expected.shape();
       const std::uint32_t used = (prompt + decode + page_tokens - 1) / page_tokens;
       for (const ContextId id : ids) {
-        for (std::uint32_t p = 0; p < used; ++p) {
-          const std::uint64_t at = expected.page_offset(id.slot, 0, p), bytes = shape.page_stride() * 2;
-          result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
-          result.summary_bytes_checked += bytes;
+        for (std::uint32_t l = 0; l < shape.layers; ++l) {
+          for (std::uint32_t p = 0; p < used; ++p) {
+            const std::uint64_t at = expected.page_offset(id.slot, l, p), bytes = shape.page_bytes();
+            result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
+            result.summary_bytes_checked += bytes;
+          }
         }
       }
     }
