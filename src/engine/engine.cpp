@@ -30,11 +30,13 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std
   engine->kv_ = std::move(kv);
   engine->pool_ = std::make_unique<ThreadPool>(settings.threads);
   engine->forward_ = std::make_unique<Forward>(*engine->model_, *engine->kv_, *engine->pool_, isa, settings.limits);
+  engine->kv_->share_threads(engine->pool_.get());
   return engine;
 }
 
 Engine::~Engine() {
   forward_.reset();  // before the pool and the KV it uses
+  if (kv_ != nullptr) kv_->share_threads(nullptr);  // the runtime outlives the pool
   pool_.reset();
   kv_.reset();
 }

@@ -24,6 +24,8 @@
 
 namespace activekv::engine {
 
+class ThreadPool;
+
 class KvAccess {
  public:
   virtual ~KvAccess() = default;
@@ -33,6 +35,9 @@ class KvAccess {
   virtual Status write_kv(std::uint32_t layer, const float* k, const float* v) = 0;
   virtual Status attend(std::uint32_t layer, const float* q, float* out) = 0;
   virtual Status end_step() = 0;
+  // The engine's threads, for the KV's own parallel work between the forward pass's regions (the
+  // sparse selection's bound); null takes them back. Between steps only; nothing by default.
+  virtual void share_threads(ThreadPool* pool) { (void)pool; }
 };
 
 }  // namespace activekv::engine

@@ -39,6 +39,8 @@ class RuntimeKv final : public KvAccess {
   }
   Status attend(std::uint32_t layer, const float* q, float* out) override { return runtime_.attend(layer, q, out); }
   Status end_step() override { return runtime_.end_step(); }
+  // The runtime borrows the pool for the sparse selection's bound (KvRuntime::set_parallel).
+  void share_threads(ThreadPool* pool) override;
 
  private:
   KvRuntime& runtime_;

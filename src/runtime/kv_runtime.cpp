@@ -76,7 +76,6 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
     AK_ASSERT(summaries_->bytes().size() == plan_.arena.summaries.size_bytes, "kv runtime: the summaries part must hold the table");
     summary_uploads_.resize(sizes_.entries_max);
-    summary_rebuilt_.resize(sizes_.entries_max);
     selected_.resize(pages);
     keep_.resize(std::size_t{sizes_.entries_max} * pages);
     heavy_flags_.resize(pages);

@@ -14,9 +14,11 @@
 // and the heap allocations inside the step calls (must be 0).
 //
 //   activekv_runtime_bench [--steps N] [--batch B]
-//   activekv_runtime_bench --sparse [--steps N] [--only exact|group|list]   sparse attention (docs/SPARSE.md): decode at an
-//       8K context, exact and reading 1/8 of the pages (fixed fraction), in the same run; the
-//       step and attention medians and their ratios
+//   activekv_runtime_bench --sparse [--steps N] [--only exact|group|list] [--threads T]   sparse attention
+//       (docs/SPARSE.md): decode at an 8K context, exact and reading 1/8 of the pages (fixed
+//       fraction), in the same run; the step and attention medians and their ratios. The runtime
+//       borrows a pool of T threads (default 2, the engine's default; 1: none) for the selection's
+//       bound, as it borrows the engine's.
 //   activekv_runtime_bench --bounds   the sparse selection's bound alone: one decode step's page
 //       bounds at 8K (30 layers × 3 KV heads × 513 pages, 3 query heads each) from the 16-bit
 //       summaries, portable and vectorised, the best of 50 in thread CPU time
@@ -33,6 +35,8 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "engine/runtime_kv.hpp"
+#include "engine/thread_pool.hpp"
 #include "runtime/sparse_selection.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -58,6 +62,8 @@ double cpu_us() {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e6 + 1e-3 * static_cast<double>(ts.tv_nsec);
 }
+
+std::uint32_t pool_threads = 2;  // --threads: the pool the runtime borrows (as the engine's)
 
 int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std::uint32_t steps,
         const SparseSettings& sparse = {}, Medians* medians = nullptr) {
@@ -95,6 +101,9 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
     return 1;
   }
   KvRuntime& rt = *created.value();
+  engine::ThreadPool pool(pool_threads);
+  engine::RuntimeKv lender(rt);
+  lender.share_threads(&pool);
   std::vector<ContextId> contexts;
   for (std::uint32_t c = 0; c < batch; ++c) {
     auto admitted = rt.open_context(c, final_tokens);
@@ -171,12 +180,14 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
                   static_cast<double>(ss.summary_upload_bytes) / static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps)));
     }
     for (const ContextId c : contexts) rt.finish(c);
+    lender.share_threads(nullptr);
     return rt.pages_free() == rt.pages_total() ? 0 : 1;
   }
   std::printf("| %5u | %4.0f%% | %5u | %9.0f | %7.1f | %9.0f | %7.0f | %7.1f | %5.1f%% | %8.2f | %u |\n", context_tokens,
               fraction * 100, batch, step_med, plan, median(attention_us), median(copies_us), issue,
               100.0 * (plan + issue) / step_med, staged_mib, static_cast<unsigned>(allocations));
   for (const ContextId c : contexts) rt.finish(c);
+  lender.share_threads(nullptr);
   return rt.pages_free() == rt.pages_total() ? 0 : 1;
 }
 
@@ -244,12 +255,14 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--batch") == 0) batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--threads") == 0) activekv::pool_threads = static_cast<std::uint32_t>(std::max(1, std::atoi(argv[i + 1])));
   }
   // "8K": the longest prompt that leaves room for the decode steps in the model's 8,192 tokens.
   const std::uint32_t long_context = std::min(8192u - 64u, 8192u - steps - 8u);
   if (sparse) {
     std::printf("sparse attention: smollm2-135m geometry, host backend (threaded, 2 compute threads), batch 1, "
-                "%u decode steps, pool 100%%, medians in us\n\n", steps);
+                "%u decode steps, pool 100%%, the selection's bound on %u borrowed threads, medians in us\n\n", steps,
+                activekv::pool_threads);
     std::printf("| context | mode | step (wall) | step (CPU, mean) | attention wait | selection (mean, wall / CPU) | pages read | pages held | heap allocs |\n|---|---|---|---|---|---|---|---|---|\n");
     activekv::Medians exact, eighth;
     activekv::SparseSettings s;

@@ -190,6 +190,7 @@ class KvRuntimeImpl final : public KvRuntime {
     head_pages_read_ = 0;
   }
   Status set_sparse(const SparseSettings& sparse) override;
+  void set_parallel(const ParallelChunks& parallel) override;
   Explanation explain(ContextId context) const override;
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
@@ -374,8 +375,11 @@ class KvRuntimeImpl final : public KvRuntime {
   void summarize_rows(std::uint32_t layer);
   void add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept;
   void upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes);
-  std::vector<Fence> summary_uploads_;  // [entries_max]: the step's summary uploads
-  std::vector<std::uint8_t> summary_rebuilt_;  // [entries_max]: some layer of the entry was rebuilt this step
+  ParallelChunks parallel_;  // threads the selection's bound may borrow (set_parallel)
+  // The bound of `n` pages of one entry and layer, all KV heads, cut into chunks of pages over
+  // parallel_'s threads (one thread without them, or for few pages): the same bits either way.
+  void sparse_bounds(const std::uint16_t* pages, std::uint32_t n, float* out, std::size_t out_stride) noexcept;
+  std::vector<Fence> summary_uploads_;  // [entries_max]: the layer's summary uploads (waited with its rows)
   std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;

@@ -89,13 +89,12 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
       if (t % P == 0) summaries_->clear(slot, layer, t / P);
       add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
-    // The arena's copy, once the last layer is summarised: the pages this step changed in every
-    // layer, one contiguous range (from page 0 when any layer was rebuilt).
-    summary_rebuilt_[e] = (layer == 0 ? 0 : summary_rebuilt_[e]) | (rebuilt ? 1 : 0);
-    if (query_count_[e] == 0 || layer + 1 != g.dense_layers) continue;
-    const std::uint64_t all_layers = std::uint64_t{g.dense_layers} * summaries_->shape().page_bytes();
-    const std::uint32_t first = summary_rebuilt_[e] != 0 ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
-    upload_summaries(layer, summaries_->page_offset(slot, 0, first), std::uint64_t{last - first + 1} * all_layers);
+    // The arena's copy: the pages this step changed in this layer, one contiguous range (from
+    // page 0 when the layer was rebuilt), waited with the layer's row uploads.
+    if (query_count_[e] == 0) continue;
+    const std::uint32_t first = rebuilt ? 0 : lp.length_before / P, last = (lp.length_tokens - 1) / P;
+    upload_summaries(layer, summaries_->page_offset(slot, layer, first),
+                     std::uint64_t{last - first + 1} * summaries_->shape().page_bytes());
   }
 }
 
@@ -143,6 +142,56 @@ std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t lay
   return pages;
 }
 
+void KvRuntimeImpl::set_parallel(const ParallelChunks& parallel) {
+  parallel_ = parallel.run != nullptr && parallel.threads > 1 ? parallel : ParallelChunks{};
+}
+
+namespace {
+// Chunks per borrowed thread: a thread the machine descheduled delays only the chunk it holds.
+constexpr std::uint32_t chunks_per_thread = 4;
+
+struct BoundJob {
+  runtime::SummaryFormat format;
+  const float* positive;
+  const float* negative;
+  std::uint32_t kv_heads, group, head_dim, pages, chunks;
+  const std::uint16_t* summaries;  // page 0 of the layer
+  std::size_t page_stride;         // elements from one page's summary to the next
+  float* out;                      // [kv_heads][out_stride]
+  std::size_t out_stride;
+};
+
+// Pages [pages × c / chunks, pages × (c + 1) / chunks) of every KV head: page_bounds computes
+// each page on its own, so any cut gives the same bits.
+void bound_chunk(void* context, std::uint32_t chunk) noexcept {
+  const BoundJob& j = *static_cast<const BoundJob*>(context);
+  const auto first = static_cast<std::uint32_t>(std::uint64_t{j.pages} * chunk / j.chunks);
+  const auto end = static_cast<std::uint32_t>(std::uint64_t{j.pages} * (chunk + 1) / j.chunks);
+  if (first >= end) return;
+  for (std::uint32_t kh = 0; kh < j.kv_heads; ++kh) {
+    const std::size_t q_at = std::size_t{kh} * j.group * j.head_dim;
+    runtime::page_bounds(j.format, j.positive + q_at, j.negative + q_at, j.group,
+                         j.summaries + first * j.page_stride + std::size_t{kh} * 2u * j.head_dim, j.page_stride,
+                         end - first, j.head_dim, j.out + kh * j.out_stride + first);
+  }
+}
+}  // namespace
+
+void KvRuntimeImpl::sparse_bounds(const std::uint16_t* pages, std::uint32_t n, float* out,
+                                  std::size_t out_stride) noexcept {
+  const Geometry& g = plan_.geometry;
+  const runtime::SummaryShape& shape = summaries_->shape();
+  const bool borrow = parallel_.run != nullptr && n >= parallel_.least;
+  BoundJob job{shape.format, q_positive_.data(), q_negative_.data(), g.kv_heads, settings_.q_heads / g.kv_heads,
+               g.head_dim, n, borrow ? parallel_.threads * chunks_per_thread : 1u, pages, shape.page_stride(),
+               out, out_stride};
+  if (!borrow) {
+    bound_chunk(&job, 0);
+    return;
+  }
+  parallel_.run(parallel_.pool, &bound_chunk, &job, job.chunks);
+}
+
 bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept {
   if (summaries_ == nullptr || !settings_.sparse.enabled()) return false;
   ScopedTimer timer(sparse_stats_.select_ns);
@@ -151,7 +200,6 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t P = plan_.arena.page_tokens;
   const std::uint32_t max = sizes_.pages_per_layer_max;
-  const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const bool heavy = s.mode == SparseMode::adaptive;
   per_group_ = s.per_group && !pick_group_rank_.empty();
   const std::uint32_t kv = g.kv_heads;
@@ -202,17 +250,10 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       runtime::split_query(qe + std::size_t{h} * g.head_dim, g.head_dim, q_positive_.data() + std::size_t{h} * g.head_dim,
                            q_negative_.data() + std::size_t{h} * g.head_dim);
     }
-    const runtime::SummaryShape& shape = summaries_->shape();
-    const std::uint16_t* pages = summaries_->page(slot, layer, 0);
     // Per group, the bounds go straight where explain reads them ([group][max]); else [group][n].
     float* bound_out = per_group_ ? pick_group_bound_.data() + sl * kv * max : bounds_.data();
     const std::size_t bound_stride = per_group_ ? max : n;
-    for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      const std::size_t q_at = std::size_t{kh} * group * g.head_dim;
-      runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, group,
-                           pages + std::size_t{kh} * 2u * g.head_dim, shape.page_stride(), n, g.head_dim,
-                           bound_out + std::size_t{kh} * bound_stride);
-    }
+    sparse_bounds(summaries_->page(slot, layer, 0), n, bound_out, bound_stride);
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;
     if (heavy) {

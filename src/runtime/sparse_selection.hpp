@@ -51,17 +51,17 @@ struct SummaryShape {
   std::uint32_t kv_heads = 0;
   std::uint32_t head_dim = 0;
   SummaryFormat format = SummaryFormat::f16;
-  // Summaries of one slot: its pages, each for every layer in turn (so what one step changes —
-  // the newest page in every layer — is one contiguous range).
+  // Summaries of one slot: its layers, each holding its pages in order, so a layer's pages lie
+  // back to back and the bound streams them (what one step changes is one range per layer).
   std::uint64_t elements() const noexcept { return std::uint64_t{slots} * pages_max * layers * page_elements(); }
-  // Elements from one page (or block) of a layer to the next of the same layer.
-  std::size_t page_stride() const noexcept { return std::size_t{layers} * page_elements(); }
+  // Elements from one page of a layer to the next of the same layer.
+  std::size_t page_stride() const noexcept { return static_cast<std::size_t>(page_elements()); }
   std::uint64_t page_elements() const noexcept { return std::uint64_t{kv_heads} * 2u * head_dim; }
   std::uint64_t page_bytes() const noexcept { return page_elements() * sizeof(std::uint16_t); }
   std::uint64_t bytes() const noexcept { return elements() * sizeof(std::uint16_t); }
 };
 
-// Per (slot, logical page, layer, KV head): min[head_dim] then max[head_dim], 16-bit
+// Per (slot, layer, logical page, KV head): min[head_dim] then max[head_dim], 16-bit
 // (SummaryFormat), rounded outward. The host copy; the runtime mirrors it into the arena's
 // summaries part (docs/SPARSE.md "Where").
 class PageSummaries {

@@ -13,6 +13,8 @@
 //     per-group lists, each group's list holding the budget; and with one list), the adaptive
 //     budget runs, layer budgets keep the total and move pages between layers, and no sparse
 //     step allocates;
+//   - the bound cut over borrowed threads (ParallelChunks) selects the same pages, bounds and
+//     ranks, and gives the same outputs, as one thread;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
 
@@ -20,7 +22,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "activekv/backend.hpp"
@@ -325,7 +330,8 @@ struct SparseRun {
   bool summaries_match = true;
 };
 
-SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at_create = true) {
+SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at_create = true,
+              const ParallelChunks& parallel = {}) {
   SparseRun result;
   KvRuntimeSettings settings;
   MemorySettings& m = settings.memory;
@@ -360,6 +366,7 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   EXPECT_TRUE(created.ok()) << (created.ok() ? "" : created.error().describe());
   if (!created.ok()) return result;
   KvRuntime& rt = **created;
+  rt.set_parallel(parallel);
   if (!sparse_at_create) {
     EXPECT_FALSE(rt.set_sparse(sparse).ok()) << "an exact runtime keeps no summaries";
     return result;
@@ -422,14 +429,16 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
     if (down.ok()) {
       EXPECT_EQ((*backend)->wait_host(down.value(), std::chrono::seconds(10)).value(), FenceOutcome::signalled);
       (*backend)->release_fence(down.value());
-      // Each context's slot: its pages (every layer) that hold keys.
+      // Each context's slot: its pages that hold keys, in every layer.
       const runtime::SummaryShape& shape = expected.shape();
       const std::uint32_t used = (prompt + decode + page_tokens - 1) / page_tokens;
       for (const ContextId id : ids) {
-        for (std::uint32_t p = 0; p < used; ++p) {
-          const std::uint64_t at = expected.page_offset(id.slot, 0, p), bytes = shape.page_stride() * 2;
-          result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
-          result.summary_bytes_checked += bytes;
+        for (std::uint32_t l = 0; l < shape.layers; ++l) {
+          for (std::uint32_t p = 0; p < used; ++p) {
+            const std::uint64_t at = expected.page_offset(id.slot, l, p), bytes = shape.page_bytes();
+            result.summaries_match = result.summaries_match && std::memcmp(got.data() + at, want.data() + at, bytes) == 0;
+            result.summary_bytes_checked += bytes;
+          }
         }
       }
     }
@@ -563,6 +572,105 @@ TEST(SparseRuntime, AdaptiveAndFractionBudgetsRun) {
   const double share = fraction.stats.read_share();
   EXPECT_GT(share, 0.1);
   EXPECT_LT(share, 0.2);
+}
+
+// A second thread for ParallelChunks, started once (nothing allocated per region): it runs the
+// even chunks in order while the caller runs the odd ones from the last, so chunks run
+// concurrently and out of order.
+class TwoThreads {
+ public:
+  TwoThreads() : worker_([this] { work(); }) {}
+  ~TwoThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+  ParallelChunks chunks(std::uint32_t least) {
+    ParallelChunks p;
+    p.run = [](void* pool, ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
+      static_cast<TwoThreads*>(pool)->run(task, context, chunks);
+    };
+    p.pool = this;
+    p.threads = 2;
+    p.least = least;
+    return p;
+  }
+  std::uint64_t regions() const { return regions_; }
+  std::uint64_t worker_chunks() const { return worker_chunks_; }
+
+ private:
+  void run(ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      task_ = task;
+      context_ = context;
+      chunks_ = chunks;
+      busy_ = true;
+      ++regions_;
+    }
+    wake_.notify_all();
+    for (std::uint32_t c = chunks; c-- > 0;) {
+      if (c % 2 == 1) task(context, c);
+    }
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [this] { return !busy_; });
+  }
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || busy_; });
+      if (stopping_) return;
+      for (std::uint32_t c = 0; c < chunks_; c += 2) {
+        task_(context_, c);
+        ++worker_chunks_;
+      }
+      busy_ = false;
+      wake_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  ParallelChunks::Task task_ = nullptr;
+  void* context_ = nullptr;
+  std::uint32_t chunks_ = 0;
+  bool busy_ = false, stopping_ = false;
+  std::uint64_t regions_ = 0, worker_chunks_ = 0;
+  std::thread worker_;
+};
+
+// The bound cut into chunks of pages over two threads selects exactly what one thread selects:
+// the same pages, bounds and ranks in explain, the same outputs bit for bit, nothing allocated.
+TEST(SparseRuntime, BoundsOverBorrowedThreadsSelectTheSamePagesBitForBit) {
+  for (bool per_group : {true, false}) {
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 6;
+    s.per_group = per_group;
+    const SparseRun one = run(s, 1.0);
+    TwoThreads threads;
+    const SparseRun two = run(s, 0.25, true, threads.chunks(1));
+    EXPECT_GT(threads.regions(), 0u) << "the bound borrowed the threads";
+    EXPECT_GT(threads.worker_chunks(), 0u);
+    const SparseRun pool_sized = run(s, 1.0, true, threads.chunks(1u << 20));  // too few pages: one thread
+    EXPECT_TRUE(identical(one.all_outputs, two.all_outputs));
+    EXPECT_TRUE(identical(one.all_outputs, pool_sized.all_outputs));
+    ASSERT_EQ(one.explanation.sparse_picks.size(), two.explanation.sparse_picks.size());
+    ASSERT_FALSE(one.explanation.sparse_picks.empty());
+    for (std::size_t i = 0; i < one.explanation.sparse_picks.size(); ++i) {
+      const SparsePick& a = one.explanation.sparse_picks[i];
+      const SparsePick& b = two.explanation.sparse_picks[i];
+      EXPECT_EQ(a.layer, b.layer);
+      EXPECT_EQ(a.logical, b.logical);
+      EXPECT_EQ(a.rank, b.rank);
+      EXPECT_EQ(a.group, b.group);
+      EXPECT_EQ(std::memcmp(&a.bound, &b.bound, sizeof a.bound), 0);
+    }
+    EXPECT_EQ(two.allocations_after_first_decode, 0u);
+    EXPECT_EQ(two.counters.heap_allocations_in_steps, 0u);
+  }
 }
 
 TEST(SparseRuntime, AnExactRuntimeRefusesASparseSetting) {
