@@ -58,6 +58,7 @@ struct Explanation {
   std::uint32_t tier_pages_first = 0;
   std::uint32_t tier_pages_end = 0;
   std::uint32_t adopted_device_copied = 0;  // of the adopted pages, pool pages copied device to device from the source's resident pages
+  std::uint32_t adopted_device_promoted = 0;  // of those, the source's promoted pages below its run, promoted here too
   std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history
   std::uint64_t adopted_host_pages = 0;    // the rest (adopted pages × dense layers − the two above): streamed from the host pool
   // Sparse attention (filled by the KV runtime; empty in exact mode): the pages the last decode

@@ -240,6 +240,7 @@ struct KvCounters {
   std::uint64_t prefix_device_copies = 0;              // copies on adopt whose device-resident pages went d2d
   std::uint64_t h2d_bytes_adopting = 0;                // of h2d_bytes, staged or uploaded for contexts that adopted a prefix (follow-ups)
   std::uint64_t prefix_device_pages_copied = 0;        // pages those copies moved device to device (not staged from the host)
+  std::uint64_t prefix_device_pages_promoted = 0;      // of them, the source's promoted pages below its run (promoted in the adopter too)
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
   std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)

@@ -99,6 +99,11 @@ std::string explanation_text(const Explanation& e) {
                          "held on the device (d2d, not staged from the host)\n",
                          e.adopted_device_copied);
     }
+    if (e.adopted_device_promoted > 0) {
+      out += fmt::format("  adopted on the device: {} of those page(s) promoted from a retained prefix, device to device "
+                         "(the source's promoted pages below its run, promoted here too)\n",
+                         e.adopted_device_promoted);
+    }
     if (e.adopted_host_pages > 0) {
       out += fmt::format("  adopted from the host: {} page(s) (pages x layers) were not resident on the device: they "
                          "stream from the host pool like any history\n",
@@ -156,6 +161,7 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["tier_pages_end"] = e.tier_pages_end;
   j["adopted_device_pages"] = e.adopted_device_pages;
   j["adopted_device_copied"] = e.adopted_device_copied;
+  j["adopted_device_promoted"] = e.adopted_device_promoted;
   j["adopted_host_pages"] = e.adopted_host_pages;
   if (!e.sparse_picks.empty()) {
     nlohmann::json picks = nlohmann::json::array();

@@ -1,8 +1,9 @@
 // device_retention.cpp — the device side of prefix reuse in the KV runtime (docs/PREFIX.md,
 // "Device side"; the class: kv_runtime_impl.hpp).
 //
-// What it owns: copy on adopt on the device (a prefix's pages resident on the device are copied
-// device to device into the adopting context instead of being staged from the host), the fences of
+// What it owns: copy on adopt on the device (a prefix's pages resident on the device — the sink,
+// the run that ends at the prefix's last page, and promoted pages below it — are copied device to
+// device into the adopting context instead of being staged from the host), the fences of
 // those copies until they resolve, and the shutdown path that returns retained device pages.
 // (Handing a retained history's pages over in place, reclaiming them first and dropping them are
 // the budget manager's: src/core/retained_pages.cpp.)
@@ -51,7 +52,13 @@ std::uint32_t KvRuntimeImpl::copy_prefix_on_device(ContextId context, std::uint3
     }
     // The source's run pages that end at the prefix's last page become this context's run (its
     // next tail page extends it): the newest that are final, as many as the budget allows.
-    if (from.run_count == 0 || from.run_first >= pages || from.run_first + from.run_count < pages) continue;
+    // `below`: where this context's run will start (the copied run's first page, else the first
+    // tail page, logical `pages`); promoted pages must lie below it and not next to it.
+    std::uint32_t below = pages;
+    if (from.run_count == 0 || from.run_first >= pages || from.run_first + from.run_count < pages) {
+      copy_promoted_on_device(context, source, l, below, n, place);
+      continue;
+    }
     std::uint32_t lo = pages;
     while (lo > from.run_first && lo - 1 >= 1 &&
            pool.state(budgets_.run_page(source, l, lo - 1 - from.run_first)) == PageState::owned) {
@@ -70,6 +77,8 @@ std::uint32_t KvRuntimeImpl::copy_prefix_on_device(ContextId context, std::uint3
       AK_ASSERT(placed, "kv runtime: a copied run page fits: the room was counted first");
       budgets_.push_run_back(slot, l, device_copy_pages_[device_copy_page_count_ - 1].index);
     }
+    if (lo < pages) below = lo;
+    copy_promoted_on_device(context, source, l, below, n, place);
   }
   if (n == 0) return 0;
   // Copies in flight before this one may read pages this one writes (a source page released and
@@ -81,6 +90,7 @@ std::uint32_t KvRuntimeImpl::copy_prefix_on_device(ContextId context, std::uint3
   d = DeviceCopy{Fence{}, context, page_first, device_copy_page_count_ - page_first};
   if (!copy.ok()) {
     // Refused: nothing was copied; the pages never land (quarantined by retire_device_copies).
+    adoption_[slot].device_promoted = 0;
     retire_device_copies();
     return 0;
   }
@@ -93,8 +103,31 @@ std::uint32_t KvRuntimeImpl::copy_prefix_on_device(ContextId context, std::uint3
   counters_.d2d_bytes += std::uint64_t{n} * page_bytes;
   ++counters_.prefix_device_copies;
   counters_.prefix_device_pages_copied += n;
+  counters_.prefix_device_pages_promoted += adoption_[slot].device_promoted;
   record_prefix(DecisionKind::adopt, Reason::device_pages_copied, slot, n, source);
   return n;
+}
+
+template <typename Place>
+void KvRuntimeImpl::copy_promoted_on_device(ContextId context, std::uint32_t source, std::uint32_t l, std::uint32_t below,
+                                            std::uint32_t& n, Place& place) noexcept {
+  // The source's promoted pages (below its run: pages a policy brought back) that lie in the prefix
+  // and below where this context's run starts are promoted here too, device to device, while the
+  // budget allows (acquire_copy_page: unreserved free pages, the burst, room for a tail page).
+  const std::uint32_t slot = context.slot;
+  const PagePool& pool = arena_.pages();
+  const std::span<const std::uint32_t> logicals = budgets_.promoted_logical(source, l);
+  const std::span<const std::uint32_t> from_pages = budgets_.promoted_pages(source, l);
+  for (std::size_t i = 0; i < logicals.size() && n < device_copy_regions_.size(); ++i) {
+    const std::uint32_t logical = logicals[i];
+    if (logical + 1 >= below) break;  // sorted: the rest lie at or next to this context's run
+    if (pool.state(from_pages[i]) != PageState::owned) continue;  // only final bytes are copied
+    if (budgets_.layer(slot, l).promoted_count == plan_.promoted_pages_per_layer) break;
+    if (!place(l, logical, from_pages[i])) break;
+    const bool added = budgets_.add_promoted(slot, l, logical, device_copy_pages_[device_copy_page_count_ - 1].index);
+    AK_ASSERT(added, "kv runtime: a copied promoted page fits: the layer's promoted set had room");
+    ++adoption_[slot].device_promoted;
+  }
 }
 
 void KvRuntimeImpl::retire_device_copies() noexcept {

@@ -269,6 +269,7 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.tier_pages_end = a.tier_pages_end;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
+  e.adopted_device_promoted = a.device_promoted;
   const std::uint64_t adopted_all = std::uint64_t{a.pages} * plan_.geometry.dense_layers;
   const std::uint64_t on_device = std::uint64_t{a.device_pages} + a.device_copied;
   e.adopted_host_pages = adopted_all > on_device ? adopted_all - on_device : 0;

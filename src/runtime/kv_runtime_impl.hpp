@@ -265,6 +265,9 @@ class KvRuntimeImpl final : public KvRuntime {
   // d2d queue; every queue that could write a pool page or read the copied ones waits for the copy
   // on the device. Returns the pages copied (0: none resident, no room, or no d2d).
   std::uint32_t copy_prefix_on_device(ContextId context, std::uint32_t source, std::uint32_t pages) noexcept;
+  template <typename Place>
+  void copy_promoted_on_device(ContextId context, std::uint32_t source, std::uint32_t layer, std::uint32_t below,
+                               std::uint32_t& n, Place& place) noexcept;
   // Waits the device copies of copy on adopt on the host (they are on a copy queue) and lands
   // their pages; a failed or unknown fence quarantines them (a tail page faults its context).
   void retire_device_copies() noexcept;
@@ -401,6 +404,7 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint64_t from_request = 0;      // the request whose history held them
     std::uint32_t device_pages = 0;      // device pool pages handed over with the history (in place only)
     std::uint32_t device_copied = 0;     // device pool pages copied d2d from the source history's resident pages
+    std::uint32_t device_promoted = 0;   // of them, the source's promoted pages (below its run), promoted here
     std::uint32_t tier_pages_first = 0;  // pages [tier_pages_first, tier_pages_end) were restored from the tier
     std::uint32_t tier_pages_end = 0;
   };

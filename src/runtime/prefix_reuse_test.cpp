@@ -126,7 +126,8 @@ struct Small {
 
 Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, std::uint32_t page_tokens = 4,
                  std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2, bool device = true,
-                 std::uint32_t pool_pages = 0, std::uint32_t retained_histories = 0) {
+                 std::uint32_t pool_pages = 0, std::uint32_t retained_histories = 0,
+                 ResidencyPolicyKind policy = ResidencyPolicyKind::exact, float hotness_threshold = 0.05f) {
   Small s;
   s.g.dense_layers = layers;
   s.g.kv_heads = 1;
@@ -155,6 +156,8 @@ Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, st
   settings.q_heads = s.q_heads;
   settings.prefix_reuse = reuse;
   settings.prefix_reuse_device = device;
+  settings.policy = policy;
+  settings.hotness_threshold = hotness_threshold;
   BackendOptions options;
   options.deterministic = true;
   options.seed = seed;
@@ -1075,6 +1078,104 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
   EXPECT_GT(totals.device_reclaimed, 0u);
   EXPECT_GT(totals.device_copied, 0u);
   EXPECT_GT(totals.releases, 0u);
+}
+
+
+// Copy on adopt takes the source's promoted pages too (docs/PREFIX.md, "Copied device to device on
+// adopt"): a source under the hotness policy holds pages below its run that the policy promoted;
+// a request sharing part of its history copies them device to device and holds them promoted.
+struct PromotedRun {
+  std::vector<float> outputs;
+  std::uint64_t copied = 0, promoted = 0, source_promoted = 0;
+  std::uint64_t staged_first_step = 0, page_bytes = 0;
+  Explanation sharer;
+};
+
+PromotedRun run_promoted(bool device, std::uint32_t pool, float th) {
+  PromotedRun out;
+  Small sm = make_small(4, true, 5, 4, 1, 0, 2, device, pool, 0, ResidencyPolicyKind::hotness, th);
+  EXPECT_NE(sm.rt, nullptr);
+  if (sm.rt == nullptr) return out;
+  KvRuntime& rt = *sm.rt;
+  out.page_bytes = rt.plan().arena.page_bytes;
+  Sequence a_seq = sequence_of(72, 51);
+  std::uint32_t reused = 0;
+  auto a = rt.open_context(1, 64, std::span<const std::int32_t>(a_seq.tokens).first(48), reused);
+  ReferenceKv ref(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t ra = ref.open();
+  // A third context shares the pool while A prefills, then leaves: A grows into its pages by
+  // promotions of pages below its run (what the hotness policy chooses).
+  Sequence c_seq = sequence_of(48, 53);
+  auto c = rt.open_context(3, 64, c_seq.tokens, reused);
+  Sequence e_seq = sequence_of(48, 54);
+  auto e = rt.open_context(4, 64, e_seq.tokens, reused);
+  for (std::uint32_t at = 0; at < 48; at += 8) {
+    feed(sm, a->handle, a_seq, at, 8, &ref, ra, &out.outputs);
+    feed(sm, c->handle, c_seq, at, 8);
+    feed(sm, e->handle, e_seq, at, 8);
+    if (::testing::Test::HasFatalFailure()) return out;
+  }
+  rt.finish(c->handle);
+  for (std::uint32_t x = 48; x < 54; ++x) {
+    feed(sm, a->handle, a_seq, x, 1, &ref, ra, &out.outputs);
+    if (::testing::Test::HasFatalFailure()) return out;
+  }
+  // A's promoted pages that the sharer's 8 pages take (below page 7: not next to its run).
+  for (const ResidentRun& r : rt.explain(a->handle).runs) {
+    if (std::string(r.reason).find("promoted") == 0 && r.logical_first + r.pages <= 7) out.source_promoted += r.pages;
+  }
+  rt.finish_retaining(a->handle, std::span<const std::int32_t>(a_seq.tokens).first(54));
+  rt.finish(e->handle);
+  Sequence b_seq;
+  for (std::uint32_t t = 0; t < 32; ++t) b_seq.push(a_seq.tokens[t]);
+  for (std::int32_t x : sequence_of(6, 52).tokens) b_seq.push(x);
+  auto b = rt.open_context(2, 64, b_seq.tokens, reused);
+  EXPECT_EQ(reused, 32u);
+  out.sharer = rt.explain(b->handle);
+  const std::uint32_t rb = reference_of(ref, sm, b_seq, 32);
+  const std::uint64_t staged0 = rt.counters().bytes_staged;
+  feed(sm, b->handle, b_seq, 32, 1, &ref, rb, &out.outputs);
+  out.staged_first_step = rt.counters().bytes_staged - staged0;
+  for (std::uint32_t x = 33; x < 38; ++x) {
+    feed(sm, b->handle, b_seq, x, 1, &ref, rb, &out.outputs);
+    if (::testing::Test::HasFatalFailure()) return out;
+    EXPECT_EQ(rt.check(), nullptr);
+  }
+  expect_rows(sm, b->handle, b_seq, 38, "sharer");
+  out.copied = rt.counters().prefix_device_pages_copied;
+  out.promoted = rt.counters().prefix_device_pages_promoted;
+  EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u);
+  rt.finish(b->handle);
+  EXPECT_EQ(rt.check(), nullptr);
+  return out;
+}
+
+TEST(PrefixReuseDevice, CopyOnAdoptPromotesTheSourcesPromotedPagesDeviceToDevice) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // 44 pool pages, hotness threshold 0.25: A holds 4 promoted pages below its run in the shared
+  // part (found by trying pools and thresholds; the counts below are what this layout gives).
+  const PromotedRun off = run_promoted(false, 44, 0.25f);
+  ASSERT_FALSE(HasFatalFailure());
+  const PromotedRun on = run_promoted(true, 44, 0.25f);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(on.outputs.size(), off.outputs.size());
+  EXPECT_EQ(std::memcmp(on.outputs.data(), off.outputs.data(), on.outputs.size() * sizeof(float)), 0)
+      << "outputs with the promoted pages copied equal outputs with every shared page staged, byte for byte";
+  EXPECT_EQ(on.source_promoted, 4u) << "the layout this test needs: A holds promoted pages in the shared part";
+  EXPECT_EQ(on.promoted, on.source_promoted) << "every resident promoted page of the shared part is copied d2d";
+  EXPECT_GT(on.copied, on.promoted) << "besides the sinks and run pages";
+  EXPECT_EQ(on.sharer.adopted_device_promoted, on.promoted);
+  EXPECT_EQ(on.sharer.adopted_device_copied, on.copied);
+  EXPECT_EQ(off.promoted, 0u);
+  EXPECT_EQ(off.copied, 0u);
+  // What is copied is not staged: the first step stages exactly the copied pages' bytes fewer.
+  EXPECT_EQ(on.staged_first_step + on.copied * on.page_bytes, off.staged_first_step);
+  EXPECT_NE(explanation_text(on.sharer).find("promoted from a retained prefix, device to device"), std::string::npos)
+      << explanation_text(on.sharer);
+  std::printf("sharer of a hotness source: %llu pages copied d2d, %llu of them promoted pages; first step staged %llu "
+              "bytes against %llu without device retention\n",
+              static_cast<unsigned long long>(on.copied), static_cast<unsigned long long>(on.promoted),
+              static_cast<unsigned long long>(on.staged_first_step), static_cast<unsigned long long>(off.staged_first_step));
 }
 
 }  // namespace

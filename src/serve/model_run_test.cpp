@@ -173,5 +173,57 @@ TEST(ModelRun, ConversationsWithReuseMatchWithout) {
               static_cast<unsigned long long>(reused));
 }
 
+// The engine's admission fix on the real model: more requests than the concurrency, and the
+// follow-up still adopts its retained history. The host pool holds 2 histories, one of them kept
+// only for retained prefixes (retained_histories 1), so one context runs while max_seqs 3 lets the
+// scheduler ask for more. a1 runs while x1 waits; a1 finishes and is retained, a2 (its follow-up)
+// queues behind x1; x1 takes the empty history; a2 is admitted when x1 ends. The engine offers a
+// request to the runtime only when it may admit it now (KvRuntime::may_admit_now), so a2 is admitted
+// through the path that adopts, not later from the runtime's own queue (which adopts nothing).
+// Every output equals reuse off byte for byte.
+TEST(ModelRun, AFollowUpQueuedBeyondTheConcurrencyStillAdoptsItsHistory) {
+  auto model = engine::find_default_model();
+  ASSERT_TRUE(model) << model.error().describe();
+  std::istringstream in(
+      "{\"id\": \"a1\", \"arrival_s\": 0, \"prompt\": \"The capital of France is Paris. The capital of Germany is "
+      "Berlin. The capital of Italy is\", \"max_tokens\": 4, \"session\": \"a\"}\n"
+      "{\"id\": \"x1\", \"arrival_s\": 0, \"prompt\": \"One, two, three, four,\", \"max_tokens\": 4}\n"
+      "{\"id\": \"a2\", \"arrival_s\": 0, \"prompt\": \" The capital of Spain is\", \"max_tokens\": 4, \"session\": \"a\"}\n");
+  auto requests = read_trace(in, "admission");
+  ASSERT_TRUE(requests) << requests.error().describe();
+  RunConfig cfg_on = config("24MiB", true);
+  cfg_on.retained_histories = 1;
+  RunConfig cfg_off = cfg_on;
+  cfg_off.prefix_reuse = false;
+  Outcome on = run(*requests, *model, cfg_on);
+  Outcome off = run(*requests, *model, cfg_off);
+  ASSERT_NE(on.result.scheduler, nullptr);
+  ASSERT_NE(off.result.scheduler, nullptr);
+  const Scheduler& a = *on.result.scheduler;
+  const Scheduler& b = *off.result.scheduler;
+  EXPECT_EQ(on.engine->plan().concurrency, 1u) << on.printed;
+  EXPECT_EQ(a.running_max(), 1u);
+  for (std::size_t i = 0; i < requests->size(); ++i) {
+    const RequestRecord& x = a.requests()[i];
+    const RequestRecord& y = b.requests()[i];
+    SCOPED_TRACE(x.id);
+    ASSERT_EQ(x.state, RequestState::finished);
+    ASSERT_EQ(y.state, RequestState::finished);
+    EXPECT_EQ(x.tokens, y.tokens) << "the output with reuse differs from the output without";
+  }
+  const RequestRecord& x1 = a.requests()[1];
+  const RequestRecord& a2 = a.requests()[2];
+  const RequestRecord& a1 = a.requests()[0];
+  EXPECT_TRUE(x1.waited && a2.waited) << "both wait for the concurrency";
+  EXPECT_GE(a2.admitted_s, x1.ended_s) << "a2 is admitted after x1 (FIFO, one runs at a time)";
+  const std::uint32_t held = a1.prompt_tokens + a1.output_tokens - 1;  // rows a1 holds (its last token never fed)
+  EXPECT_EQ(a2.reused_tokens, held / 16 * 16) << "a2 adopts every full page of a1's history";
+  EXPECT_GT(a2.reused_tokens, 0u);
+  EXPECT_EQ(on.result.figures["prefix_reuse"]["reused_tokens"].get<std::uint64_t>(), a2.reused_tokens);
+  EXPECT_TRUE(on.result.figures["all_returned"].get<bool>());
+  std::printf("admission: a2 reused %u of %u prompt tokens after waiting behind x1\n", a2.reused_tokens,
+              a2.prompt_tokens);
+}
+
 }  // namespace
 }  // namespace activekv::serve

@@ -373,6 +373,14 @@ void Scheduler::record_waits() {
   }
 }
 
+bool Scheduler::is_follow_up_suffix(const RequestRecord& r, std::uint32_t budget) const noexcept {
+  // Its first chunk only: a prompt that adopted a prefix and is partway through its own prefill
+  // (a stranger that shared a preamble page) has no claim on its last chunk.
+  if (r.state != RequestState::prefill || r.reused_tokens == 0 || r.prefilled_tokens != r.reused_tokens) return false;
+  const std::uint32_t remaining = r.prompt_tokens - r.prefilled_tokens;
+  return remaining <= std::min(config_.prefill_chunk_tokens, budget);
+}
+
 std::size_t Scheduler::compose_batch() {
   std::uint32_t budget = config_.step_tokens;
   std::size_t n = 0;
@@ -386,7 +394,24 @@ std::size_t Scheduler::compose_batch() {
     --budget;
   }
   batch_decode_tokens_ = config_.step_tokens - budget;
-  for (std::size_t k = 0; k < running_count_ && budget > 0; ++k) {
+  // A follow-up whose prompt adopted a retained prefix and whose whole suffix fits one chunk
+  // goes first, and while one does the step carries no other context's prefill: its first token
+  // then costs its own suffix and the decodes, not a step of others' prompt chunks (docs/PREFIX.md,
+  // "The follow-up's first step"). Others' prefill loses that one step; outputs do not change
+  // (rows are chunk- and batch-invariant).
+  bool follow_up_first = false;
+  for (std::size_t k = 0; k < running_count_; ++k) {
+    const std::uint32_t i = running_[k];
+    if (!is_follow_up_suffix(requests_[i], budget)) continue;
+    const RequestRecord& r = requests_[i];
+    const std::uint32_t chunk = r.prompt_tokens - r.prefilled_tokens;
+    batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.prefilled_tokens, chunk), true};
+    batch_request_[n++] = i;
+    budget -= chunk;
+    follow_up_first = true;
+  }
+  if (follow_up_first) ++follow_up_first_steps_;
+  for (std::size_t k = 0; k < running_count_ && budget > 0 && !follow_up_first; ++k) {
     const std::uint32_t i = running_[k];
     const RequestRecord& r = requests_[i];
     if (r.state != RequestState::prefill) continue;

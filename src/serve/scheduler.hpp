@@ -8,7 +8,10 @@
 // is never starved by short ones behind it). Each step composes one batch under
 // a token budget: first one decode token for every context that is generating,
 // then prompt chunks (at most prefill_chunk_tokens each) for contexts still in
-// prefill, in admission order, until the budget is spent. So prefill is chunked
+// prefill, in admission order, until the budget is spent. Except: a context that
+// adopted a retained prefix and has at most one chunk of its prompt left goes
+// first, and that step carries no other prefill (its first token costs its own
+// suffix, not others' prompt chunks). So prefill is chunked
 // and interleaved with decode, and a long prompt cannot stall the others'
 // generation. A request that reaches max_tokens (or the end-of-sequence token)
 // returns its context at once; a cancelled one returns it at any point (the
@@ -215,6 +218,8 @@ class Scheduler {
   const std::vector<TokenSample>& token_samples() const noexcept { return token_samples_; }
   const std::vector<PagesSample>& pages_samples() const noexcept { return pages_samples_; }
   std::uint32_t steps_dropped() const noexcept { return steps_dropped_; }
+  // Steps that fed a prefix-reusing follow-up's whole suffix and no other prefill (compose_batch).
+  std::uint32_t follow_up_first_steps() const noexcept { return follow_up_first_steps_; }
 
  private:
   Scheduler(StepEngine& engine, Clock& clock, const SchedulerConfig& config);
@@ -224,6 +229,7 @@ class Scheduler {
   void admit(double now_s);
   void record_waits();
   std::size_t compose_batch();
+  bool is_follow_up_suffix(const RequestRecord& r, std::uint32_t budget) const noexcept;
   void apply_outputs(std::size_t entries, double now_s);
   void end_request(std::uint32_t request, RequestState state, double now_s);
   void remove_running(std::uint32_t request);
@@ -266,6 +272,7 @@ class Scheduler {
   std::vector<TokenSample> token_samples_;
   std::vector<PagesSample> pages_samples_;
   std::uint32_t steps_dropped_ = 0;
+  std::uint32_t follow_up_first_steps_ = 0;
 };
 
 }  // namespace activekv::serve
