@@ -4,7 +4,7 @@
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
-//                [--sparse-fraction F] [--staging auto|copy|in-place]
+//                [--sparse-fraction F] [--sparse-lists group|one] [--staging auto|copy|in-place]
 //
 // --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
 // engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
@@ -12,6 +12,7 @@
 //
 // --sparse-fraction F (docs/SPARSE.md): after the prefill, M decode steps in exact mode and then
 // M in sparse mode reading F of the pages, on the same runtime and context, and their ratio.
+// --sparse-lists: a page list per KV-head group (group, the default) or one list per layer (one).
 //
 // Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
 // steps after it, the decode step's time shares (matmul, attention, copies,
@@ -82,6 +83,8 @@ struct Figures {
   double decode_tokens_per_cpu_s = 0;
 };
 
+bool sparse_one_list = false;  // --sparse-lists one
+
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
         const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0, const std::string& staging = "auto") {
   Result<std::string> path = find_default_model();
@@ -118,6 +121,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     if (sparse_fraction > 0.0) {
       settings.sparse.mode = SparseMode::fraction;
       settings.sparse.fraction = static_cast<float>(sparse_fraction);
+      settings.sparse.per_group = !sparse_one_list;
     }
     const std::uint64_t row = settings.memory.geometry.row_bytes();
     const std::uint64_t pages = static_cast<std::uint64_t>(
@@ -173,6 +177,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     SparseSettings sparse;
     sparse.mode = SparseMode::fraction;
     sparse.fraction = static_cast<float>(sparse_fraction);
+    sparse.per_group = !sparse_one_list;
     double seconds[2] = {0, 0}, cpu[2] = {0, 0};
     for (int phase = 0; phase < 2; ++phase) {
       if (Status s = runtime->set_sparse(phase == 0 ? SparseSettings{} : sparse); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
@@ -189,7 +194,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
       cpu[phase] = cpu_seconds() - c0;
       const SparseStats& ss = runtime->sparse_stats();
       fmt::print("decode {} tokens, {}: {:.2f} s, {:.2f} ms/token; {:.2f} CPU s; pages read per layer {:.1f} of {:.1f}\n",
-                 decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages", sparse_fraction), seconds[phase],
+                 decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages ({})", sparse_fraction, sparse_one_list ? "one list" : "a list per group"), seconds[phase],
                  1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
                  ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
       if (ss.decode_steps != 0) {
@@ -251,6 +256,13 @@ int main(int argc, char** argv) {
     else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
     else if (k == "--kv") kv_kind = v;
     else if (k == "--sparse-fraction") sparse_fraction = std::atof(v);
+    else if (k == "--sparse-lists") {
+      if (std::string(v) != "group" && std::string(v) != "one") {
+        fmt::print(stderr, "--sparse-lists {}: give group or one\n", v);
+        return 2;
+      }
+      sparse_one_list = std::string(v) == "one";
+    }
     else if (k == "--staging") {
       staging = v;
       if (staging != "auto" && staging != "copy" && staging != "in-place") {

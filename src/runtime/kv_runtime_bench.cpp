@@ -87,6 +87,12 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
   m.device_pool_bytes = 4 * arena_alignment_bytes + m.tiles * tile_bytes + pages * page_tokens * g.row_bytes();
   settings.q_heads = q_heads;
   settings.sparse = sparse;
+  if (sparse.enabled()) {
+    // The summaries' arena part comes on top, so sparse holds as many pages resident as exact.
+    MemorySettings with_summaries = m;
+    with_summaries.sparse_summaries = true;
+    m.device_pool_bytes += summary_part_bytes(with_summaries);
+  }
 
   BackendOptions options;
   options.compute_threads = 2;
