@@ -92,6 +92,7 @@ const char* sparse_mode_name(SparseMode mode) noexcept;
 enum class SparseScore : std::uint8_t {
   bound,    // the Quest upper bound of q·k from the pages' min/max summaries (the default)
   moments,  // the attention mass estimated from per-page key means and variances
+  mixed,    // half the moments' mass estimate, half the bound turned into a mass (softmax over pages)
   oracle,   // ANALYSIS ONLY: the true attention mass from every key (an exact pass per step);
             // what the best ranking at a budget captures, never a deployable policy
 };

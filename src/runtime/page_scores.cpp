@@ -98,4 +98,15 @@ void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, 
   }
 }
 
+void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
+                    float* out) noexcept {
+  const float top = *std::max_element(bound, bound + pages);
+  double total = 0.0;
+  for (std::uint32_t p = 0; p < pages; ++p) total += std::exp(static_cast<double>(scale) * (bound[p] - top));
+  for (std::uint32_t p = 0; p < pages; ++p) {
+    const double b = std::exp(static_cast<double>(scale) * (bound[p] - top)) / total;
+    out[p] = static_cast<float>(0.5 * (static_cast<double>(moments[p]) + heads * b));
+  }
+}
+
 }  // namespace activekv::runtime

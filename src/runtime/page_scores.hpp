@@ -12,6 +12,10 @@
 //              (PageMoments); a head's log-mass on the page is estimated as for Gaussian keys,
 //              log c + s q·μ + ½ s² Σ_d q_d² σ_d², and the group's score is Σ over its heads of
 //              the estimated mass normalised over the pages (moment_page_scores).
+//   mixed    — the mean of two mass distributions over the pages: the moments' and the bound's
+//              (softmax over the pages of scale × the group's bound, times the group's heads so
+//              both sum to the heads): the bound's few peaked pages and the moments' broad ones
+//              both rank high (mix_bound_mass).
 // Invariants: the moments of a page are exactly the fp32 sums of the keys written to it (as the
 // kernel reads them), in write order; nothing here allocates after construction.
 #pragma once
@@ -53,5 +57,9 @@ void page_mass_from_scores(const float* scores, std::uint32_t heads, std::uint32
 void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, float scale, const float* moments,
                         std::size_t stride, std::uint32_t pages, std::uint32_t tokens, std::uint32_t page_tokens,
                         float* scratch, float* out) noexcept;
+
+// mixed: out[p] = ½ (moments[p] + heads · softmax_p(scale · bound[p])), for p < pages.
+void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
+                    float* out) noexcept;
 
 }  // namespace activekv::runtime

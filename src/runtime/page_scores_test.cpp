@@ -5,7 +5,8 @@
 //     to the number of heads, a partial last page included;
 //   - moment_page_scores is exact for pages whose keys are all equal (the estimate of a page of c
 //     copies of k is c·exp(s q·k)), sums to the heads, and ranks a page of keys aligned with q above
-//     one of keys opposed to it.
+//     one of keys opposed to it;
+//   - mix_bound_mass is the mean of the moments' masses and the bound's softmax (in place too).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,6 +123,24 @@ TEST(MomentScores, AreExactForUniformPagesAndFollowTheKeys) {
   std::vector<float> out2(2);
   moment_page_scores(q.data(), 1, dim, scale, two.data(), 2 * dim, 2, 2 * page, page, scratch.data(), out2.data());
   EXPECT_GT(out2[1], out2[0]);
+}
+
+TEST(MixedScores, AreTheMeanOfTheMomentsAndTheBoundsSoftmax) {
+  const std::vector<float> bound = {3.0f, -1.0f, 7.5f, 0.0f}, moments = {0.5f, 1.0f, 0.25f, 0.25f};
+  constexpr std::uint32_t heads = 2;
+  const float scale = 0.5f;
+  std::vector<float> out(bound.size());
+  mix_bound_mass(bound.data(), moments.data(), heads, scale, 4, out.data());
+  double z = 0.0, total = 0.0;
+  for (float b : bound) z += std::exp(scale * static_cast<double>(b));
+  for (std::size_t p = 0; p < bound.size(); ++p) {
+    EXPECT_NEAR(out[p], 0.5 * (moments[p] + heads * std::exp(scale * static_cast<double>(bound[p])) / z), 1e-6);
+    total += out[p];
+  }
+  EXPECT_NEAR(total, heads, 1e-5) << "both halves sum to the heads";
+  std::vector<float> same = bound;  // in place, as the runtime calls it
+  mix_bound_mass(same.data(), moments.data(), heads, scale, 4, same.data());
+  for (std::size_t p = 0; p < bound.size(); ++p) EXPECT_EQ(same[p], out[p]);
 }
 
 }  // namespace

@@ -567,7 +567,7 @@ TEST(SparseRuntime, AdaptiveAndFractionBudgetsRun) {
 
 // Other scores (page_scores.hpp): the oracle ranks each group's pages by their true mass, so its
 // measured recall is at least the bound's in every layer (the same keys and queries: the
-// synthetic data do not depend on the outputs); moments run too; both allocate nothing per step
+// synthetic data do not depend on the outputs); moments and mixed run too; both allocate nothing per step
 // (set at create and by set_sparse), and explain gives each page's score in rank order.
 TEST(SparseRuntime, OtherScoresRankByTheirScoreAndTheOracleRecallsMost) {
   SparseSettings s;
@@ -579,7 +579,9 @@ TEST(SparseRuntime, OtherScoresRankByTheirScoreAndTheOracleRecallsMost) {
   const SparseRun oracle = run(s, 1.0);
   s.score = SparseScore::moments;
   const SparseRun moments = run(s, 1.0);
-  for (const SparseRun* r : {&oracle, &moments}) {
+  s.score = SparseScore::mixed;
+  const SparseRun mixed = run(s, 1.0);
+  for (const SparseRun* r : {&oracle, &moments, &mixed}) {
     EXPECT_EQ(r->stats.selections, bound.stats.selections);
     EXPECT_EQ(r->stats.pages_read, bound.stats.pages_read) << "the same budget";
     EXPECT_EQ(r->allocations_after_first_decode, 0u);
@@ -597,6 +599,7 @@ TEST(SparseRuntime, OtherScoresRankByTheirScoreAndTheOracleRecallsMost) {
     ASSERT_EQ(oracle.stats.recall_layer_count[l], bound.stats.recall_layer_count[l]);
     EXPECT_GE(oracle.stats.recall_layer_sum[l], bound.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
     EXPECT_GE(oracle.stats.recall_layer_sum[l], moments.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
+    EXPECT_GE(oracle.stats.recall_layer_sum[l], mixed.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
   }
   EXPECT_FALSE(identical(oracle.decode_outputs, bound.decode_outputs));
 }
