@@ -61,6 +61,15 @@ void KvRuntimeImpl::add_moments(std::uint32_t slot, std::uint32_t layer, std::ui
   moments_->add(slot, layer, logical, key_row_.data());
 }
 
+namespace {
+// A score that is not a number (keys that overflowed) ranks last: the ranking's order stays total.
+void unnan(float* out, std::uint32_t n) noexcept {
+  for (std::uint32_t p = 0; p < n; ++p) {
+    if (std::isnan(out[p])) out[p] = -std::numeric_limits<float>::infinity();
+  }
+}
+}  // namespace
+
 void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n, float* out,
                                 std::size_t stride) noexcept {
   const SparseScore score = settings_.sparse.score;
@@ -82,6 +91,7 @@ void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const floa
                                   score == SparseScore::mixed ? estimate : o);
       // mixed: o holds the group's bound, and becomes the mean of the two mass distributions.
       if (score == SparseScore::mixed) runtime::mix_bound_mass(o, estimate, group, shape_.scale, n, o);
+      unnan(o, n);
     }
     return;
   }
@@ -106,6 +116,7 @@ void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const floa
   for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
     runtime::page_mass_from_scores(oracle_scores_.data() + std::size_t{kh} * group * tokens, group, tokens, P,
                                    out + std::size_t{kh} * stride);
+    unnan(out + std::size_t{kh} * stride, n);
   }
 }
 
