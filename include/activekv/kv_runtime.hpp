@@ -49,6 +49,7 @@
 // Decisions and their reasons: docs/RUNTIME.md.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,16 @@ enum class SparseMode : std::uint8_t {
 };
 const char* sparse_mode_name(SparseMode mode) noexcept;
 
+// How a KV head group ranks its pages (docs/SPARSE.md "Scores").
+enum class SparseScore : std::uint8_t {
+  bound,    // the Quest upper bound of q·k from the pages' min/max summaries (the default)
+  moments,  // the attention mass estimated from per-page key means and variances
+  mixed,    // half the moments' mass estimate, half the bound turned into a mass (softmax over pages)
+  oracle,   // ANALYSIS ONLY: the true attention mass from every key (an exact pass per step);
+            // what the best ranking at a budget captures, never a deployable policy
+};
+const char* sparse_score_name(SparseScore score) noexcept;
+
 struct SparseSettings {
   SparseMode mode = SparseMode::exact;
   std::uint32_t pages = 0;          // mode pages: the page budget per context and layer
@@ -100,6 +111,7 @@ struct SparseSettings {
   // attention mass (a running average of 1 − captured), so layers whose attention is flat read
   // more pages and peaked ones fewer; the total per step stays about the same (docs/SPARSE.md).
   bool layer_budget = false;
+  SparseScore score = SparseScore::bound;  // how a group ranks its pages
   // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
   std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this
@@ -129,6 +141,10 @@ struct SparseStats {
   double recall_sum = 0.0;
   std::uint64_t recall_count = 0;
   double recall_min = 1.0;
+  // The same per dense layer (layers below recall_layers_max; the rest are not tallied).
+  static constexpr std::uint32_t recall_layers_max = 64;
+  std::array<double, recall_layers_max> recall_layer_sum{};
+  std::array<std::uint32_t, recall_layers_max> recall_layer_count{};
   std::uint64_t select_ns = 0;           // time spent choosing pages (bounds, ranking), steady clock
   std::uint64_t select_cpu_ns = 0;       // the same spans in the choosing thread's CPU time
   std::uint64_t summary_upload_bytes = 0; // page summaries copied into the arena's summaries part

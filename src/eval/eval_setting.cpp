@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace activekv::eval {
@@ -14,6 +15,16 @@ EvalSetting sparse_setting(std::string name, SparseMode mode) {
   s.sparse.mode = mode;
   s.sparse.measure = true;
   return s;
+}
+
+const char* score_suffix(SparseScore score) {
+  switch (score) {
+    case SparseScore::bound: return "";
+    case SparseScore::moments: return " moments";
+    case SparseScore::mixed: return " mixed";
+    case SparseScore::oracle: return " oracle";
+  }
+  return "";
 }
 
 EvalSetting fraction_setting(float fraction) {
@@ -45,9 +56,27 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   exact.name = "exact";
   out.push_back(exact);
   const bool none = request.fractions.empty() && request.pages.empty() && !request.adaptive;
+  std::vector<SparseScore> scores;
+  for (const std::string& name : request.scores) {
+    SparseScore score = SparseScore::bound;
+    if (name == "moments") {
+      score = SparseScore::moments;
+    } else if (name == "mixed") {
+      score = SparseScore::mixed;
+    } else if (name == "oracle") {
+      score = SparseScore::oracle;
+    } else if (name != "bound") {
+      return make_error(ErrorCode::invalid_argument, "--sparse-score",
+                        fmt::format("'{}' is not a page score: give bound, moments, mixed or oracle", name));
+    }
+    if (std::find(scores.begin(), scores.end(), score) != scores.end())
+      return make_error(ErrorCode::invalid_argument, "--sparse-score", fmt::format("the score '{}' is given twice", name));
+    scores.push_back(score);
+  }
+  if (scores.empty()) scores.push_back(SparseScore::bound);
   // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
   // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
-  const auto add = [&](EvalSetting s) {
+  const auto add_scored = [&](EvalSetting s) {
     out.push_back(s);
     if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
       EvalSetting layered = s;
@@ -59,6 +88,15 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     s.name += " one list";
     s.sparse.per_group = false;
     out.push_back(std::move(s));
+  };
+  // Each score in turn, named with it unless it is the bound.
+  const auto add = [&](const EvalSetting& s) {
+    for (SparseScore score : scores) {
+      EvalSetting scored = s;
+      scored.sparse.score = score;
+      if (score != SparseScore::bound) scored.name += score_suffix(score);
+      add_scored(std::move(scored));
+    }
   };
   if (none) {
     for (float f : {0.5f, 0.25f, 0.125f, 0.0625f}) add(fraction_setting(f));

@@ -41,12 +41,17 @@ struct SettingRequest {
                                       //   per (context, layer) for all KV heads ("… one list")
   bool layer_budget = false;          // --sparse-layer-budget: each fixed budget also spread over the
                                       //   layers by their missed mass ("… layers")
+  // --sparse-score: each sparse setting runs once per score named here, in the order given
+  // ("bound", "moments", "mixed", "oracle"; empty: the bound only). A setting with a score other than the
+  // bound is named with it ("fraction 1/8 oracle"). "oracle" is an analysis setting (the true
+  // attention mass from an exact pass), not a policy.
+  std::vector<std::string> scores;
 };
 
 // Exact first, then the requested settings (the default set when none was
 // requested). Refused, naming the flag: a fraction outside (0, 1] or not a
 // number, a page budget of 0, more than settings_max settings, a setting asked
-// twice.
+// twice, a score that is not bound, moments or oracle.
 Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request);
 
 // "1/8" for a fraction that is the inverse of a whole number, else the decimal.

@@ -58,7 +58,40 @@ TEST(EvalSettings, OneListAndLayerBudgetVariantsFollowEachSetting) {
   for (std::size_t i = 1; i < s->size(); ++i) EXPECT_TRUE((*s)[i].sparse.measure) << (*s)[i].name;
 }
 
+TEST(EvalSettings, EachSettingRunsOncePerScoreNamedWithIt) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.scores = {"bound", "oracle", "moments"};
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 4u);
+  EXPECT_EQ((*s)[0].sparse.score, SparseScore::bound);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8");
+  EXPECT_EQ((*s)[1].sparse.score, SparseScore::bound);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 oracle");
+  EXPECT_EQ((*s)[2].sparse.score, SparseScore::oracle);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 moments");
+  EXPECT_EQ((*s)[3].sparse.score, SparseScore::moments);
+  SettingRequest only;
+  only.fractions = {0.25f};
+  only.scores = {"oracle"};
+  s = make_settings(only);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 2u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/4 oracle");
+}
+
 TEST(EvalSettings, Refusals) {
+  for (const char* bad : {"quest", "", "Oracle"}) {
+    SettingRequest r;
+    r.scores = {bad};
+    Result<std::vector<EvalSetting>> s = make_settings(r);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.error().setting, "--sparse-score");
+  }
+  SettingRequest score_twice;
+  score_twice.scores = {"oracle", "oracle"};
+  ASSERT_FALSE(make_settings(score_twice).ok());
   for (float f : {0.0f, -0.5f, 1.5f, std::nanf("")}) {
     SettingRequest r;
     r.fractions = {f};

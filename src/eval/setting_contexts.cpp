@@ -15,6 +15,10 @@ void SelectionTotals::add(const SelectionTotals& o) noexcept {
   pages_held += o.pages_held;
   recall_sum += o.recall_sum;
   recall_count += o.recall_count;
+  for (std::size_t l = 0; l < recall_layer_sum.size(); ++l) {
+    recall_layer_sum[l] += o.recall_layer_sum[l];
+    recall_layer_count[l] += o.recall_layer_count[l];
+  }
 }
 
 SettingContexts::SettingContexts(engine::Forward& forward, KvRuntime& runtime, std::span<const EvalSetting> settings)
@@ -113,6 +117,10 @@ Result<std::span<const float>> SettingContexts::decode(std::uint32_t s, engine::
     t.pages_held += after.pages_context - before.pages_context;
     t.recall_sum += after.recall_sum - before.recall_sum;
     t.recall_count += after.recall_count - before.recall_count;
+    for (std::size_t l = 0; l < t.recall_layer_sum.size(); ++l) {
+      t.recall_layer_sum[l] += after.recall_layer_sum[l] - before.recall_layer_sum[l];
+      t.recall_layer_count[l] += after.recall_layer_count[l] - before.recall_layer_count[l];
+    }
   }
   return forward_.logits(0);
 }

@@ -36,6 +36,9 @@ struct SelectionTotals {
   std::uint64_t pages_held = 0;    // pages the context held, all layers (what exact reads)
   double recall_sum = 0.0;         // Σ over (step, layer) selections of the measured mass recall
   std::uint64_t recall_count = 0;  // selections measured (exact: each layer counts 1.0)
+  // The measured recall per dense layer (sparse settings; layers below SparseStats::recall_layers_max).
+  std::array<double, SparseStats::recall_layers_max> recall_layer_sum{};
+  std::array<std::uint64_t, SparseStats::recall_layers_max> recall_layer_count{};
 
   double pages_read_per_step() const noexcept { return steps == 0 ? 0.0 : double(pages_read) / double(steps); }
   double pages_held_per_step() const noexcept { return steps == 0 ? 0.0 : double(pages_held) / double(steps); }

@@ -102,6 +102,7 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     tail_mass_.resize(sizes_.entries_max);
     entry_of_slot_.assign(slots, UINT32_MAX);
     full_state_.resize(state_.size());
+    if (Status st = prepare_scores(settings.sparse); !st) throw std::bad_alloc();
   }
   tier_ = settings.tier;
   tier_segments_.resize(g.dense_layers);

@@ -52,6 +52,7 @@
 #include "runtime/attention_schedule.hpp"
 #include "runtime/element_codec.hpp"
 #include "runtime/prefix_index.hpp"
+#include "runtime/page_scores.hpp"
 #include "runtime/sparse_selection.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -383,6 +384,18 @@ class KvRuntimeImpl final : public KvRuntime {
   // parallel_'s threads (one thread without them, or for few pages): the same bits either way.
   void sparse_bounds(const std::uint16_t* pages, std::uint32_t n, float* out, std::size_t out_stride) noexcept;
   std::vector<Fence> summary_uploads_;  // [entries_max]: the layer's summary uploads (waited with its rows)
+  // Scores other than the bound (kv_runtime_sparse_score.cpp): storage reserved for a setting,
+  // a page emptied (summary and moments), a key's moments, and a decode entry's per-group
+  // scores written over its bounds (out + group × stride) when the setting asks.
+  Status prepare_scores(const SparseSettings& sparse);
+  void clear_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept;
+  void add_moments(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row,
+                   bool decoded) noexcept;
+  void score_pages(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n, float* out,
+                   std::size_t stride) noexcept;
+  std::unique_ptr<runtime::PageMoments> moments_;  // score moments: per page and KV head, Σk and Σk²
+  std::vector<float> score_scratch_;           // score moments: [group heads × pages_per_layer_max]
+  std::vector<float> oracle_scores_;           // score oracle: [q_heads × tokens of a layer]
   std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.
   bool select_sparse(std::uint32_t layer, const float* q) noexcept;

@@ -112,6 +112,11 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
     with_summaries.sparse_summaries = true;
     m.device_pool_bytes += summary_part_bytes(with_summaries);
     settings.sparse.measure = uniform(0, 1) == 1;
+    const std::uint32_t score = uniform(0, 3);  // bound, moments, mixed, oracle
+    settings.sparse.score = score == 0 ? SparseScore::bound
+                            : score == 1 ? SparseScore::moments
+                            : score == 2 ? SparseScore::mixed
+                                         : SparseScore::oracle;
   }
 
   BackendOptions options;

@@ -45,6 +45,9 @@ Status KvRuntimeImpl::set_sparse(const SparseSettings& sparse) {
     return make_error(ErrorCode::invalid_argument, "--sparse-pages",
                       "this runtime was created exact and keeps no page summaries: create it with sparse enabled");
   }
+  if (sparse.enabled()) {
+    if (Status st = prepare_scores(sparse); !st) return st;
+  }
   settings_.sparse = sparse;
   std::fill(budget_pages_.begin(), budget_pages_.end(), 0.0f);
   std::fill(captured_slow_.begin(), captured_slow_.end(), 1.0f);
@@ -59,10 +62,12 @@ void KvRuntimeImpl::add_key(std::uint32_t slot, std::uint32_t layer, std::uint32
   const Geometry& g = plan_.geometry;
   if (runtime::summary_stores_dtype(summaries_->shape().format, g.dtype)) {
     summaries_->add_stored(slot, layer, logical, row);
+    add_moments(slot, layer, logical, row, false);
     return;
   }
   runtime::decode_elements(g.dtype, row, std::size_t{g.kv_heads} * g.head_dim, key_row_.data());
   summaries_->add(slot, layer, logical, key_row_.data());
+  add_moments(slot, layer, logical, row, true);
 }
 
 void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
@@ -80,13 +85,13 @@ void KvRuntimeImpl::summarize_rows(std::uint32_t layer) {
     const bool rebuilt = summarized_generation_[slot] != context.generation + 1 || summarized_tokens_[slot] != lp.length_before;
     if (rebuilt) {
       for (std::uint32_t t = 0; t < lp.length_before; ++t) {
-        if (t % P == 0) summaries_->clear(slot, layer, t / P);
+        if (t % P == 0) clear_page(slot, layer, t / P);
         add_key(slot, layer, t / P, host.data() + plan_.host.row_offset(slot, layer, t));
       }
     }
     for (std::uint32_t i = 0; i < query_count_[e]; ++i) {
       const std::uint32_t t = lp.length_before + i;
-      if (t % P == 0) summaries_->clear(slot, layer, t / P);
+      if (t % P == 0) clear_page(slot, layer, t / P);
       add_key(slot, layer, t / P, rows_.data() + (query_first_[e] + i) * row_bytes);
     }
     // The arena's copy: the pages this step changed in this layer, one contiguous range (from
@@ -254,6 +259,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     float* bound_out = per_group_ ? pick_group_bound_.data() + sl * kv * max : bounds_.data();
     const std::size_t bound_stride = per_group_ ? max : n;
     sparse_bounds(summaries_->page(slot, layer, 0), n, bound_out, bound_stride);
+    score_pages(layer, e, qe, n, bound_out, bound_stride);  // another score, when the setting asks
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;
     if (heavy) {
@@ -420,6 +426,10 @@ void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool 
       sparse_stats_.recall_sum += captured;
       ++sparse_stats_.recall_count;
       sparse_stats_.recall_min = std::min(sparse_stats_.recall_min, captured);
+      if (layer < SparseStats::recall_layers_max) {
+        sparse_stats_.recall_layer_sum[layer] += captured;
+        ++sparse_stats_.recall_layer_count[layer];
+      }
       recall_step_sum_ += captured;
       ++recall_step_count_;
     }

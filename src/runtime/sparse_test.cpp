@@ -673,6 +673,45 @@ TEST(SparseRuntime, BoundsOverBorrowedThreadsSelectTheSamePagesBitForBit) {
   }
 }
 
+// Other scores (page_scores.hpp): the oracle ranks each group's pages by their true mass, so its
+// measured recall is at least the bound's in every layer (the same keys and queries: the
+// synthetic data do not depend on the outputs); moments and mixed run too; both allocate nothing per step
+// (set at create and by set_sparse), and explain gives each page's score in rank order.
+TEST(SparseRuntime, OtherScoresRankByTheirScoreAndTheOracleRecallsMost) {
+  SparseSettings s;
+  s.mode = SparseMode::pages;
+  s.pages = 8;
+  s.measure = true;
+  const SparseRun bound = run(s, 1.0);
+  s.score = SparseScore::oracle;
+  const SparseRun oracle = run(s, 1.0);
+  s.score = SparseScore::moments;
+  const SparseRun moments = run(s, 1.0);
+  s.score = SparseScore::mixed;
+  const SparseRun mixed = run(s, 1.0);
+  for (const SparseRun* r : {&oracle, &moments, &mixed}) {
+    EXPECT_EQ(r->stats.selections, bound.stats.selections);
+    EXPECT_EQ(r->stats.pages_read, bound.stats.pages_read) << "the same budget";
+    EXPECT_EQ(r->allocations_after_first_decode, 0u);
+    EXPECT_EQ(r->counters.heap_allocations_in_steps, 0u);
+    for (const SparsePick& a : r->explanation.sparse_picks) {
+      for (const SparsePick& b : r->explanation.sparse_picks) {
+        if (a.layer == b.layer && a.group == b.group && a.rank != UINT32_MAX && b.rank != UINT32_MAX && a.rank < b.rank) {
+          EXPECT_GE(a.bound, b.bound) << "explain gives the score ranked";
+        }
+      }
+    }
+  }
+  EXPECT_GT(oracle.stats.mean_recall(), bound.stats.mean_recall());
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    ASSERT_EQ(oracle.stats.recall_layer_count[l], bound.stats.recall_layer_count[l]);
+    EXPECT_GE(oracle.stats.recall_layer_sum[l], bound.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
+    EXPECT_GE(oracle.stats.recall_layer_sum[l], moments.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
+    EXPECT_GE(oracle.stats.recall_layer_sum[l], mixed.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
+  }
+  EXPECT_FALSE(identical(oracle.decode_outputs, bound.decode_outputs));
+}
+
 TEST(SparseRuntime, AnExactRuntimeRefusesASparseSetting) {
   SparseSettings s;
   s.mode = SparseMode::pages;

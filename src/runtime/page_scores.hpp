@@ -1,0 +1,65 @@
+// page_scores.hpp — page scores other than the Quest bound, for ranking a group's pages
+// (docs/SPARSE.md "Scores"): the true attention mass (an analysis oracle), and an estimate of the
+// mass from per-page key moments (mean and per-dimension variance).
+//
+// A score ranks a KV head group's pages like the bound does (higher is read first); the
+// selection (sparse_selection.hpp) is unchanged. Two kinds:
+//   oracle   — Σ over the group's query heads of the head's softmax mass on the page, from every
+//              key (page_mass_from_scores). It needs the whole layer's keys, i.e. an exact pass: an
+//              analysis setting that says what the best ranking could capture at a budget, never a
+//              deployable policy.
+//   moments  — per page and KV head the sum and the sum of squares of its keys, per dimension
+//              (PageMoments); a head's log-mass on the page is estimated as for Gaussian keys,
+//              log c + s q·μ + ½ s² Σ_d q_d² σ_d², and the group's score is Σ over its heads of
+//              the estimated mass normalised over the pages (moment_page_scores).
+//   mixed    — the mean of two mass distributions over the pages: the moments' and the bound's
+//              (softmax over the pages of scale × the group's bound, times the group's heads so
+//              both sum to the heads): the bound's few peaked pages and the moments' broad ones
+//              both rank high (mix_bound_mass).
+// Invariants: the moments of a page are exactly the fp32 sums of the keys written to it (as the
+// kernel reads them), in write order; nothing here allocates after construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace activekv::runtime {
+
+// Per (slot, layer, logical page, KV head): Σ k_d then Σ k_d², [head_dim] each, fp32.
+class PageMoments {
+ public:
+  PageMoments(std::uint32_t slots, std::uint32_t layers, std::uint32_t pages_max, std::uint32_t kv_heads,
+              std::uint32_t head_dim);
+  // The page's moments: [kv_heads][2][head_dim].
+  const float* page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) const noexcept;
+  std::size_t page_elements() const noexcept { return std::size_t{kv_heads_} * 2u * head_dim_; }
+  void clear(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept;
+  // One decoded key row, [kv_heads][head_dim], joins the page.
+  void add(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const float* key) noexcept;
+
+ private:
+  std::size_t offset(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) const noexcept;
+  std::uint32_t slots_, layers_, pages_max_, kv_heads_, head_dim_;
+  std::vector<float> data_;
+};
+
+// The oracle: scores [heads][tokens] are the scaled q·k of one group's heads over a layer's
+// tokens (page p holds tokens [p × page_tokens, …)). out[p] = Σ_h Σ_{t in p} softmax_h(t),
+// for p < ⌈tokens / page_tokens⌉ (so Σ_p out[p] = heads, to rounding).
+void page_mass_from_scores(const float* scores, std::uint32_t heads, std::uint32_t tokens, std::uint32_t page_tokens,
+                           float* out) noexcept;
+
+// The moments' estimate for one group: q [heads][dim] (unscaled), the group's KV head's moments
+// of page p at moments[p × stride] ([2][dim]: sums, sums of squares), tokens in the layer (the last
+// page may be partial), scratch [heads × pages]. out[p] = Σ_h exp(e_h(p) − LSE_p' e_h(p')),
+// e_h(p) = log c_p + scale q_h·μ_p + ½ scale² Σ_d q_hd² σ²_pd.
+void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, float scale, const float* moments,
+                        std::size_t stride, std::uint32_t pages, std::uint32_t tokens, std::uint32_t page_tokens,
+                        float* scratch, float* out) noexcept;
+
+// mixed: out[p] = ½ (moments[p] + heads · softmax_p(scale · bound[p])), for p < pages.
+void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
+                    float* out) noexcept;
+
+}  // namespace activekv::runtime

@@ -1,0 +1,147 @@
+// page_scores_test.cpp — the page scores other than the bound (page_scores.hpp):
+//   - PageMoments holds exactly the fp32 sums and sums of squares of the keys added, per page and
+//     KV head, and clear empties one page only;
+//   - page_mass_from_scores gives each page its heads' softmax mass (a double reference), summing
+//     to the number of heads, a partial last page included;
+//   - moment_page_scores is exact for pages whose keys are all equal (the estimate of a page of c
+//     copies of k is c·exp(s q·k)), sums to the heads, and ranks a page of keys aligned with q above
+//     one of keys opposed to it;
+//   - mix_bound_mass is the mean of the moments' masses and the bound's softmax (in place too).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "runtime/page_scores.hpp"
+
+namespace activekv::runtime {
+namespace {
+
+TEST(PageMoments, HoldTheSumsOfTheKeysPerPageAndHead) {
+  constexpr std::uint32_t kv = 2, dim = 5;
+  PageMoments m(2, 3, 4, kv, dim);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> sum(kv * dim, 0.0f), square(kv * dim, 0.0f), key(kv * dim);
+  for (int r = 0; r < 7; ++r) {
+    for (std::size_t i = 0; i < key.size(); ++i) {
+      key[i] = normal(rng);
+      sum[i] += key[i];
+      square[i] += key[i] * key[i];
+    }
+    m.add(1, 2, 3, key.data());
+    m.add(1, 2, 2, key.data());
+  }
+  m.clear(1, 2, 2);
+  const float* p = m.page(1, 2, 3);
+  for (std::uint32_t h = 0; h < kv; ++h) {
+    for (std::uint32_t d = 0; d < dim; ++d) {
+      EXPECT_EQ(p[h * 2 * dim + d], sum[h * dim + d]);
+      EXPECT_EQ(p[h * 2 * dim + dim + d], square[h * dim + d]);
+    }
+  }
+  for (std::size_t i = 0; i < m.page_elements(); ++i) EXPECT_EQ(m.page(1, 2, 2)[i], 0.0f) << "cleared";
+  for (std::size_t i = 0; i < m.page_elements(); ++i) EXPECT_EQ(m.page(0, 2, 3)[i], 0.0f) << "another slot";
+}
+
+TEST(PageMass, IsEachPagesShareOfEveryHeadsSoftmax) {
+  constexpr std::uint32_t heads = 3, tokens = 23, page = 4;  // 6 pages, the last one partial
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> scores(heads * tokens);
+  for (float& s : scores) s = normal(rng);
+  std::vector<float> out(6, -1.0f);
+  page_mass_from_scores(scores.data(), heads, tokens, page, out.data());
+  double total = 0.0;
+  for (std::uint32_t p = 0; p < 6; ++p) {
+    double want = 0.0;
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      double z = 0.0, in = 0.0;
+      for (std::uint32_t t = 0; t < tokens; ++t) {
+        const double e = std::exp(static_cast<double>(scores[h * tokens + t]));
+        z += e;
+        if (t / page == p) in += e;
+      }
+      want += in / z;
+    }
+    EXPECT_NEAR(out[p], want, 1e-5) << "page " << p;
+    total += out[p];
+  }
+  EXPECT_NEAR(total, heads, 1e-5);
+}
+
+TEST(MomentScores, AreExactForUniformPagesAndFollowTheKeys) {
+  constexpr std::uint32_t heads = 2, dim = 4, page = 4, pages = 3, tokens = 10;  // page 2 holds 2 keys
+  const float scale = 0.5f;
+  const std::vector<float> q = {1.0f, -2.0f, 0.5f, 0.0f, 0.3f, 0.1f, -1.0f, 2.0f};
+  // Page p: every key equal to keys[p].
+  const std::vector<std::vector<float>> keys = {{1, 0, 0, 1}, {-1, 2, 0, 0}, {0.5f, 0.5f, -1, 1}};
+  std::vector<float> moments(pages * 2 * dim, 0.0f);
+  for (std::uint32_t p = 0; p < pages; ++p) {
+    const float c = p == 2 ? 2.0f : 4.0f;
+    for (std::uint32_t d = 0; d < dim; ++d) {
+      moments[p * 2 * dim + d] = c * keys[p][d];
+      moments[p * 2 * dim + dim + d] = c * keys[p][d] * keys[p][d];
+    }
+  }
+  std::vector<float> scratch(heads * pages), out(pages);
+  moment_page_scores(q.data(), heads, dim, scale, moments.data(), 2 * dim, pages, tokens, page, scratch.data(),
+                     out.data());
+  double total = 0.0;
+  for (std::uint32_t p = 0; p < pages; ++p) {
+    double want = 0.0;
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      double z = 0.0, in = 0.0;
+      for (std::uint32_t r = 0; r < pages; ++r) {
+        double dot = 0.0;
+        for (std::uint32_t d = 0; d < dim; ++d) dot += q[h * dim + d] * keys[r][d];
+        const double e = (r == 2 ? 2.0 : 4.0) * std::exp(scale * dot);
+        z += e;
+        if (r == p) in = e;
+      }
+      want += in / z;
+    }
+    EXPECT_NEAR(out[p], want, 1e-5) << "page " << p;
+    total += out[p];
+  }
+  EXPECT_NEAR(total, heads, 1e-5);
+
+  // Keys scattered around +q against around −q: the aligned page scores higher.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, 0.3f);
+  std::vector<float> two(2 * 2 * dim, 0.0f);
+  for (std::uint32_t p = 0; p < 2; ++p) {
+    for (std::uint32_t r = 0; r < page; ++r) {
+      for (std::uint32_t d = 0; d < dim; ++d) {
+        const float k = (p == 0 ? -1.0f : 1.0f) * q[d] + noise(rng);
+        two[p * 2 * dim + d] += k;
+        two[p * 2 * dim + dim + d] += k * k;
+      }
+    }
+  }
+  std::vector<float> out2(2);
+  moment_page_scores(q.data(), 1, dim, scale, two.data(), 2 * dim, 2, 2 * page, page, scratch.data(), out2.data());
+  EXPECT_GT(out2[1], out2[0]);
+}
+
+TEST(MixedScores, AreTheMeanOfTheMomentsAndTheBoundsSoftmax) {
+  const std::vector<float> bound = {3.0f, -1.0f, 7.5f, 0.0f}, moments = {0.5f, 1.0f, 0.25f, 0.25f};
+  constexpr std::uint32_t heads = 2;
+  const float scale = 0.5f;
+  std::vector<float> out(bound.size());
+  mix_bound_mass(bound.data(), moments.data(), heads, scale, 4, out.data());
+  double z = 0.0, total = 0.0;
+  for (float b : bound) z += std::exp(scale * static_cast<double>(b));
+  for (std::size_t p = 0; p < bound.size(); ++p) {
+    EXPECT_NEAR(out[p], 0.5 * (moments[p] + heads * std::exp(scale * static_cast<double>(bound[p])) / z), 1e-6);
+    total += out[p];
+  }
+  EXPECT_NEAR(total, heads, 1e-5) << "both halves sum to the heads";
+  std::vector<float> same = bound;  // in place, as the runtime calls it
+  mix_bound_mass(same.data(), moments.data(), heads, scale, 4, same.data());
+  for (std::size_t p = 0; p < bound.size(); ++p) EXPECT_EQ(same[p], out[p]);
+}
+
+}  // namespace
+}  // namespace activekv::runtime
