@@ -96,7 +96,15 @@ enum class SparseScore : std::uint8_t {
   oracle,   // ANALYSIS ONLY: the true attention mass from every key (an exact pass per step);
             // what the best ranking at a budget captures, never a deployable policy
 };
-const char* sparse_score_name(SparseScore score) noexcept;
+inline const char* sparse_score_name(SparseScore score) noexcept {
+  switch (score) {
+    case SparseScore::bound: return "bound";
+    case SparseScore::moments: return "moments";
+    case SparseScore::mixed: return "mixed";
+    case SparseScore::oracle: return "oracle";
+  }
+  return "?";
+}
 
 struct SparseSettings {
   SparseMode mode = SparseMode::exact;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace activekv::eval {
 namespace {
@@ -17,15 +18,8 @@ EvalSetting sparse_setting(std::string name, SparseMode mode) {
   return s;
 }
 
-const char* score_suffix(SparseScore score) {
-  switch (score) {
-    case SparseScore::bound: return "";
-    case SparseScore::moments: return " moments";
-    case SparseScore::mixed: return " mixed";
-    case SparseScore::oracle: return " oracle";
-  }
-  return "";
-}
+constexpr SparseScore known_scores[] = {SparseScore::bound, SparseScore::moments, SparseScore::mixed,
+                                      SparseScore::oracle};
 
 EvalSetting fraction_setting(float fraction) {
   EvalSetting s = sparse_setting("fraction " + fraction_name(fraction), SparseMode::fraction);
@@ -58,17 +52,13 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   const bool none = request.fractions.empty() && request.pages.empty() && !request.adaptive;
   std::vector<SparseScore> scores;
   for (const std::string& name : request.scores) {
-    SparseScore score = SparseScore::bound;
-    if (name == "moments") {
-      score = SparseScore::moments;
-    } else if (name == "mixed") {
-      score = SparseScore::mixed;
-    } else if (name == "oracle") {
-      score = SparseScore::oracle;
-    } else if (name != "bound") {
+    const SparseScore* found = std::find_if(std::begin(known_scores), std::end(known_scores),
+                                            [&](SparseScore k) { return name == sparse_score_name(k); });
+    if (found == std::end(known_scores)) {
       return make_error(ErrorCode::invalid_argument, "--sparse-score",
                         fmt::format("'{}' is not a page score: give bound, moments, mixed or oracle", name));
     }
+    const SparseScore score = *found;
     if (std::find(scores.begin(), scores.end(), score) != scores.end())
       return make_error(ErrorCode::invalid_argument, "--sparse-score", fmt::format("the score '{}' is given twice", name));
     scores.push_back(score);
@@ -94,7 +84,7 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     for (SparseScore score : scores) {
       EvalSetting scored = s;
       scored.sparse.score = score;
-      if (score != SparseScore::bound) scored.name += score_suffix(score);
+      if (score != SparseScore::bound) scored.name += fmt::format(" {}", sparse_score_name(score));
       add_scored(std::move(scored));
     }
   };

@@ -10,20 +10,6 @@
 
 #include "runtime/element_codec.hpp"
 
-namespace activekv {
-
-const char* sparse_score_name(SparseScore score) noexcept {
-  switch (score) {
-    case SparseScore::bound: return "bound";
-    case SparseScore::moments: return "moments";
-    case SparseScore::mixed: return "mixed";
-    case SparseScore::oracle: return "oracle";
-  }
-  return "?";
-}
-
-}  // namespace activekv
-
 namespace activekv::runtime_impl {
 
 Status KvRuntimeImpl::prepare_scores(const SparseSettings& sparse) {
