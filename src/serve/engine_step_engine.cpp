@@ -338,6 +338,7 @@ EngineCounters EngineStepEngine::counters() const {
   c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;
   c.retained_device_pages = k.retained_device_pages;
   c.prefix_device_pages_copied = k.prefix_device_pages_copied;
+  c.prefix_device_pages_promoted = k.prefix_device_pages_promoted;
   c.h2d_bytes_adopting = k.h2d_bytes_adopting;
   return c;
 }

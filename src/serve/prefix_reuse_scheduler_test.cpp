@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -181,13 +182,23 @@ TEST(PrefixReuseScheduler, DefaultTraceWithTheRetainedHistoryAllowanceBothFollow
   EXPECT_GT(with.reused, without.reused);
 }
 
+// One draw below n (the generator's 32-bit result, narrowed explicitly).
+std::uint32_t draw(std::mt19937& rng, std::uint32_t n) { return static_cast<std::uint32_t>(rng() % n); }
+
+std::vector<std::int32_t> bytes(std::mt19937& rng, std::uint32_t n) {
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = static_cast<std::int32_t>(rng() % 256);
+  return t;
+}
+
 // The follow-up's first step (docs/PREFIX.md): a follow-up that adopted its predecessor's history
 // and has at most one chunk left feeds it in the step right after its admission, and that step
-// carries no other context's prefill. On the default trace with the allowance, paced like the real
-// model (a fixed cost per step plus a cost per token), each follow-up's TTFT from admission is then
-// one step of the decodes and its own suffix; the test prints its fall against reuse off beside the
-// reused share (r07 97.0% for 94.8%, r09 95.9% for 96.0%: the step's fixed cost is what remains).
-// Outputs stay equal (compare()).
+// carries no other context's prefill and holds the other contexts' decode tokens: it is exactly the
+// suffix. On the default trace with the allowance, paced like the real model (20 ms a step plus 1 ms
+// a token), each follow-up's TTFT from admission is then one step's fixed cost plus its own suffix,
+// and beyond that fixed cost it falls by at least the reused share. Paced per token only (no fixed
+// cost) it falls by at least the reused share outright; with the hold off, the decodes in that step
+// keep it short of the share. Outputs stay equal to reuse off (compare()).
 TEST(PrefixReuseScheduler, AFollowUpsSuffixRunsFirstAloneSoItsTtftFallsByTheReusedShare) {
   std::istringstream in{std::string(default_trace_text())};
   auto trace = read_trace(in, "default_trace.jsonl");
@@ -199,84 +210,208 @@ TEST(PrefixReuseScheduler, AFollowUpsSuffixRunsFirstAloneSoItsTtftFallsByTheReus
   config.step_tokens = defaults->step_tokens;
   config.prefill_chunk_tokens = defaults->prefill_chunk_tokens;
   config.stop_at_eos = false;
-  FakeEngineConfig e = default_like();
-  e.retained_histories = defaults->retained_histories;
-  e.step_cost_s = 0.02;
-  e.token_cost_s = 0.001;
-  compare(*trace, e, config);
-  if (HasFailure()) return;
-  auto on = run_all(*trace, e, config, true);
-  auto off = run_all(*trace, e, config, false);
-  const Scheduler& a = *on->scheduler;
-  std::uint32_t follow_ups = 0;
-  for (std::size_t i = 0; i < trace->size(); ++i) {
-    const RequestRecord& x = a.requests()[i];
-    const RequestRecord& y = off->scheduler->requests()[i];
-    if (x.previous_turn < 0) continue;
-    ++follow_ups;
-    ASSERT_GT(x.reused_tokens, 0u) << x.id;
-    const std::uint32_t suffix = x.prompt_tokens - x.reused_tokens;
-    ASSERT_LE(suffix, config.prefill_chunk_tokens) << x.id;
-    // The step that gave the first token: the first one after admission, with only this suffix as prefill.
-    const StepSample* first = nullptr;
-    for (const StepSample& st : a.steps()) {
-      if (st.start_s >= x.admitted_s) {
-        first = &st;
-        break;
+  ASSERT_TRUE(config.hold_decodes_for_follow_ups) << "the hold is on by default";
+  struct Fall {
+    std::string id;
+    double on_s = 0, off_s = 0, share = 0;
+    std::uint32_t decodes_in_step = 0, held = 0;
+  };
+  auto follow_ups = [&](double step_cost_s, bool hold) {
+    FakeEngineConfig e = default_like();
+    e.retained_histories = defaults->retained_histories;
+    e.step_cost_s = step_cost_s;
+    e.token_cost_s = 0.001;
+    SchedulerConfig c = config;
+    c.hold_decodes_for_follow_ups = hold;
+    std::vector<Fall> falls;
+    compare(*trace, e, c);
+    if (HasFailure()) return falls;
+    auto on = run_all(*trace, e, c, true);
+    auto off = run_all(*trace, e, c, false);
+    const Scheduler& a = *on->scheduler;
+    std::uint64_t held_by_requests = 0;
+    for (std::size_t i = 0; i < trace->size(); ++i) {
+      const RequestRecord& x = a.requests()[i];
+      const RequestRecord& y = off->scheduler->requests()[i];
+      held_by_requests += x.decode_steps_held;
+      if (x.previous_turn < 0) continue;
+      EXPECT_GT(x.reused_tokens, 0u) << x.id;
+      const std::uint32_t suffix = x.prompt_tokens - x.reused_tokens;
+      EXPECT_LE(suffix, c.prefill_chunk_tokens) << x.id;
+      // The step that gave the first token: the first one after admission, with only this suffix as prefill.
+      const StepSample* first = nullptr;
+      for (const StepSample& st : a.steps()) {
+        if (st.start_s >= x.admitted_s) {
+          first = &st;
+          break;
+        }
       }
+      if (first == nullptr) {
+        ADD_FAILURE() << x.id << ": no step after its admission";
+        continue;
+      }
+      EXPECT_EQ(first->end_s, x.first_token_s) << x.id << ": the first token comes from the first step after admission";
+      EXPECT_TRUE(first->follow_up_first) << x.id;
+      EXPECT_EQ(first->prefill_tokens, suffix) << x.id << ": that step carries no other context's prefill";
+      if (hold) {
+        EXPECT_EQ(first->decode_tokens, 0u) << x.id << ": the others' decode tokens are held: the step is the suffix";
+        EXPECT_EQ(first->batch_entries, 1u) << x.id;
+      } else {
+        EXPECT_EQ(first->held_decode_tokens, 0u) << x.id;
+      }
+      const double on_s = x.first_token_s - x.admitted_s;
+      // One step: its fixed cost, the suffix and the decodes it carries (the manual clock advances by the cost).
+      EXPECT_NEAR(on_s, e.step_cost_s + e.token_cost_s * (first->decode_tokens + suffix), 1e-9) << x.id;
+      falls.push_back(Fall{x.id, on_s, y.first_token_s - y.admitted_s,
+                           static_cast<double>(x.reused_tokens) / x.prompt_tokens, first->decode_tokens,
+                           first->held_decode_tokens});
     }
-    ASSERT_NE(first, nullptr) << x.id;
-    EXPECT_EQ(first->end_s, x.first_token_s) << x.id << ": the first token comes from the first step after admission";
-    EXPECT_EQ(first->prefill_tokens, suffix) << x.id << ": that step carries no other context's prefill";
-    const double on_s = x.first_token_s - x.admitted_s;
-    const double off_s = y.first_token_s - y.admitted_s;
-    const double share = static_cast<double>(x.reused_tokens) / x.prompt_tokens;
-    std::printf("%s: reused %u of %u (%.1f%%), TTFT from admission %.3f s on, %.3f s off (fall %.1f%%)\n", x.id.c_str(),
-                x.reused_tokens, x.prompt_tokens, 100 * share, on_s, off_s, 100 * (1 - on_s / off_s));
-    // One step of the decodes and this suffix (the manual clock advances by the fake engine's cost).
-    const double one_step_s = e.step_cost_s + e.token_cost_s * (first->decode_tokens + suffix);
-    EXPECT_NEAR(on_s, one_step_s, 1e-9) << x.id << ": its first token costs its own suffix and the decodes";
-    EXPECT_LE(first->decode_tokens, a.concurrency() - 1) << x.id;
-    EXPECT_LT(on_s, 0.25 * off_s) << x.id;
+    EXPECT_EQ(falls.size(), 2u);
+    EXPECT_EQ(a.follow_up_first_steps(), 2u) << "one such step per follow-up";
+    EXPECT_EQ(off->scheduler->follow_up_first_steps(), 0u) << "nothing adopts with reuse off";
+    EXPECT_EQ(off->scheduler->held_decode_tokens(), 0u);
+    EXPECT_EQ(a.held_decode_tokens(), held_by_requests) << "held tokens are counted per request and in total";
+    if (!hold) {
+      EXPECT_EQ(a.held_decode_tokens(), 0u);
+    }
+    for (const Fall& f : falls) {
+      std::printf("step cost %.0f ms, hold %s: %s reused %.1f%%, first step %u decodes (%u held), TTFT from admission "
+                  "%.3f s on, %.3f s off (fall %.1f%%)\n",
+                  1e3 * step_cost_s, hold ? "on" : "off", f.id.c_str(), 100 * f.share, f.decodes_in_step, f.held, f.on_s,
+                  f.off_s, 100 * (1 - f.on_s / f.off_s));
+    }
+    return falls;
+  };
+  // Paced like the real model: beyond the one step's fixed cost the fall is at least the reused share.
+  for (const Fall& f : follow_ups(0.02, true)) {
+    EXPECT_LE(f.on_s - 0.02, (1 - f.share) * f.off_s) << f.id;
+    EXPECT_LT(f.on_s, 0.25 * f.off_s) << f.id;
   }
-  EXPECT_EQ(follow_ups, 2u);
-  EXPECT_EQ(a.follow_up_first_steps(), 2u) << "one such step per follow-up";
-  EXPECT_EQ(off->scheduler->follow_up_first_steps(), 0u) << "nothing adopts with reuse off";
+  // Per token only: the fall is at least the reused share.
+  std::uint32_t held = 0;
+  for (const Fall& f : follow_ups(0.0, true)) {
+    EXPECT_GE(1 - f.on_s / f.off_s, f.share) << f.id << ": TTFT from admission falls by at least the reused share";
+    held += f.held;
+  }
+  EXPECT_GT(held, 0u) << "the trace's follow-ups come while others decode: the hold is exercised";
+  // Without the hold the decodes ride in that step and a follow-up falls short of the share.
+  std::uint32_t short_of_share = 0;
+  for (const Fall& f : follow_ups(0.0, false)) short_of_share += 1 - f.on_s / f.off_s < f.share ? 1 : 0;
+  EXPECT_GT(short_of_share, 0u);
 }
 
-std::vector<std::int32_t> bytes(std::mt19937& rng, std::uint32_t n) {
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = static_cast<std::int32_t>(rng() % 256);
-  return t;
+// Many conversations whose follow-ups come back to back: a follow-up's first step holds the other
+// contexts' decode tokens, but never one context two steps in a row, so no context starves however
+// many follow-ups come (one-token turns bring their session's next turn in the very next step):
+// consecutive output tokens of a context are at most two steps apart, and two
+// apart only across a step that held it. Outputs equal reuse off (compare()).
+TEST(PrefixReuseScheduler, HoldingForFollowUpsNeverHoldsAContextTwiceInARow) {
+  std::mt19937 rng(11);
+  std::vector<TraceRequest> trace;
+  for (std::uint32_t turn = 0; turn < 8; ++turn) {
+    for (std::uint32_t s = 0; s < 10; ++s) {
+      TraceRequest r;
+      r.id = "s" + std::to_string(s) + "t" + std::to_string(turn);
+      r.session = "s" + std::to_string(s);
+      r.arrival_s = 0.001 * s;
+      r.prompt_tokens = bytes(rng, turn == 0 ? 8 + draw(rng, 40) : 1 + draw(rng, 12));
+      // A one-token turn ends in its first step, so its session's next turn comes in the step after.
+      r.max_tokens = draw(rng, 3) == 0 ? 1 : 2 + draw(rng, 12);
+      trace.push_back(r);
+    }
+  }
+  FakeEngineConfig e;
+  e.histories = 6;
+  e.retained_histories = 6;
+  e.max_seqs = 6;
+  e.max_context_tokens = 1024;
+  e.page_tokens = 4;
+  e.pool_pages = 256;
+  SchedulerConfig config;
+  config.max_seqs = 6;
+  config.step_tokens = 64;
+  config.prefill_chunk_tokens = 32;
+  config.stop_at_eos = false;
+  compare(trace, e, config);
+  if (HasFailure()) return;
+  auto on = run_all(trace, e, config, true);
+  const Scheduler& a = *on->scheduler;
+  ASSERT_EQ(a.steps_dropped(), 0u);
+  std::map<double, std::size_t> step_of;  // a step's end time -> its index (the manual clock only moves forward)
+  for (std::size_t k = 0; k < a.steps().size(); ++k) step_of[a.steps()[k].end_s] = k;
+  std::vector<std::size_t> last_step(trace.size(), SIZE_MAX);
+  std::vector<std::uint32_t> gaps_of_two(trace.size(), 0);
+  for (const TokenSample& t : a.token_samples()) {
+    const std::size_t k = step_of.at(t.time_s);
+    if (!t.first) {
+      const std::size_t gap = k - last_step[t.request];
+      EXPECT_TRUE(gap == 1 || gap == 2) << a.requests()[t.request].id << ": tokens " << gap << " steps apart";
+      if (gap == 2) {
+        ++gaps_of_two[t.request];
+        EXPECT_GT(a.steps()[k - 1].held_decode_tokens, 0u) << "only a held step is skipped";
+      }
+    }
+    last_step[t.request] = k;
+  }
+  std::uint64_t held = 0;
+  std::uint32_t reusing = 0;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    const RequestRecord& r = a.requests()[i];
+    EXPECT_EQ(r.state, RequestState::finished) << r.id;
+    EXPECT_EQ(gaps_of_two[i], r.decode_steps_held) << r.id << ": each hold delays it exactly one step";
+    held += r.decode_steps_held;
+    reusing += r.previous_turn >= 0 && r.reused_tokens > 0 ? 1 : 0;
+  }
+  std::uint32_t back_to_back = 0, hold_steps = 0;
+  for (std::size_t k = 0; k < a.steps().size(); ++k) {
+    const StepSample& st = a.steps()[k];
+    hold_steps += st.held_decode_tokens > 0 ? 1 : 0;
+    if (st.held_decode_tokens > 0) {
+      EXPECT_TRUE(st.follow_up_first) << "step " << k << ": only a follow-up's first step holds decode tokens";
+    }
+    if (k > 0 && st.follow_up_first && a.steps()[k - 1].held_decode_tokens > 0) {
+      ++back_to_back;
+      EXPECT_GT(st.decode_tokens, 0u) << "step " << k << ": the contexts held in the step before decode in this one";
+    }
+  }
+  std::printf("%zu requests, %u follow-ups reusing, %u follow-up first steps, %u back to back; %llu decode tokens held "
+              "in %u steps\n",
+              trace.size(), reusing, a.follow_up_first_steps(), back_to_back, static_cast<unsigned long long>(held),
+              hold_steps);
+  EXPECT_EQ(a.held_decode_tokens(), held);
+  EXPECT_EQ(a.held_decode_steps(), hold_steps);
+  EXPECT_LE(a.follow_up_first_steps(), reusing) << "at most one first step per follow-up";
+  EXPECT_GT(held, 0u);
+  EXPECT_GT(back_to_back, 0u) << "the trace brings follow-ups in consecutive steps: the rule is exercised";
 }
 
 // Conversations: several sessions of several turns, a few strangers, some sharing a system prompt.
 std::vector<TraceRequest> conversations(std::mt19937& rng, std::uint32_t sessions, std::uint32_t turns_max) {
   std::vector<TraceRequest> trace;
-  const std::vector<std::int32_t> system = bytes(rng, 20 + rng() % 40);
+  const std::vector<std::int32_t> system = bytes(rng, 20 + draw(rng, 40));
   double t = 0;
   for (std::uint32_t turn = 0; turn < turns_max; ++turn) {
     for (std::uint32_t s = 0; s < sessions; ++s) {
-      if (turn > 0 && rng() % 4 == 0) continue;
+      if (turn > 0 && draw(rng, 4) == 0) continue;
       TraceRequest r;
       r.id = "s" + std::to_string(s) + "t" + std::to_string(turn);
       r.session = "s" + std::to_string(s);
       r.arrival_s = t;
-      t += (rng() % 100) / 1000.0;
-      r.prompt_tokens = bytes(rng, 1 + rng() % 60);
-      if (turn == 0 && rng() % 2 == 0) r.prompt_tokens.insert(r.prompt_tokens.begin(), system.begin(), system.end());
-      r.max_tokens = 1 + rng() % 24;
-      if (rng() % 25 == 0) r.cancel_after_tokens = rng() % 4;
+      t += draw(rng, 100) / 1000.0;
+      r.prompt_tokens = bytes(rng, 1 + draw(rng, 60));
+      if (turn == 0 && draw(rng, 2) == 0) r.prompt_tokens.insert(r.prompt_tokens.begin(), system.begin(), system.end());
+      r.max_tokens = 1 + draw(rng, 24);
+      if (draw(rng, 25) == 0) r.cancel_after_tokens = draw(rng, 4);
       trace.push_back(r);
     }
-    if (rng() % 2 == 0) {
+    if (draw(rng, 2) == 0) {
       TraceRequest r;
       r.id = "x" + std::to_string(turn);
       r.arrival_s = t;
       r.prompt_tokens = system;
-      const auto more = bytes(rng, 1 + rng() % 30);
+      const auto more = bytes(rng, 1 + draw(rng, 30));
       r.prompt_tokens.insert(r.prompt_tokens.end(), more.begin(), more.end());
-      r.max_tokens = 1 + rng() % 8;
+      r.max_tokens = 1 + draw(rng, 8);
       trace.push_back(r);
     }
   }
@@ -291,21 +426,21 @@ TEST(PrefixReuseScheduler, RandomConversationsMatchByteForByte) {
     SCOPED_TRACE(seed);
     std::mt19937 rng(seed);
     FakeEngineConfig e;
-    e.histories = 1 + rng() % 5;
-    e.max_seqs = 1 + rng() % 6;
+    e.histories = 1 + draw(rng, 5);
+    e.max_seqs = 1 + draw(rng, 6);
     e.max_context_tokens = 1024;
-    e.page_tokens = 4u << (rng() % 3);
+    e.page_tokens = 4u << draw(rng, 3);
     e.dense_layers = 2;
-    e.pool_pages = 4 * e.histories + rng() % 64;
+    e.pool_pages = 4 * e.histories + draw(rng, 64);
     e.target_pages = 8;
     e.burst_pages = 16;
-    e.eos_token = rng() % 3 == 0 ? static_cast<std::int32_t>(rng() % 256) : -1;
+    e.eos_token = draw(rng, 3) == 0 ? static_cast<std::int32_t>(draw(rng, 256)) : -1;
     SchedulerConfig config;
-    config.max_seqs = 1 + rng() % 6;
-    config.step_tokens = 16 + rng() % 128;
-    config.prefill_chunk_tokens = std::min<std::uint32_t>(config.step_tokens, 1 + rng() % 64);
-    config.stop_at_eos = rng() % 2 == 0;
-    const auto trace = conversations(rng, 1 + rng() % 5, 1 + rng() % 5);
+    config.max_seqs = 1 + draw(rng, 6);
+    config.step_tokens = 16 + draw(rng, 128);
+    config.prefill_chunk_tokens = std::min<std::uint32_t>(config.step_tokens, 1 + draw(rng, 64));
+    config.stop_at_eos = draw(rng, 2) == 0;
+    const auto trace = conversations(rng, 1 + draw(rng, 5), 1 + draw(rng, 5));
     const Comparison c = compare(trace, e, config);
     if (HasFatalFailure()) return;
     reused += c.reused;

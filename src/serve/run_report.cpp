@@ -49,6 +49,10 @@ json request_json(const RequestRecord& r, const std::string& output) {
   if (r.ready_s >= 0) j["ready_s"] = r.ready_s;
   if (r.admitted_s >= 0) j["admitted_s"] = r.admitted_s;
   if (r.first_token_s >= 0) j["ttft_s"] = r.first_token_s - r.ready_s;
+  if (r.output_tokens > 1 && r.last_token_s > r.first_token_s) {
+    j["tpot_s"] = (r.last_token_s - r.first_token_s) / static_cast<double>(r.output_tokens - 1);
+  }
+  if (r.decode_steps_held > 0) j["decode_steps_held"] = r.decode_steps_held;
   if (r.ended_s >= 0) j["ended_s"] = r.ended_s;
   if (!output.empty()) j["output_text"] = output;
   return j;
@@ -146,10 +150,14 @@ json summarize(const ReportInputs& in) {
                              {"device_pages_reclaimed", c.retained_device_pages_reclaimed},
                              {"device_pages_retained_at_end", c.retained_device_pages},
                              {"device_pages_copied_d2d", c.prefix_device_pages_copied},
+                             {"device_pages_promoted_d2d", c.prefix_device_pages_promoted},
                              {"h2d_bytes_adopting_contexts", c.h2d_bytes_adopting},
                              {"follow_ups", follow_up_ttft.size()},
                              {"follow_ups_reusing", follow_ups_reusing},
-                             {"follow_up_ttft_s", latency_json(follow_up_ttft)}};
+                             {"follow_up_ttft_s", latency_json(follow_up_ttft)},
+                             {"follow_up_first_steps", s.follow_up_first_steps()},
+                             {"held_decode_tokens", s.held_decode_tokens()},
+                             {"held_decode_steps", s.held_decode_steps()}};
   figures["allocations_after_warmup"] = {{"device", c.device_allocations_after_warmup},
                                          {"heap", in.heap_allocations_after_warmup}};
   if (!in.heap_counter_linked) figures["allocations_after_warmup"]["heap_measured"] = false;
@@ -335,7 +343,7 @@ std::string reuse_text(const json& f) {
   const json& p = f["prefix_reuse"];
   const json& t = p["follow_up_ttft_s"];
   return fmt::format("{}: {} prompt tokens reused in {} adoptions, {} prefilled; histories retained {}, dropped {}; "
-                     "{} follow-ups ({} reusing), TTFT p50 {:.0f} ms p99 {:.0f} ms{}",
+                     "{} follow-ups ({} reusing), TTFT p50 {:.0f} ms p99 {:.0f} ms{}{}",
                      p["enabled"].get<bool>() ? "on" : "off (--no-prefix-reuse)", p["reused_tokens"].get<std::uint64_t>(),
                      p["adoptions"].get<std::uint64_t>(), p["prompt_tokens_prefilled"].get<std::uint64_t>(),
                      p["retained_kept"].get<std::uint64_t>(), p["retained_dropped"].get<std::uint64_t>(),
@@ -346,6 +354,11 @@ std::string reuse_text(const json& f) {
                                        p["device_pages_handed_over"].get<std::uint64_t>(),
                                        p["device_pages_copied_d2d"].get<std::uint64_t>(),
                                        static_cast<double>(p["h2d_bytes_adopting_contexts"].get<std::uint64_t>()) / 1048576.0)
+                         : std::string(),
+                     p.contains("follow_up_first_steps")
+                         ? fmt::format("; follow-ups' first steps {} (holding {} decode tokens of others)",
+                                       p["follow_up_first_steps"].get<std::uint64_t>(),
+                                       p["held_decode_tokens"].get<std::uint64_t>())
                          : std::string());
 }
 

@@ -104,6 +104,19 @@ TEST(RunReport, JobFiguresAndFiles) {
   EXPECT_EQ(list[4]["reject_reason"], "longer_than_max_context");
   EXPECT_EQ(list[3]["previous_turn"], 1);
   EXPECT_FALSE(list[0]["output_text"].get<std::string>().empty());
+  // Prefix reuse's figures (docs/PREFIX.md): the device pages promoted on a d2d copy, the follow-ups'
+  // first steps and the decode tokens they held (per request and in total, which must agree), TPOT.
+  const auto& reuse = f["prefix_reuse"];
+  for (const char* key : {"device_pages_promoted_d2d", "follow_up_first_steps", "held_decode_tokens", "held_decode_steps"}) {
+    EXPECT_TRUE(reuse.contains(key)) << key;
+  }
+  std::uint64_t held = 0;
+  for (const auto& r : list) {
+    held += r.value("decode_steps_held", 0u);
+    if (r["output_tokens"].get<std::uint32_t>() > 1) EXPECT_GT(r["tpot_s"].get<double>(), 0.0) << r["id"];
+  }
+  EXPECT_EQ(reuse["held_decode_tokens"].get<std::uint64_t>(), held);
+  EXPECT_LE(reuse["held_decode_steps"].get<std::uint64_t>(), reuse["follow_up_first_steps"].get<std::uint64_t>());
 
   const auto dir = std::filesystem::temp_directory_path() / "activekv_run_report_test";
   std::filesystem::remove_all(dir);

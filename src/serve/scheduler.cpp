@@ -219,6 +219,8 @@ void Scheduler::submit(std::uint32_t slot, const Submission& submission) {
   r.sampling = submission.sampling;
   r.stop_tokens = submission.stop_tokens;
   r.reused_tokens = 0;
+  r.decode_steps_held = 0;
+  r.decode_held_last_step = false;
   r.ready_s = r.admitted_s = r.first_token_s = r.last_token_s = r.ended_s = -1;
   r.state = RequestState::pending;
   if (submission.prompt.size() + r.max_tokens > room) {  // longer than the max context: rejected, never copied
@@ -382,35 +384,56 @@ bool Scheduler::is_follow_up_suffix(const RequestRecord& r, std::uint32_t budget
 }
 
 std::size_t Scheduler::compose_batch() {
+  // A follow-up whose prompt adopted a retained prefix, has fed none of its suffix, and whose whole
+  // suffix fits one chunk (and the budget left after every decode) goes first, and while one does
+  // the step carries no other context's prefill and holds the other contexts' decode tokens, except
+  // those held in the step before (a context is never held two steps in a row): its first token then
+  // costs its own suffix, not a step of others' prompt chunks and long-context decodes (docs/PREFIX.md,
+  // "The follow-up's first step"). Others lose that one step; outputs do not change (rows are chunk-
+  // and batch-invariant, and a held context's tokens are the same tokens, one step later).
+  std::uint32_t decodes = 0;
+  for (std::size_t k = 0; k < running_count_; ++k) decodes += requests_[running_[k]].state == RequestState::decode;
+  AK_ASSERT(decodes <= config_.step_tokens, "compose_batch: step_tokens must cover every decode");
+  bool follow_up_first = false;
+  for (std::size_t k = 0; k < running_count_ && !follow_up_first; ++k) {
+    follow_up_first = is_follow_up_suffix(requests_[running_[k]], config_.step_tokens - decodes);
+  }
+  const bool hold = follow_up_first && config_.hold_decodes_for_follow_ups;
   std::uint32_t budget = config_.step_tokens;
+  std::uint32_t held = 0;
   std::size_t n = 0;
   for (std::size_t k = 0; k < running_count_; ++k) {
     const std::uint32_t i = running_[k];
-    const RequestRecord& r = requests_[i];
+    RequestRecord& r = requests_[i];
     if (r.state != RequestState::decode) continue;
-    AK_ASSERT(budget > 0, "compose_batch: step_tokens must cover every decode");
+    if (hold && !r.decode_held_last_step) {
+      r.decode_held_last_step = true;
+      ++r.decode_steps_held;
+      ++held;
+      continue;
+    }
+    r.decode_held_last_step = false;
     batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.tokens.size() - 1, 1), true};
     batch_request_[n++] = i;
     --budget;
   }
   batch_decode_tokens_ = config_.step_tokens - budget;
-  // A follow-up whose prompt adopted a retained prefix and whose whole suffix fits one chunk
-  // goes first, and while one does the step carries no other context's prefill: its first token
-  // then costs its own suffix and the decodes, not a step of others' prompt chunks (docs/PREFIX.md,
-  // "The follow-up's first step"). Others' prefill loses that one step; outputs do not change
-  // (rows are chunk- and batch-invariant).
-  bool follow_up_first = false;
-  for (std::size_t k = 0; k < running_count_; ++k) {
-    const std::uint32_t i = running_[k];
-    if (!is_follow_up_suffix(requests_[i], budget)) continue;
-    const RequestRecord& r = requests_[i];
-    const std::uint32_t chunk = r.prompt_tokens - r.prefilled_tokens;
-    batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.prefilled_tokens, chunk), true};
-    batch_request_[n++] = i;
-    budget -= chunk;
-    follow_up_first = true;
+  batch_held_decode_tokens_ = held;
+  batch_follow_up_first_ = follow_up_first;
+  held_decode_tokens_ += held;
+  held_decode_steps_ += held > 0 ? 1 : 0;
+  if (follow_up_first) {
+    ++follow_up_first_steps_;
+    for (std::size_t k = 0; k < running_count_; ++k) {
+      const std::uint32_t i = running_[k];
+      if (!is_follow_up_suffix(requests_[i], budget)) continue;
+      const RequestRecord& r = requests_[i];
+      const std::uint32_t chunk = r.prompt_tokens - r.prefilled_tokens;
+      batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.prefilled_tokens, chunk), true};
+      batch_request_[n++] = i;
+      budget -= chunk;
+    }
   }
-  if (follow_up_first) ++follow_up_first_steps_;
   for (std::size_t k = 0; k < running_count_ && budget > 0 && !follow_up_first; ++k) {
     const std::uint32_t i = running_[k];
     const RequestRecord& r = requests_[i];
@@ -522,6 +545,8 @@ void Scheduler::record_step(double start_s, double end_s, std::size_t entries, c
   sample.batch_entries = static_cast<std::uint32_t>(entries);
   sample.decode_tokens = batch_decode_tokens_;
   sample.prefill_tokens = batch_prefill_tokens_;
+  sample.held_decode_tokens = batch_held_decode_tokens_;
+  sample.follow_up_first = batch_follow_up_first_;
   sample.running = static_cast<std::uint32_t>(running_count_);
   sample.queued = static_cast<std::uint32_t>(queue_count_);
   sample.delta = counters_delta(engine_.counters(), before);

@@ -9,9 +9,11 @@
 // a token budget: first one decode token for every context that is generating,
 // then prompt chunks (at most prefill_chunk_tokens each) for contexts still in
 // prefill, in admission order, until the budget is spent. Except: a context that
-// adopted a retained prefix and has at most one chunk of its prompt left goes
-// first, and that step carries no other prefill (its first token costs its own
-// suffix, not others' prompt chunks). So prefill is chunked
+// adopted a retained prefix and has fed none of its suffix, which fits one chunk,
+// goes first, and that step carries no other prefill and holds the other
+// contexts' decode tokens for that one step, except a context held in the step
+// before (never held twice in a row): its first token costs its own suffix only
+// (docs/PREFIX.md, "The follow-up's first step"). So prefill is chunked
 // and interleaved with decode, and a long prompt cannot stall the others'
 // generation. A request that reaches max_tokens (or the end-of-sequence token)
 // returns its context at once; a cancelled one returns it at any point (the
@@ -61,6 +63,9 @@ struct SchedulerConfig {
   std::uint32_t prefill_chunk_tokens = 128;// most prompt tokens of one context per step
   bool stop_at_eos = true;
   double arrival_scale = 1.0;              // multiplies every arrival time
+  // A reusing follow-up's first step holds the other contexts' decode tokens (never one
+  // context two steps in a row); false keeps them in that step (tests compare both).
+  bool hold_decodes_for_follow_ups = true;
 };
 
 enum class RequestState : std::uint8_t {
@@ -110,6 +115,8 @@ struct RequestRecord {
   std::uint32_t prefilled_tokens = 0;      // prompt tokens whose KV the context holds (reused ones included)
   std::uint32_t reused_tokens = 0;         // of them, adopted from a retained history (not fed)
   std::uint32_t output_tokens = 0;
+  std::uint32_t decode_steps_held = 0;     // steps whose decode token was held for a follow-up's first step
+  bool decode_held_last_step = false;      // held in the latest step: the next one carries its token
   RequestState state = RequestState::pending;
   RejectReason reject_reason = RejectReason::none;
   std::array<std::uint32_t, wait_reason_count> wait_steps{};  // steps spent waiting, per reason
@@ -148,6 +155,8 @@ struct StepSample {
   std::uint32_t decode_tokens = 0;
   std::uint32_t prefill_tokens = 0;
   std::uint32_t batch_entries = 0;
+  std::uint32_t held_decode_tokens = 0;  // decode tokens held for a follow-up's first step
+  bool follow_up_first = false;          // a reusing follow-up's first step (no other prefill)
   std::uint32_t running = 0;
   std::uint32_t queued = 0;
   EngineCounters delta{};  // counters moved by this step (levels: the value after it)
@@ -220,6 +229,9 @@ class Scheduler {
   std::uint32_t steps_dropped() const noexcept { return steps_dropped_; }
   // Steps that fed a prefix-reusing follow-up's whole suffix and no other prefill (compose_batch).
   std::uint32_t follow_up_first_steps() const noexcept { return follow_up_first_steps_; }
+  // Decode tokens held for those steps, and the steps that held at least one.
+  std::uint64_t held_decode_tokens() const noexcept { return held_decode_tokens_; }
+  std::uint32_t held_decode_steps() const noexcept { return held_decode_steps_; }
 
  private:
   Scheduler(StepEngine& engine, Clock& clock, const SchedulerConfig& config);
@@ -264,6 +276,8 @@ class Scheduler {
   std::vector<std::int32_t> batch_tokens_out_;
   std::uint32_t batch_decode_tokens_ = 0;
   std::uint32_t batch_prefill_tokens_ = 0;
+  std::uint32_t batch_held_decode_tokens_ = 0;
+  bool batch_follow_up_first_ = false;
 
   bool live_ = false;
   std::uint64_t tokens_in_ = 0;
@@ -273,6 +287,8 @@ class Scheduler {
   std::vector<PagesSample> pages_samples_;
   std::uint32_t steps_dropped_ = 0;
   std::uint32_t follow_up_first_steps_ = 0;
+  std::uint64_t held_decode_tokens_ = 0;
+  std::uint32_t held_decode_steps_ = 0;
 };
 
 }  // namespace activekv::serve

@@ -114,6 +114,7 @@ struct EngineCounters {
   std::uint64_t retained_device_pages_reclaimed = 0;  // retained device pages freed (reclaimed first, dropped)
   std::uint64_t retained_device_pages = 0;            // a level: device pages retained histories hold now
   std::uint64_t prefix_device_pages_copied = 0;       // copy on adopt: prefix pages copied device to device
+  std::uint64_t prefix_device_pages_promoted = 0;     // of those, the source's promoted pages (promoted in the adopter)
   std::uint64_t h2d_bytes_adopting = 0;               // h2d bytes moved for contexts that adopted a prefix
 };
 
