@@ -38,7 +38,8 @@
 // step and token time series up to a fixed bound and drops the rest.
 //
 // Invariants: running ≤ min(max_seqs, plan concurrency); tokens per step ≤
-// step_tokens; every request ends finished, cancelled or rejected; nothing on
+// step_tokens; a generating context's decode token is held in at most one step
+// of any two in a row; every request ends finished, cancelled or rejected; nothing on
 // the step path allocates — request token buffers, the queue, the batch and
 // the time series are all sized when the scheduler is created.
 #pragma once
