@@ -113,7 +113,9 @@ TEST(RunReport, JobFiguresAndFiles) {
   std::uint64_t held = 0;
   for (const auto& r : list) {
     held += r.value("decode_steps_held", 0u);
-    if (r["output_tokens"].get<std::uint32_t>() > 1) EXPECT_GT(r["tpot_s"].get<double>(), 0.0) << r["id"];
+    if (r["output_tokens"].get<std::uint32_t>() > 1) {
+      EXPECT_GT(r["tpot_s"].get<double>(), 0.0) << r["id"];
+    }
   }
   EXPECT_EQ(reuse["held_decode_tokens"].get<std::uint64_t>(), held);
   EXPECT_LE(reuse["held_decode_steps"].get<std::uint64_t>(), reuse["follow_up_first_steps"].get<std::uint64_t>());
