@@ -43,7 +43,6 @@
 
 #include "activekv/fence.hpp"
 #include "activekv/geometry.hpp"
-#include "activekv/parallel_chunks.hpp"
 #include "activekv/result.hpp"
 
 namespace activekv {
@@ -224,12 +223,6 @@ class Backend {
   // Validates shapes, page tables (bounds, ascending, within the batch limits)
   // and spans; tasks/pages/positions are read during the call only.
   Result<Fence> attention(const AttentionBatch& batch, std::span<const Fence> waits = {});
-  // Threads the caller lends (ParallelChunks; {} takes them back), for a kernel that runs on the
-  // host: the host backend runs an attention call that finds its queue idle on the calling
-  // thread, and with lent threads spreads it over them instead of waking its own compute
-  // threads (the same units per chunk, so the same bits). Only the thread that lent them calls
-  // the backend while they are lent; they must outlive the lending. Ignored by default.
-  virtual void share_threads(const ParallelChunks& threads) { (void)threads; }
 
   // ---- fences ------------------------------------------------------------------
   // A marker: resolves when all work enqueued on `queue` before it resolved

@@ -61,7 +61,6 @@
 #include "activekv/geometry.hpp"
 #include "activekv/kv_tier.hpp"
 #include "activekv/memory_plan.hpp"
-#include "activekv/parallel_chunks.hpp"
 #include "activekv/result.hpp"
 
 namespace activekv {
@@ -202,9 +201,18 @@ struct KvRuntimeSettings {
 
 using ContextId = ContextHandle;
 
-// Threads the runtime may borrow (ParallelChunks, activekv/parallel_chunks.hpp): today the sparse
-// selection's page bounds (each page's bound depends only on its summary and the query, so the
-// result does not depend on the cut); the runtime lends them on to its backend (Backend::share_threads).
+// Threads the runtime may borrow for work it cuts into independent chunks (today the sparse
+// selection's page bounds: each page's bound depends only on its summary and the query, so the
+// result does not depend on the cut). run(pool, task, context, chunks) calls task(context, c)
+// once for every c in [0, chunks), on whichever of its threads, and returns when all are done; it
+// must not allocate. The engine hands its thread pool (RuntimeKv); none (run == nullptr): one thread.
+struct ParallelChunks {
+  using Task = void (*)(void* context, std::uint32_t chunk) noexcept;
+  void (*run)(void* pool, Task task, void* context, std::uint32_t chunks) noexcept = nullptr;
+  void* pool = nullptr;
+  std::uint32_t threads = 1;  // threads run() may use (the caller included)
+  std::uint32_t least = 128;  // fewer items (pages) than this run on the caller alone: a wake-up costs more
+};
 
 struct StepEntry {
   ContextId context;

@@ -269,8 +269,7 @@ Status Forward::layer(std::uint32_t l, std::uint32_t n) {
   Status written = kv_.write_kv(l, k_.data(), v_.data());
   lap.to(times_.copies_ns);
   if (!written) return written;
-  // No park(): the host backend runs the kernel on this pool (KvAccess::share_threads, lent on to
-  // the backend), so its workers stay awake from the products into attention and back.
+  pool_.park();  // attention runs on the KV backend's threads: the pool's workers sleep meanwhile
   Status attended = kv_.attend(l, q_.data(), attn_.data());
   lap.to(times_.attention_ns);
   if (!attended) return attended;

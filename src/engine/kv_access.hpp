@@ -36,8 +36,7 @@ class KvAccess {
   virtual Status attend(std::uint32_t layer, const float* q, float* out) = 0;
   virtual Status end_step() = 0;
   // The engine's threads, for the KV's own parallel work between the forward pass's regions (the
-  // sparse selection's bound, and on the host backend the attention kernel itself); null takes
-  // them back. Between steps only; nothing by default.
+  // sparse selection's bound); null takes them back. Between steps only; nothing by default.
   virtual void share_threads(ThreadPool* pool) { (void)pool; }
 };
 

@@ -25,9 +25,8 @@ void choose_history_reads(KvRuntimeSettings& settings, const Backend& backend) {
 }
 
 namespace {
-// ParallelChunks::run over the engine's pool: the chunks on its threads (the caller's included).
-// The workers are not parked after: the attention kernel that follows runs on the same pool
-// (the runtime lends it on to its backend), so they spin into it instead of sleeping.
+// ParallelChunks::run over the engine's pool: the chunks on its threads (the caller's included),
+// then the workers sleep at once, leaving the cores to the attention kernel's threads.
 void run_on_pool(void* pool, ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
   struct Region {
     ParallelChunks::Task task;
@@ -40,6 +39,7 @@ void run_on_pool(void* pool, ParallelChunks::Task task, void* context, std::uint
         x.task(x.context, chunk);
       },
       &region, chunks);
+  threads.park();
 }
 }  // namespace
 

@@ -149,7 +149,6 @@ std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t lay
 
 void KvRuntimeImpl::set_parallel(const ParallelChunks& parallel) {
   parallel_ = parallel.run != nullptr && parallel.threads > 1 ? parallel : ParallelChunks{};
-  backend_.share_threads(parallel_);  // the kernel's calls run on the same thread as the steps
 }
 
 namespace {

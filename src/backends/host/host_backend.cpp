@@ -248,7 +248,7 @@ Fence HostBackend::run_here(std::unique_lock<std::mutex>& lock, Queue& q, Comman
   const std::uint64_t position = q.dispatched++;
   Command taken = command;
   lock.unlock();
-  const FenceOutcome outcome = execute(q, taken, true, true);
+  const FenceOutcome outcome = execute(q, taken, true);
   fences().resolve(fence, outcome);
   lock.lock();
   Command& slot = q.ring[position % q.ring.size()];
@@ -437,20 +437,9 @@ void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t per
   }
 }
 
-void HostBackend::share_threads(const ParallelChunks& threads) {
-  lent_ = threads.run != nullptr && threads.threads > 1 && !options_.deterministic ? threads : ParallelChunks{};
-}
-
-void HostBackend::apply_attention(const Command& command, bool threaded, bool on_caller) {
+void HostBackend::apply_attention(const Command& command, bool threaded) {
   AttentionJob& job = jobs_[command.job];
-  // The caller's lent threads (run here, by the thread that lent them) take the place of the
-  // compute threads: they are usually awake already (the engine's pool spins between its
-  // regions), where a compute helper sleeps between calls and costs a wake-up (and a second
-  // to report back) per call. At most as many as there are scratch areas.
-  const bool lent = threaded && on_caller && lent_.run != nullptr;
-  std::uint32_t threads = lent ? std::min<std::uint32_t>(lent_.threads, static_cast<std::uint32_t>(scratch_.size()))
-                          : threaded && pool_ ? capabilities_.compute_threads
-                                              : 1;
+  std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
   // Enough units for the threads: when queries are fewer than threads, cut
   // each query's page list into parts (merged in page order afterwards) —
   // when the pages are enough to pay for waking a helper: below
@@ -476,9 +465,7 @@ void HostBackend::apply_attention(const Command& command, bool threaded, bool on
     std::size_t pages;
     bool mass;
   } split{this, &job, units, threads, pages, mass};
-  // Thread (or lent chunk) `index` runs units index, index + threads, …, with scratch_[index]:
-  // the same units and scratch whichever thread runs the chunk, so the same page mass too.
-  auto work = [](void* context, std::uint32_t index) noexcept {
+  auto work = [](void* context, std::uint32_t index) {
     const Split& sp = *static_cast<const Split*>(context);
     AttentionScratch& scratch = sp.self->scratch_[index];
     if (sp.mass) std::fill(scratch.mass.begin(), scratch.mass.begin() + static_cast<std::ptrdiff_t>(sp.pages), 0.0f);
@@ -486,9 +473,7 @@ void HostBackend::apply_attention(const Command& command, bool threaded, bool on
     for (std::uint32_t unit = index; unit < sp.units; unit += sp.threads)
       run_attention_units(sp.self->arena_.get(), *sp.job, unit, unit + 1, scratch, parts);
   };
-  if (threads > 1 && lent) {
-    lent_.run(lent_.pool, work, &split, threads);
-  } else if (threads > 1) {
+  if (threads > 1) {
     pool_->run(work, &split);
   } else {
     work(&split, 0);

@@ -83,10 +83,6 @@ class HostBackend final : public Backend {
   Result<Fence> do_download(std::uint64_t arena_offset, std::span<std::byte> bytes,
                             std::span<const Fence> waits) override;
   Result<Fence> do_attention(const AttentionBatch& batch, std::span<const Fence> waits) override;
- public:
-  void share_threads(const ParallelChunks& threads) override;
-
- protected:
   Result<Fence> do_record(QueueKind queue) override;
   Status do_enqueue_wait(QueueKind queue, std::span<const Fence> fences) override;
   FenceOutcome do_query(Fence fence) override;
@@ -155,9 +151,8 @@ class HostBackend final : public Backend {
 
   // Executing a command's effect (both modes).
   void apply_copy(Queue& q, const Command& command, std::uint64_t permille);
-  // on_caller: run by the caller that issued it (run_here), who may use the lent threads.
-  void apply_attention(const Command& command, bool threaded, bool on_caller);
-  FenceOutcome execute(Queue& q, Command& command, bool threaded, bool on_caller = false);
+  void apply_attention(const Command& command, bool threaded);
+  FenceOutcome execute(Queue& q, Command& command, bool threaded);
   void retire(Queue& q);  // under mutex_: frees done commands at the head
   // under mutex_: a wait saw `awaited`; a failure poisons the next command.
   void propagate(Queue& q, std::uint64_t wait_position, FenceOutcome awaited);
@@ -188,7 +183,6 @@ class HostBackend final : public Backend {
   std::vector<AttentionScratch> scratch_;     // one per compute thread
   AttentionSplit split_;                      // decode: a query's pages cut over the threads
   std::unique_ptr<ComputePool> pool_;
-  ParallelChunks lent_;                       // the caller's threads (share_threads), used by run_here
 
   // deterministic mode
   std::uint64_t now_ = 0;

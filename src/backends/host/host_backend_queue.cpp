@@ -16,7 +16,7 @@
 
 namespace activekv::host {
 
-FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded, bool on_caller) {
+FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded) {
   if (command.kind == Kind::wait) {
     // The awaited outcome; the caller passes a failure on to the next command.
     return threaded ? fences().wait(command.awaited, std::chrono::nanoseconds::max()) : fences().outcome(command.awaited);
@@ -36,7 +36,7 @@ FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded, boo
       if (is_copy) {
         apply_copy(q, command, 1000);
       } else {
-        apply_attention(command, threaded, on_caller);
+        apply_attention(command, threaded);
       }
       return command.fault == Fault::none ? FenceOutcome::signalled : FenceOutcome::failed;
     case Fault::unknown_fence:
@@ -44,7 +44,7 @@ FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded, boo
         if (is_copy) {
           apply_copy(q, command, 1000);
         } else {
-          apply_attention(command, threaded, on_caller);
+          apply_attention(command, threaded);
         }
       }
       return FenceOutcome::unknown;

@@ -227,25 +227,10 @@ TEST(HostThreaded, DeviceLossReleasesWaitersAndRefusesWork) {
 // A decode call (one query) with 1 or 2 compute threads, below and above the
 // page count from which the backend splits a query's pages over its threads
 // (64): the same output bits either way.
-// Lent threads (Backend::share_threads) that run the chunks on the caller, the last first, and
-// count them: the chunk, not the thread, decides a unit's scratch, so the order changes nothing.
-struct ReversedChunks {
-  std::uint32_t runs = 0, chunks = 0;
-  static void run(void* self, ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
-    auto& me = *static_cast<ReversedChunks*>(self);
-    ++me.runs;
-    me.chunks += chunks;
-    for (std::uint32_t c = chunks; c-- > 0;) task(context, c);
-  }
-};
-
-// queries > 1: one task per query over the same pages (tiles), with page mass into `mass`.
-std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages, ReversedChunks* lend = nullptr,
-                                    std::uint32_t queries = 1, std::vector<float>* mass = nullptr) {
+std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages) {
   BackendOptions options;
   options.compute_threads = threads;
   auto backend = make(options);
-  if (lend != nullptr) backend->share_threads(ParallelChunks{&ReversedChunks::run, lend, 2, 1});
   const AttentionShape shape{8, 2, 32, DType::f16, 0.17677669f};
   constexpr std::uint32_t page_tokens = 16;
   const std::uint64_t page_bytes = page_tokens * shape.row_bytes();
@@ -258,25 +243,17 @@ std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages, 
   }
   std::vector<AttentionPage> table(pages);
   for (std::uint32_t k = 0; k < pages; ++k) table[k] = {(pages - 1 - k) * page_bytes, k * page_tokens, page_tokens};
-  std::vector<float> q(std::size_t{queries} * shape.q_heads * shape.head_dim), out(q.size(), -1.0f);
+  std::vector<float> q(std::size_t{shape.q_heads} * shape.head_dim), out(q.size(), -1.0f);
   for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.05f * static_cast<float>(i % 13) - 0.3f;
-  std::vector<std::uint32_t> positions(queries);
-  std::vector<AttentionTask> tasks(queries);
-  std::vector<AttentionPage> all(std::size_t{pages} * queries);
-  for (std::uint32_t i = 0; i < queries; ++i) {
-    positions[i] = pages * page_tokens - 1 - i;
-    std::copy(table.begin(), table.end(), all.begin() + std::ptrdiff_t{i} * pages);
-    tasks[i] = AttentionTask{i * pages, pages, i, 1};
-  }
-  if (mass != nullptr) mass->assign(all.size(), -1.0f);
+  const std::uint32_t position = pages * page_tokens - 1;
+  const AttentionTask task{0, pages, 0, 1};
   AttentionBatch batch;
   batch.shape = shape;
-  batch.tasks = tasks;
-  batch.pages = all;
-  batch.query_positions = positions;
+  batch.tasks = std::span<const AttentionTask>(&task, 1);
+  batch.pages = table;
+  batch.query_positions = std::span<const std::uint32_t>(&position, 1);
   batch.queries = q;
   batch.output = out;
-  if (mass != nullptr) batch.page_mass = *mass;
   const Result<Fence> fence = backend->attention(batch);
   EXPECT_TRUE(fence.ok());
   if (!fence.ok()) return out;
@@ -291,27 +268,6 @@ TEST(HostThreaded, ADecodeCallIsTheSameBitsOnOneOrTwoThreadsEitherSideOfTheSplit
     const std::vector<float> two = decode_attention(2, pages);
     EXPECT_NE(one[0], -1.0f) << pages << " pages: no output written";
     EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << pages << " pages";
-  }
-}
-
-TEST(HostThreaded, ACallOnLentThreadsIsTheSameBitsAndRunsOnThem) {
-  // Decode (one query, split over the threads from 64 pages) and three queries (tiles) with page
-  // mass: the lent threads replace the compute threads, every output and mass bit unchanged.
-  for (const std::uint32_t queries : {1u, 3u}) {
-    for (const std::uint32_t pages : {40u, queries == 1 ? 100u : 80u}) {  // within batch_pages_max
-      std::vector<float> mass_own, mass_lent;
-      const std::vector<float> own = decode_attention(2, pages, nullptr, queries, &mass_own);
-      ReversedChunks lend;
-      const std::vector<float> lent = decode_attention(2, pages, &lend, queries, &mass_lent);
-      EXPECT_NE(own[0], -1.0f);
-      EXPECT_EQ(std::memcmp(own.data(), lent.data(), own.size() * sizeof(float)), 0) << queries << " × " << pages;
-      EXPECT_EQ(std::memcmp(mass_own.data(), mass_lent.data(), mass_own.size() * sizeof(float)), 0)
-          << queries << " × " << pages;
-      // One unit (a query below the split threshold) runs alone; otherwise the call used the lent threads.
-      const bool one_unit = queries == 1 && pages < 64;
-      EXPECT_EQ(lend.runs, one_unit ? 0u : 1u) << queries << " × " << pages;
-      EXPECT_EQ(lend.chunks, one_unit ? 0u : 2u);
-    }
   }
 }
 
