@@ -114,6 +114,11 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   const std::uint32_t page_tokens = 16;
   const std::uint32_t decode_total = sparse_fraction > 0.0 ? 2 * decode * sparse_rounds : decode;
   const std::uint32_t final_length = (context + decode_total + 1 + page_tokens - 1) / page_tokens * page_tokens;
+  if (cfg.context_tokens != 0 && context + decode_total + 1 > cfg.context_tokens) {
+    fmt::print(stderr, "--context {} with {} decode steps would hold {} tokens, past the model's context length {}: "
+               "lower --context, --decode or --rounds\n", context, decode_total, context + decode_total + 1, cfg.context_tokens);
+    return 2;
+  }
 
   std::unique_ptr<Backend> backend;
   std::unique_ptr<KvRuntime> runtime;
