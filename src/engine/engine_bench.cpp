@@ -4,7 +4,7 @@
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
-//                [--sparse-fraction F] [--sparse-lists group|one] [--staging auto|copy|in-place]
+//                [--sparse-fraction F] [--sparse-lists group|one] [--rounds R] [--staging auto|copy|in-place]
 //
 // --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
 // engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
@@ -13,6 +13,8 @@
 // --sparse-fraction F (docs/SPARSE.md): after the prefill, M decode steps in exact mode and then
 // M in sparse mode reading F of the pages, on the same runtime and context, and their ratio.
 // --sparse-lists: a page list per KV-head group (group, the default) or one list per layer (one).
+// --rounds R: R rounds of (M exact, M sparse) after the one prefill, each round's ratio printed,
+// then the medians of the rounds' ratios (same-run ratios at a fraction of a prefill each).
 //
 // Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
 // steps after it, the decode step's time shares (matmul, attention, copies,
@@ -20,6 +22,7 @@
 // weight bytes read per token ÷ measured memcpy bandwidth.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -84,6 +87,13 @@ struct Figures {
 };
 
 bool sparse_one_list = false;  // --sparse-lists one
+std::uint32_t sparse_rounds = 1;  // --rounds
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
         const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0, const std::string& staging = "auto") {
@@ -102,8 +112,13 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   const std::uint64_t weight_bytes = model->weight_bytes_per_token();
   const ForwardLimits limits{chunk, 1};
   const std::uint32_t page_tokens = 16;
-  const std::uint32_t decode_total = sparse_fraction > 0.0 ? 2 * decode : decode;
+  const std::uint32_t decode_total = sparse_fraction > 0.0 ? 2 * decode * sparse_rounds : decode;
   const std::uint32_t final_length = (context + decode_total + 1 + page_tokens - 1) / page_tokens * page_tokens;
+  if (cfg.context_tokens != 0 && context + decode_total + 1 > cfg.context_tokens) {
+    fmt::print(stderr, "--context {} with {} decode steps would hold {} tokens, past the model's context length {}: "
+               "lower --context, --decode or --rounds\n", context, decode_total, context + decode_total + 1, cfg.context_tokens);
+    return 2;
+  }
 
   std::unique_ptr<Backend> backend;
   std::unique_ptr<KvRuntime> runtime;
@@ -178,6 +193,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     sparse.mode = SparseMode::fraction;
     sparse.fraction = static_cast<float>(sparse_fraction);
     sparse.per_group = !sparse_one_list;
+    std::vector<double> wall_ratios, cpu_ratios;
+    for (std::uint32_t round = 0; round < sparse_rounds; ++round) {
     double seconds[2] = {0, 0}, cpu[2] = {0, 0};
     for (int phase = 0; phase < 2; ++phase) {
       if (Status s = runtime->set_sparse(phase == 0 ? SparseSettings{} : sparse); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
@@ -206,6 +223,15 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     }
     fmt::print("sparse decode speed / exact decode speed at context {}: {:.3f} (wall), {:.3f} (CPU time)\n", context,
                seconds[0] / seconds[1], cpu[0] / cpu[1]);
+    wall_ratios.push_back(seconds[0] / seconds[1]);
+    cpu_ratios.push_back(cpu[0] / cpu[1]);
+    }
+    if (sparse_rounds > 1) {
+      fmt::print("median over {} rounds of sparse / exact decode speed: {:.3f} (wall), {:.3f} (CPU time); wall", sparse_rounds,
+                 median_of(wall_ratios), median_of(cpu_ratios));
+      for (const double r : wall_ratios) fmt::print(" {:.3f}", r);
+      fmt::print("\n");
+    }
     created->reset();
     return 0;
   }
@@ -262,6 +288,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       sparse_one_list = std::string(v) == "one";
+    }
+    else if (k == "--rounds") {
+      sparse_rounds = static_cast<std::uint32_t>(std::atoi(v));
+      if (sparse_rounds < 1 || sparse_rounds > 64) {
+        fmt::print(stderr, "--rounds {}: give 1 to 64\n", v);
+        return 2;
+      }
     }
     else if (k == "--staging") {
       staging = v;
