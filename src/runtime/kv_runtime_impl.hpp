@@ -404,7 +404,8 @@ class KvRuntimeImpl final : public KvRuntime {
   // attend, before a pass's kernel: copies the selected pages the pass did not fill (misses), then
   // tallies the pass's pages (read and why, copied unread, skipped). False: a fault was noted.
   bool stage_misses(const AttentionCall& call, std::uint32_t layer) noexcept;
-  void tally_pass(std::uint32_t pass, std::uint32_t layer) noexcept;
+  // attended false (attend_none): no kernel read the pass; its pages were copied unread or skipped.
+  void tally_pass(std::uint32_t pass, std::uint32_t layer, bool attended) noexcept;
   void finish_sparse_staging() noexcept;  // end_step: the step's tallies join the counters
   // A fence that fills (copy) or reads (kernel, d2d) the pass's tiles joins their leases.
   void attach_pass_leases(Fence fence, bool fills) noexcept;

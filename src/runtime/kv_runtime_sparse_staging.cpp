@@ -196,16 +196,17 @@ bool KvRuntimeImpl::stage_misses(const AttentionCall& call, std::uint32_t layer)
     attach_pass_leases(pass_miss_, true);
     for (std::uint32_t j = ticket_first; j < pass_ticket_count_; ++j) tickets_.attach(pass_tickets_[j], pass_miss_);
   }
-  tally_pass(call.pass, layer);
+  tally_pass(call.pass, layer, true);
   return true;
 }
 
-void KvRuntimeImpl::tally_pass(std::uint32_t pass, std::uint32_t layer) noexcept {
+void KvRuntimeImpl::tally_pass(std::uint32_t pass, std::uint32_t layer, bool attended) noexcept {
+  if (!stage_tally_) return;
   const StepPlan& plan = planner_.plan();
   const StagePass& sp = plan.passes[pass];
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t tile_pages = plan_.arena.tile_pages;
-  AK_ASSERT(selection_layer_ == layer, "kv runtime: a pass is tallied against its layer's selection");
+  AK_ASSERT(!attended || selection_layer_ == layer, "kv runtime: a pass is tallied against its layer's selection");
   for (std::uint32_t i = 0; i < sp.copy_count; ++i) {
     const StageCopy& c = plan.copies[sp.copy_first + i];
     const std::uint32_t e = entry_of_slot_[c.slot];
@@ -215,7 +216,7 @@ void KvRuntimeImpl::tally_pass(std::uint32_t pass, std::uint32_t layer) noexcept
     std::uint8_t* how = pick_staging_.data() + (std::size_t{c.slot} * plan_.geometry.dense_layers + layer) * max;
     for (std::uint32_t j = 0; j < c.pages; ++j) {
       const std::uint32_t g = c.logical_first + j;
-      if (keep[g] == 0) {
+      if (!attended || keep[g] == 0) {
         ++last[fill[j] == fill_none ? col_skipped : col_unselected];
         continue;
       }

@@ -478,6 +478,7 @@ Status KvRuntimeImpl::attend_none(std::uint32_t layer) {
   for (;;) {
     if (pass_issued_ != UINT32_MAX) {
       AK_ASSERT(plan.passes[pass_issued_].layer == layer, "kv runtime: a pass of another layer holds the tiles");
+      tally_pass(pass_issued_, layer, false);
       ++counters_.passes;
       retire_pass();
       continue;
