@@ -50,6 +50,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   pass_tickets_.resize(sizes_.copies_per_pass_max);
   in_place_tickets_.resize(sizes_.entries_max);
   tile_fill_.assign(std::size_t{plan_.arena.tiles} * plan_.arena.tile_pages, 0);
+  tile_copy_.assign(tile_fill_.size(), 0);
+  copy_filled_.assign(sizes_.copies_per_pass_max, 0);
   schedule_.read_host_in_place(settings.read_in_place);
   promotion_failed_.resize(sizes_.promotions_max);
   slot_faulted_.resize(budgets_.slots());

@@ -387,6 +387,8 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t selection_layer_ = UINT32_MAX;  // the layer whose selection keep_ holds this step
   // Per tile page ([tiles × tile_pages]) in the pass in flight: how it was filled (TileFill).
   std::vector<std::uint8_t> tile_fill_;
+  std::vector<std::uint32_t> tile_copy_;        // [tiles × tile_pages]: the pass's copy (index in the pass) holding the tile page
+  std::vector<std::uint8_t> copy_filled_;       // [copies in one pass]: 1 some page copied at issue, 2 some page missed
   Fence pass_miss_{};                           // the misses' copy of the pass in flight
   // The last selection per (slot, layer, page): read by some KV head (the prediction); valid for
   // the context whose generation + 1 is predict_generation_[slot].

@@ -106,8 +106,24 @@ bool KvRuntimeImpl::plan_pass_copies(std::uint32_t pass, std::uint32_t& regions)
     std::uint8_t& fill = tile_fill_[tile_position(p.device_offset_from)];
     if (fill == fill_none) fill = fill_staged;
   }
-  // One region per run of filled pages within a planned copy (all of it when every page is wanted).
+  // One ticket per planned copy, over its whole host range (as when every page is staged: a read
+  // ticket holds no writer back from a page that is not a tail page, and one ticket per copy keeps
+  // the ticket table's work per pass what it was), whether or not a page of it is copied now: a
+  // miss copied later in attend joins it. Then one region per run of filled pages in each copy.
   regions = 0;
+  for (std::uint32_t i = 0; i < sp.copy_count; ++i) {
+    const StageCopy& c = plan.copies[sp.copy_first + i];
+    AK_ASSERT(pass_ticket_count_ == i, "kv runtime: a pass's tickets follow its copies");
+    Ticket ticket;
+    if (tickets_.open(c.host_offset, c.bytes, HostAccess::read, &ticket) != LeaseStatus::ok) {
+      note_fault("a host range to stage is held by a quarantined or conflicting copy", FenceOutcome::failed, sp.layer);
+      return false;
+    }
+    pass_tickets_[pass_ticket_count_++] = ticket;
+    copy_filled_[i] = 0;
+    std::uint32_t* owner = tile_copy_.data() + std::size_t{c.tile_slot} * tile_pages + c.tile_page;
+    std::fill_n(owner, c.pages, i);
+  }
   for (std::uint32_t i = 0; i < sp.copy_count; ++i) {
     const StageCopy& c = plan.copies[sp.copy_first + i];
     const std::uint8_t* fill = tile_fill_.data() + std::size_t{c.tile_slot} * tile_pages + c.tile_page;
@@ -119,14 +135,8 @@ bool KvRuntimeImpl::plan_pass_copies(std::uint32_t pass, std::uint32_t& regions)
       std::uint32_t k = j + 1;
       while (k < c.pages && fill[k] != fill_none) ++k;
       const std::uint64_t skip = std::uint64_t{j} * plan.page_bytes, bytes = std::uint64_t{k - j} * plan.page_bytes;
-      AK_ASSERT(pass_ticket_count_ < pass_tickets_.size() && regions < regions_.size(),
-                "kv runtime: more copy regions in a pass than its pages");
-      Ticket ticket;
-      if (tickets_.open(c.host_offset + skip, bytes, HostAccess::read, &ticket) != LeaseStatus::ok) {
-        note_fault("a host range to stage is held by a quarantined or conflicting copy", FenceOutcome::failed, sp.layer);
-        return false;
-      }
-      pass_tickets_[pass_ticket_count_++] = ticket;
+      AK_ASSERT(regions < regions_.size(), "kv runtime: more copy regions in a pass than its pages");
+      copy_filled_[i] = 1;
       regions_[regions++] = CopyRegion{c.host_offset + skip, c.device_offset + skip, bytes};
       counters_.h2d_bytes += bytes;
       if (adoption_[c.slot].pages > 0) counters_.h2d_bytes_adopting += bytes;  // a follow-up's history (prefix reuse)
@@ -156,7 +166,6 @@ bool KvRuntimeImpl::stage_misses(const AttentionCall& call, std::uint32_t layer)
   const auto pages = schedule_.pages().subspan(call.page_first, call.page_count);
   const auto keys = schedule_.keys().subspan(call.page_first, call.page_count);
   const std::uint32_t P = plan_.arena.page_tokens;
-  const std::uint32_t ticket_first = pass_ticket_count_;
   std::uint32_t n = 0;
   for (std::size_t i = 0; i < pages.size(); ++i) {
     if (!keys[i].staged) continue;
@@ -164,6 +173,7 @@ bool KvRuntimeImpl::stage_misses(const AttentionCall& call, std::uint32_t layer)
     if (fill != fill_none) continue;
     AK_ASSERT(stage_selective_, "kv runtime: staging every page leaves no page to miss");
     fill = fill_missed;
+    copy_filled_[tile_copy_[tile_position(pages[i].arena_offset)]] |= 2;  // its copy's ticket takes the misses' fence
     if (adoption_[keys[i].slot].pages > 0) counters_.h2d_bytes_adopting += plan.page_bytes;
     const std::uint64_t host = plan_.host.row_offset(keys[i].slot, layer, keys[i].logical * P);
     if (n > 0 && regions_[n - 1].src_offset + regions_[n - 1].bytes == host &&
@@ -176,13 +186,6 @@ bool KvRuntimeImpl::stage_misses(const AttentionCall& call, std::uint32_t layer)
   }
   if (n > 0) {
     for (std::uint32_t r = 0; r < n; ++r) {
-      AK_ASSERT(pass_ticket_count_ < pass_tickets_.size(), "kv runtime: more tickets in a pass than its pages");
-      Ticket ticket;
-      if (tickets_.open(regions_[r].src_offset, regions_[r].bytes, HostAccess::read, &ticket) != LeaseStatus::ok) {
-        note_fault("a host range to stage (a miss) is held by a quarantined or conflicting copy", FenceOutcome::failed, layer);
-        return false;
-      }
-      pass_tickets_[pass_ticket_count_++] = ticket;
       counters_.h2d_bytes += regions_[r].bytes;
       counters_.bytes_staged += regions_[r].bytes;
     }
@@ -194,7 +197,10 @@ bool KvRuntimeImpl::stage_misses(const AttentionCall& call, std::uint32_t layer)
     pass_miss_ = copy.value();
     ++counters_.h2d_copies;
     attach_pass_leases(pass_miss_, true);
-    for (std::uint32_t j = ticket_first; j < pass_ticket_count_; ++j) tickets_.attach(pass_tickets_[j], pass_miss_);
+    // The tickets already over these pages (their planned copies') hold the range for this copy too.
+    for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) {
+      if ((copy_filled_[j] & 2) != 0) tickets_.attach(pass_tickets_[j], pass_miss_);
+    }
   }
   tally_pass(call.pass, layer, true);
   return true;

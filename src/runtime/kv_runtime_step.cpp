@@ -185,7 +185,9 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
     pass_copy_ = copy.value();
     ++counters_.h2d_copies;
     attach_pass_leases(pass_copy_, true);
-    for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) tickets_.attach(pass_tickets_[j], pass_copy_);
+    for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) {
+      if (copy_filled_[j] != 0) tickets_.attach(pass_tickets_[j], pass_copy_);  // a copy of which pages were copied
+    }
   }
 
   // Promotions of this pass: tile page -> pool page, after the copy, on the device.
