@@ -229,7 +229,7 @@ TEST(KvRuntimeFaults, InjectedFaultsDuringSparseSelectiveStagingAreReportedQuara
   for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     KvRuntimeSettings settings = fault_settings(2, tokens, 0.25);
     settings.sparse.mode = SparseMode::pages;
-    settings.sparse.pages = 4 + seed % 3;
+    settings.sparse.pages = static_cast<std::uint32_t>(4 + seed % 3);
     settings.sparse.staging = seed % 4 == 0 ? SparseStaging::selected : SparseStaging::predicted;
     MemorySettings with_summaries = settings.memory;
     with_summaries.sparse_summaries = true;

@@ -408,7 +408,8 @@ class KvRuntimeImpl final : public KvRuntime {
   bool stage_misses(const AttentionCall& call, std::uint32_t layer) noexcept;
   // attended false (attend_none): no kernel read the pass; its pages were copied unread or skipped.
   void tally_pass(std::uint32_t pass, std::uint32_t layer, bool attended) noexcept;
-  void finish_sparse_staging() noexcept;  // end_step: the step's tallies join the counters
+  void finish_sparse_staging() noexcept;
+  void note_pages_in_place(std::uint32_t layer) noexcept;  // read in place: the layer's read staged pages, for explain  // end_step: the step's tallies join the counters
   // A fence that fills (copy) or reads (kernel, d2d) the pass's tiles joins their leases.
   void attach_pass_leases(Fence fence, bool fills) noexcept;
   // Whether layer `layer`'s first pass waits for its query (SparseStaging::selected).

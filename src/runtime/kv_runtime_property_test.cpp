@@ -353,22 +353,22 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false, bool tigh
   if (sparse) {
     // Every page not resident was copied and read, copied unread, or neither; the bytes staged are
     // exactly the pages copied; a selective staging copies no page it cannot show a reason for.
-    const KvCounters& k = rt.counters();
-    const std::uint64_t copied = k.pages_stage_selected + k.pages_stage_predicted + k.pages_stage_missed +
-                                 k.pages_stage_unselected;
-    EXPECT_EQ(copied + k.pages_stage_skipped, k.pages_staged) << "seed " << seed;
-    EXPECT_EQ(k.bytes_staged, copied * rt.plan().arena.page_bytes) << "seed " << seed;
+    const KvCounters& kc = rt.counters();
+    const std::uint64_t copied = kc.pages_stage_selected + kc.pages_stage_predicted + kc.pages_stage_missed +
+                                 kc.pages_stage_unselected;
+    EXPECT_EQ(copied + kc.pages_stage_skipped, kc.pages_staged) << "seed " << seed;
+    EXPECT_EQ(kc.bytes_staged, copied * rt.plan().arena.page_bytes) << "seed " << seed;
     if (settings.sparse.staging == SparseStaging::every || settings.sparse.measure) {
-      EXPECT_EQ(k.pages_stage_skipped + k.pages_stage_missed + k.pages_stage_predicted, 0u) << "seed " << seed;
+      EXPECT_EQ(kc.pages_stage_skipped + kc.pages_stage_missed + kc.pages_stage_predicted, 0u) << "seed " << seed;
     }
     if (settings.sparse.staging == SparseStaging::selected) {
-      EXPECT_EQ(k.pages_stage_missed + k.pages_stage_predicted, 0u) << "seed " << seed << ": nothing before the query";
+      EXPECT_EQ(kc.pages_stage_missed + kc.pages_stage_predicted, 0u) << "seed " << seed << ": nothing before the query";
     }
-    totals.stage_selected += k.pages_stage_selected;
-    totals.stage_predicted += k.pages_stage_predicted;
-    totals.stage_missed += k.pages_stage_missed;
-    totals.stage_unselected += k.pages_stage_unselected;
-    totals.stage_skipped += k.pages_stage_skipped;
+    totals.stage_selected += kc.pages_stage_selected;
+    totals.stage_predicted += kc.pages_stage_predicted;
+    totals.stage_missed += kc.pages_stage_missed;
+    totals.stage_unselected += kc.pages_stage_unselected;
+    totals.stage_skipped += kc.pages_stage_skipped;
   }
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u) << "seed " << seed;
   EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;

@@ -235,8 +235,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     // Selective staging: the next step's prediction for this layer, and how each read page arrives.
     predict_generation_[slot] = scheduled_[e].context.generation + 1;
     std::uint8_t* last_read = last_read_.data() + sl * max;
-    std::fill_n(pick_staging_.data() + sl * max, n,
-                static_cast<std::uint8_t>(settings_.read_in_place ? PickStaging::in_place : PickStaging::resident));
+    std::fill_n(pick_staging_.data() + sl * max, n, static_cast<std::uint8_t>(PickStaging::resident));
     if (heavy) {
       for (std::uint32_t p = 0; p < n; ++p) scores[p] *= s.heavy_decay;
     }

@@ -237,6 +237,15 @@ void KvRuntimeImpl::tally_pass(std::uint32_t pass, std::uint32_t layer, bool att
   }
 }
 
+void KvRuntimeImpl::note_pages_in_place(std::uint32_t layer) noexcept {
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  for (const runtime::PageKey& k : schedule_.keys()) {
+    if (!k.staged) continue;
+    pick_staging_[(std::size_t{k.slot} * plan_.geometry.dense_layers + layer) * max + k.logical] =
+        static_cast<std::uint8_t>(PickStaging::in_place);
+  }
+}
+
 // The tallies of the step's contexts join the counters (end_step).
 void KvRuntimeImpl::finish_sparse_staging() noexcept {
   if (!stage_tally_) return;

@@ -326,6 +326,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   counters_.pages_staged += schedule_.pages_staged();
   counters_.pages_in_place_last += schedule_.pages_in_place();
   counters_.pages_in_place += schedule_.pages_in_place();
+  if (selective && settings_.read_in_place) note_pages_in_place(layer);  // explain: how each read page arrived
 
   // Every (query, head) starts from the empty state; each call loads and stores it.
   const std::size_t state_stride = 2u + g.head_dim;

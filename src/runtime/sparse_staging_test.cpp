@@ -251,8 +251,9 @@ TEST_P(SparseStagingRuntime, PromotionsStillCopyTheirPagesAndOutputsStayTheSame)
 INSTANTIATE_TEST_SUITE_P(Backends, SparseStagingRuntime,
                          ::testing::Values(BackendParam{"host", false}, BackendParam{"host", true},
                                            BackendParam{"opencl", false}),
-                         [](const auto& info) {
-                           return std::string(info.param.name) + (info.param.deterministic ? "_deterministic" : "");
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.name) +
+                                  (param_info.param.deterministic ? "_deterministic" : "");
                          });
 
 }  // namespace
