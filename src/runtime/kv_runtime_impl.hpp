@@ -15,7 +15,9 @@
 //                on the host ranges read, leases on the tile slots).
 //   write_kv(l)  encode the new rows, upload them into their tail pages (h2d).
 //   attend(l)    for each call of the layer's schedule: the pass's copy is
-//                issued (if not yet), the kernel is enqueued waiting ON THE
+//                issued (if not yet); under a sparse selection the selected
+//                pages the pass did not copy (it was issued on a prediction)
+//                are copied now (kv_runtime_sparse_staging.cpp); the kernel is enqueued waiting ON THE
 //                DEVICE for the pass's copy and the uploads, the host waits for
 //                the kernel's own fence (the engine needs out on the host), and
 //                the pass's tile leases are released — only now, because every
