@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
   const char* only = nullptr;  // --only exact|group|list: one mode of --sparse (to profile it alone)
   bool sparse_staging = false;
   double pool = 0.25;
-  std::uint32_t context = 0;
+  std::uint32_t context_asked = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sparse") == 0) sparse = true;
     if (std::strcmp(argv[i], "--sparse-staging") == 0) sparse_staging = true;
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--threads") == 0) activekv::pool_threads = static_cast<std::uint32_t>(std::max(1, std::atoi(argv[i + 1])));
     if (std::strcmp(argv[i], "--backend") == 0) activekv::backend_name = argv[i + 1];
     if (std::strcmp(argv[i], "--pool") == 0) pool = std::atof(argv[i + 1]);
-    if (std::strcmp(argv[i], "--context") == 0) context = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--context") == 0) context_asked = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
   }
   if (!(pool > 0.0 && pool <= 1.0)) {
     std::fprintf(stderr, "--pool: expected a fraction of the context's pages in (0, 1], got %g\n", pool);
@@ -308,12 +308,12 @@ int main(int argc, char** argv) {
   }
   // "8K": the longest prompt that leaves room for the decode steps in the model's 8,192 tokens.
   const std::uint32_t long_context = std::min(8192u - 64u, 8192u - steps - 8u);
-  if (context > long_context || (context != 0 && context < 256)) {
-    std::fprintf(stderr, "--context: expected 256 to %u tokens, got %u\n", long_context, context);
+  if (context_asked > long_context || (context_asked != 0 && context_asked < 256)) {
+    std::fprintf(stderr, "--context: expected 256 to %u tokens, got %u\n", long_context, context_asked);
     return 2;
   }
   if (sparse_staging) {
-    const std::uint32_t tokens = context != 0 ? context : long_context;
+    const std::uint32_t tokens = context_asked != 0 ? context_asked : long_context;
     activekv::staging_rows = true;
     std::printf("sparse staging: smollm2-135m geometry, %s backend, batch 1, %u decode steps, pool %.0f%% of the "
                 "context's pages (the rest staged through two tiles), 1/8 of the pages per group; medians in us, "
