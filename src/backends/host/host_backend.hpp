@@ -175,7 +175,7 @@ class HostBackend final : public Backend {
 
   // The arena and an unpinned pool start on a 4 KiB boundary, as a device allocation does (see
   // do_allocate: glibc's memmove on AMD Zen 3 copies a few KiB into a destination 16 bytes off
-  // a page boundary 4-10x slower per byte, and the kernel's row loads would straddle cache lines).
+  // a page boundary several times slower per byte than into an aligned one).
   struct AlignedFree {
     void operator()(std::byte* bytes) const noexcept;
   };
