@@ -23,6 +23,16 @@ struct ResidentRun {
   std::vector<std::uint32_t> pool_pages;      // the pool page of each logical page of the run
 };
 
+// Where the bytes of a page a sparse selection read came from in that step (docs/SPARSE.md "Staging").
+enum class PickStaging : std::uint8_t {
+  resident,   // in the device pool
+  in_place,   // read in place in the host pool
+  staged,     // copied through a tile after the query (the selection was known), or every page staged
+  predicted,  // copied through a tile before the query: the previous step's selection read it
+  missed,     // not predicted: copied through a tile in attend(l), before the kernel read it
+};
+const char* pick_staging_text(PickStaging staging) noexcept;
+
 // Sparse attention (filled by the KV runtime): one page the last decode step's selection read.
 struct SparsePick {
   std::uint32_t layer = 0;
@@ -32,6 +42,7 @@ struct SparsePick {
                                       //   newest, heavy hitter, or the budget covered every page)
   std::uint32_t group = UINT32_MAX;   // per-KV-head page lists: the KV head group that read it (bound
                                       //   and rank are that group's); UINT32_MAX: every group (one list)
+  PickStaging staging = PickStaging::resident;
 };
 
 struct Explanation {
@@ -66,6 +77,10 @@ struct Explanation {
   std::uint64_t sparse_step = 0;
   std::uint32_t sparse_pages_held = 0;
   std::vector<SparsePick> sparse_picks;
+  // That step's staging of the context's pages not resident, summed over layers (KvCounters'
+  // pages_stage_*): copied and read, split by why; copied but not read; neither.
+  std::uint32_t sparse_stage_selected = 0, sparse_stage_predicted = 0, sparse_stage_missed = 0;
+  std::uint32_t sparse_stage_unselected = 0, sparse_stage_skipped = 0;
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

@@ -106,6 +106,25 @@ inline const char* sparse_score_name(SparseScore score) noexcept {
   return "?";
 }
 
+// Staging under a sparse selection (docs/SPARSE.md "Staging"). The kernel reads the same pages in
+// the same order under each, so the outputs are the same bits; only the bytes copied differ.
+enum class SparseStaging : std::uint8_t {
+  every,      // every non-resident page, as exact mode stages it (copies issued before the query)
+  predicted,  // before the query: the pages the context's previous selection read in that layer,
+              //   the sink and the newest; a selected page not predicted (a miss) is copied in
+              //   attend(l) before the kernel reads it; passes issued after the query: the selection
+  selected,   // only after the query: exactly the selected pages (no miss, no copy overlaps the
+              //   engine's work on the layer)
+};
+inline const char* sparse_staging_name(SparseStaging staging) noexcept {
+  switch (staging) {
+    case SparseStaging::every: return "every";
+    case SparseStaging::predicted: return "predicted";
+    case SparseStaging::selected: return "selected";
+  }
+  return "?";
+}
+
 struct SparseSettings {
   SparseMode mode = SparseMode::exact;
   std::uint32_t pages = 0;          // mode pages: the page budget per context and layer
@@ -130,6 +149,9 @@ struct SparseSettings {
   // Measure mode: the kernel also runs over every page so that the mass recall
   // mass(selected) / mass(all) is exact (SparseStats::recall_*). Costs one exact pass per step.
   bool measure = false;
+  // Which non-resident pages a sparse step copies through the tiles (docs/SPARSE.md "Staging").
+  // Measure mode reads every page, so it stages every page whatever this says.
+  SparseStaging staging = SparseStaging::predicted;
 
   bool enabled() const noexcept { return mode != SparseMode::exact; }
 };
@@ -233,6 +255,13 @@ struct KvCounters {
   std::uint64_t pages_resident_last = 0, pages_staged_last = 0;
   std::uint64_t pages_in_place = 0, pages_in_place_last = 0;  // of pages_staged: read in place in the host pool
   std::uint64_t bytes_read_in_place = 0;         // history the kernel read in place instead of staging it
+  // Sparse steps staging through the tiles (SparseSettings::staging other than every; every layer
+  // of such a step, prefill too): each page not resident is exactly one of
+  std::uint64_t pages_stage_selected = 0;   //   read; copied after the query (its selection known), or an entry that reads every page
+  std::uint64_t pages_stage_predicted = 0;  //   read; copied before the query because the previous selection read it
+  std::uint64_t pages_stage_missed = 0;     //   read; not predicted: copied in attend(l) before the kernel read it
+  std::uint64_t pages_stage_unselected = 0; //   copied but not read (a prediction the query did not confirm, a promotion)
+  std::uint64_t pages_stage_skipped = 0;    //   neither copied nor read
   std::uint64_t attention_calls = 0;             // kernel calls (one per pass and layer, plus the final)
   std::uint64_t passes = 0, passes_last = 0;     // passes over the tile slots
   std::uint64_t promotions = 0;

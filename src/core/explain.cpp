@@ -119,13 +119,19 @@ std::string explanation_text(const Explanation& e) {
                                        : "copied through the tiles");
   if (!e.sparse_picks.empty()) {
     out += fmt::format("sparse selection in step {} ({} pages held per layer):\n", e.sparse_step, e.sparse_pages_held);
+    out += fmt::format("  pages not resident: {} read (copied after the query {}, predicted {}, missed {}), "
+                       "{} copied but not read, {} not copied\n",
+                       e.sparse_stage_selected + e.sparse_stage_predicted + e.sparse_stage_missed,
+                       e.sparse_stage_selected, e.sparse_stage_predicted, e.sparse_stage_missed,
+                       e.sparse_stage_unselected, e.sparse_stage_skipped);
     for (const SparsePick& p : e.sparse_picks) {
       const std::string group = p.group == UINT32_MAX ? std::string{} : fmt::format(" group {:>2}", p.group);
       if (p.rank == UINT32_MAX) {
-        out += fmt::format("  layer {:>3}{} page {:>6}  forced\n", p.layer, group, p.logical);
+        out += fmt::format("  layer {:>3}{} page {:>6}  forced  {}\n", p.layer, group, p.logical,
+                           pick_staging_text(p.staging));
       } else {
-        out += fmt::format("  layer {:>3}{} page {:>6}  rank {:>5}  bound {:.4g}\n", p.layer, group, p.logical, p.rank,
-                           p.bound);
+        out += fmt::format("  layer {:>3}{} page {:>6}  rank {:>5}  bound {:.4g}  {}\n", p.layer, group, p.logical,
+                           p.rank, p.bound, pick_staging_text(p.staging));
       }
     }
   }
@@ -140,6 +146,17 @@ std::string explanation_text(const Explanation& e) {
     out += fmt::format(": {}\n", reason_text(d.reason));
   }
   return out;
+}
+
+const char* pick_staging_text(PickStaging staging) noexcept {
+  switch (staging) {
+    case PickStaging::resident: return "resident";
+    case PickStaging::in_place: return "read in place";
+    case PickStaging::staged: return "staged";
+    case PickStaging::predicted: return "staged: predicted";
+    case PickStaging::missed: return "staged: missed";
+  }
+  return "?";
 }
 
 std::string explanation_json(const Explanation& e, int indent) {
@@ -166,7 +183,7 @@ std::string explanation_json(const Explanation& e, int indent) {
   if (!e.sparse_picks.empty()) {
     nlohmann::json picks = nlohmann::json::array();
     for (const SparsePick& p : e.sparse_picks) {
-      nlohmann::json one = {{"layer", p.layer}, {"page", p.logical}};
+      nlohmann::json one = {{"layer", p.layer}, {"page", p.logical}, {"staging", pick_staging_text(p.staging)}};
       if (p.group != UINT32_MAX) one["group"] = p.group;
       if (p.rank == UINT32_MAX) {
         one["forced"] = true;
@@ -176,7 +193,14 @@ std::string explanation_json(const Explanation& e, int indent) {
       }
       picks.push_back(std::move(one));
     }
-    j["sparse"] = {{"step", e.sparse_step}, {"pages_held", e.sparse_pages_held}, {"selected", std::move(picks)}};
+    j["sparse"] = {{"step", e.sparse_step},
+                   {"pages_held", e.sparse_pages_held},
+                   {"selected", std::move(picks)},
+                   {"stage_selected", e.sparse_stage_selected},
+                   {"stage_predicted", e.sparse_stage_predicted},
+                   {"stage_missed", e.sparse_stage_missed},
+                   {"stage_unselected", e.sparse_stage_unselected},
+                   {"stage_skipped", e.sparse_stage_skipped}};
   }
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {

@@ -34,6 +34,7 @@ void SwarmSummary::add(const SeedReport& r) {
   requests_completed += r.requests_completed, requests_cancelled += r.requests_cancelled;
   rows_verified += r.rows_verified, outputs_verified += r.outputs_verified, pages_quarantined += r.pages_quarantined;
   sparse_selections_verified += r.sparse_selections_verified;
+  sparse_pages_missed += r.sparse_pages_missed, sparse_pages_skipped += r.sparse_pages_skipped;
   pages_staged += r.pages_staged, tiles_retired += r.tiles_retired, histories_retired += r.histories_retired;
   contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
   follow_ups += r.follow_ups, adoptions += r.adoptions, tokens_reused += r.tokens_reused;
@@ -61,6 +62,8 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
   out += fmt::format("outputs verified     {} tokens\n", s.outputs_verified);
   out += fmt::format("sparse selections    {} (context × layer, output checked over the selected pages)\n",
                      s.sparse_selections_verified);
+  out += fmt::format("sparse staging       {} pages not staged (not selected), {} missed and copied before the kernel\n",
+                     s.sparse_pages_skipped, s.sparse_pages_missed);
   out += fmt::format("pages staged         {} (read through the tiles)\n", s.pages_staged);
   out += fmt::format("pages quarantined    {}\n", s.pages_quarantined);
   out += fmt::format("retired              {} staging tiles, {} host histories (after failed copies)\n", s.tiles_retired,

@@ -65,6 +65,8 @@ struct SeedReport {
                                                  //   reference over exactly the pages explain() names
   std::uint64_t pages_quarantined = 0;
   std::uint64_t pages_staged = 0;        // page reads served from the staging tiles (history beyond the pool)
+  std::uint64_t sparse_pages_missed = 0;   // sparse, staging predicted: selected pages copied in attend (misses)
+  std::uint64_t sparse_pages_skipped = 0;  // sparse: pages not resident that were not copied (no kernel read them)
   std::uint64_t tiles_retired = 0;       // staging tiles out of the planner's rotation after a failed copy
   std::uint64_t histories_retired = 0;   // host histories out of use after a failed copy touched them
   std::uint64_t contexts_recovered = 0;  // moved from their host history into a fresh context
@@ -93,7 +95,7 @@ struct SwarmSummary {
   std::uint64_t first_failed_seed = 0;
   std::uint64_t steps = 0, steps_failed = 0, requests = 0, requests_completed = 0, requests_cancelled = 0;
   std::uint64_t rows_verified = 0, outputs_verified = 0, pages_quarantined = 0;
-  std::uint64_t sparse_selections_verified = 0;
+  std::uint64_t sparse_selections_verified = 0, sparse_pages_missed = 0, sparse_pages_skipped = 0;
   std::uint64_t pages_staged = 0, tiles_retired = 0, histories_retired = 0;
   std::uint64_t contexts_recovered = 0, contexts_lost = 0, corrupted = 0;
   std::uint64_t follow_ups = 0, adoptions = 0, tokens_reused = 0, device_pages_handed_over = 0, device_pages_copied = 0;

@@ -78,6 +78,8 @@ void SeedRun::close_device() {
   if (rt.counters().device_allocations_after_warmup != 0) fail("a device allocation after warm-up");
   report_.pages_quarantined += rt.pages_quarantined();
   report_.pages_staged += rt.counters().pages_staged;
+  report_.sparse_pages_missed += rt.counters().pages_stage_missed;
+  report_.sparse_pages_skipped += rt.counters().pages_stage_skipped;
   report_.tiles_retired += rt.counters().tiles_retired;
   report_.histories_retired += rt.histories_retired();
   trace(rt.pages_quarantined()), trace(rt.counters().steps), trace(rt.counters().quarantines);

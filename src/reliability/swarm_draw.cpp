@@ -61,6 +61,9 @@ void SeedRun::draw() {
     sp.floor_pages = sparse_pick(3, 6);
     sp.recent_pages = sparse_pick(1, 2);
     sp.measure = sparse_pick(0, 1) == 1;
+    // Staging (docs/SPARSE.md "Staging"): every page, predicted with misses, or after the query.
+    const std::uint32_t staging = sparse_pick(0, 3);
+    sp.staging = staging == 0 ? SparseStaging::every : staging == 3 ? SparseStaging::selected : SparseStaging::predicted;
   }
   settings_.prefix_reuse = chance(67);
   // A retained-history allowance (docs/PREFIX.md) in about two reuse seeds of three, from its own

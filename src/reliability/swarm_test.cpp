@@ -61,6 +61,9 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   EXPECT_GT(summary.device_pages_handed_over, 0u) << "retained device pages handed over, outputs checked";
   // Sparse attention: decode steps whose output was checked over exactly the selected pages.
   EXPECT_GT(summary.sparse_selections_verified, 0u);
+  // Sparse staging only the selected pages: pages left unstaged, misses copied in attend.
+  EXPECT_GT(summary.sparse_pages_skipped, 0u);
+  EXPECT_GT(summary.sparse_pages_missed, 0u);
 }
 
 TEST(Swarm, ASeedDeterminesItsRunExactly) {

@@ -42,13 +42,16 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   scores_.resize(sizes_.pages_max);
   uploads_.resize(sizes_.write_backs_max);
   upload_pages_.resize(sizes_.write_backs_max);
-  waits_.resize(sizes_.write_backs_max + 2);
+  waits_.resize(sizes_.write_backs_max + 3);  // the uploads, a pass's copy and its misses' copy
   regions_.resize(std::max(sizes_.copies_per_pass_max, sizes_.write_backs_max));
   write_backs_.resize(g.dense_layers);
   write_back_tickets_.resize(sizes_.write_backs_max);
   pass_leases_.resize(plan_.arena.tiles);
   pass_tickets_.resize(sizes_.copies_per_pass_max);
   in_place_tickets_.resize(sizes_.entries_max);
+  tile_fill_.assign(std::size_t{plan_.arena.tiles} * plan_.arena.tile_pages, 0);
+  tile_copy_.assign(tile_fill_.size(), 0);
+  copy_filled_.assign(sizes_.copies_per_pass_max, 0);
   schedule_.read_host_in_place(settings.read_in_place);
   promotion_failed_.resize(sizes_.promotions_max);
   slot_faulted_.resize(budgets_.slots());
@@ -102,6 +105,10 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     tail_mass_.resize(sizes_.entries_max);
     entry_of_slot_.assign(slots, UINT32_MAX);
     full_state_.resize(state_.size());
+    last_read_.assign(per_slot_layer * pages, 0);
+    predict_generation_.assign(slots, 0);
+    pick_staging_.assign(per_slot_layer * pages, 0);
+    stage_last_.assign(std::size_t{slots} * stage_columns, 0);
     if (Status st = prepare_scores(settings.sparse); !st) throw std::bad_alloc();
   }
   tier_ = settings.tier;

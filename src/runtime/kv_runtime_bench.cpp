@@ -19,6 +19,13 @@
 //       fraction), in the same run; the step and attention medians and their ratios. The runtime
 //       borrows a pool of T threads (default 2, the engine's default; 1: none) for the selection's
 //       bound, as it borrows the engine's.
+//   activekv_runtime_bench --sparse-staging [--pool F] [--backend host|opencl] [--context N] [--steps N]
+//                          [--only exact|every|predicted|selected]
+//       sparse attention with a device pool holding F (default 0.25) of the context's pages, so
+//       the rest is staged through the tiles (docs/SPARSE.md "Staging"): exact, and 1/8 of the
+//       pages staging every page, the predicted pages (with misses) and the selected pages only,
+//       in the same run, once with the same query every step and once with a fresh random query
+//       every step (the prediction's worst case); bytes staged per step, step wall and CPU time.
 //   activekv_runtime_bench --bounds   the sparse selection's bound alone: one decode step's page
 //       bounds at 8K (30 layers × 3 KV heads × 513 pages, 3 query heads each) from the 16-bit
 //       summaries, portable and vectorised, the best of 50 in thread CPU time
@@ -54,6 +61,8 @@ double median(std::vector<double> v) {
 
 struct Medians {
   double step_us = 0, attention_us = 0, pages_read = 0, pages_held = 0, cpu_us = 0;
+  // Per timed step: bytes staged, pages not resident copied and read, missed (of those), copied unread.
+  double staged_bytes = 0, pages_copied_read = 0, pages_missed = 0, pages_unread = 0;
 };
 
 // CPU time of the whole process (all threads): what a loaded machine distorts less than wall time.
@@ -64,6 +73,9 @@ double cpu_us() {
 }
 
 std::uint32_t pool_threads = 2;  // --threads: the pool the runtime borrows (as the engine's)
+const char* backend_name = "host";  // --backend (--sparse-staging)
+bool fresh_query = false;           // a new random query every decode step
+bool staging_rows = false;          // --sparse-staging: print the staging table's rows
 
 int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std::uint32_t steps,
         const SparseSettings& sparse = {}, Medians* medians = nullptr) {
@@ -96,7 +108,7 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
 
   BackendOptions options;
   options.compute_threads = 2;
-  auto backend = make_backend("host", options);
+  auto backend = make_backend(backend_name, options);
   if (!backend.ok()) {
     std::fprintf(stderr, "%s\n", backend.error().describe().c_str());
     return 1;
@@ -153,6 +165,9 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
   if (sparse.enabled()) rt.reset_sparse_stats();  // the timed steps only
   const double cpu_before = cpu_us();
   for (std::uint32_t i = 0; i < steps; ++i) {
+    if (fresh_query) {
+      for (auto& x : q) x = normal(rng);
+    }
     const KvCounters before = rt.counters();
     const std::uint64_t heap_before = testing::heap_allocations();
     step(1, true);
@@ -176,6 +191,23 @@ int run(std::uint32_t context_tokens, double fraction, std::uint32_t batch, std:
     const SparseStats& ss = rt.sparse_stats();
     *medians = Medians{step_med, median(attention_us), ss.pages_read_per_selection(),
                        ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections), cpu_per_step};
+    medians->staged_bytes = static_cast<double>(end.bytes_staged - before_all.bytes_staged) / steps;
+    medians->pages_copied_read =
+        static_cast<double>(end.pages_stage_selected + end.pages_stage_predicted + end.pages_stage_missed -
+                            before_all.pages_stage_selected - before_all.pages_stage_predicted - before_all.pages_stage_missed) / steps;
+    medians->pages_missed = static_cast<double>(end.pages_stage_missed - before_all.pages_stage_missed) / steps;
+    medians->pages_unread = static_cast<double>(end.pages_stage_unselected - before_all.pages_stage_unselected) / steps;
+    if (!sparse.enabled()) medians->pages_copied_read = medians->staged_bytes / static_cast<double>(page_tokens * g.row_bytes());
+    if (staging_rows) {
+      const char* name = !sparse.enabled() ? "exact" : sparse_staging_name(sparse.staging);
+      std::printf("| %5u | %3.0f%% | %-9s | %-5s | %8.2f | %7.1f | %6.1f | %7.1f | %9.0f | %9.0f | %9.0f | %u |\n",
+                  context_tokens, fraction * 100, !sparse.enabled() ? "exact" : "1/8", !sparse.enabled() ? "every" : name,
+                  medians->staged_bytes / (1024.0 * 1024.0), medians->pages_copied_read, medians->pages_missed,
+                  medians->pages_unread, step_med, cpu_per_step, median(attention_us), static_cast<unsigned>(allocations));
+      for (const ContextId c : contexts) rt.finish(c);
+      lender.share_threads(nullptr);
+      return rt.pages_free() == rt.pages_total() ? 0 : 1;
+    }
     const double per_step = static_cast<double>(std::max<std::uint64_t>(1, ss.decode_steps));
     std::printf("| %5u | %-10s | %9.0f | %9.0f | %9.0f | %5.0f / %5.0f | %7.1f | %7.1f | %u |\n", context_tokens,
                 !sparse.enabled() ? "exact" : sparse.per_group ? "sparse 1/8" : "1/8 1 list", step_med, cpu_per_step, median(attention_us),
@@ -253,8 +285,12 @@ int main(int argc, char** argv) {
   std::uint32_t batch = 1;
   bool sparse = false;
   const char* only = nullptr;  // --only exact|group|list: one mode of --sparse (to profile it alone)
+  bool sparse_staging = false;
+  double pool = 0.25;
+  std::uint32_t context_asked = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sparse") == 0) sparse = true;
+    if (std::strcmp(argv[i], "--sparse-staging") == 0) sparse_staging = true;
     if (std::strcmp(argv[i], "--bounds") == 0) return activekv::bounds_only();
   }
   for (int i = 1; i + 1 < argc; i += 1) {
@@ -262,9 +298,48 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--batch") == 0) batch = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--threads") == 0) activekv::pool_threads = static_cast<std::uint32_t>(std::max(1, std::atoi(argv[i + 1])));
+    if (std::strcmp(argv[i], "--backend") == 0) activekv::backend_name = argv[i + 1];
+    if (std::strcmp(argv[i], "--pool") == 0) pool = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--context") == 0) context_asked = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+  }
+  if (!(pool > 0.0 && pool <= 1.0)) {
+    std::fprintf(stderr, "--pool: expected a fraction of the context's pages in (0, 1], got %g\n", pool);
+    return 2;
   }
   // "8K": the longest prompt that leaves room for the decode steps in the model's 8,192 tokens.
   const std::uint32_t long_context = std::min(8192u - 64u, 8192u - steps - 8u);
+  if (context_asked > long_context || (context_asked != 0 && context_asked < 256)) {
+    std::fprintf(stderr, "--context: expected 256 to %u tokens, got %u\n", long_context, context_asked);
+    return 2;
+  }
+  if (sparse_staging) {
+    const std::uint32_t tokens = context_asked != 0 ? context_asked : long_context;
+    activekv::staging_rows = true;
+    std::printf("sparse staging: smollm2-135m geometry, %s backend, batch 1, %u decode steps, pool %.0f%% of the "
+                "context's pages (the rest staged through two tiles), 1/8 of the pages per group; medians in us, "
+                "staged figures per step\n\n", activekv::backend_name, steps, pool * 100);
+    int rc = 0;
+    for (const bool fresh : {false, true}) {
+      activekv::fresh_query = fresh;
+      std::printf("%s\n\n| context | pool | mode | staging | staged MiB | pages copied & read | missed | copied unread | "
+                  "step (wall) | step (CPU, mean) | attention wait | heap allocs |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+                  fresh ? "a fresh random query every step (the prediction's worst case):"
+                        : "the same query every step (the selection changes only as pages are added):");
+      activekv::Medians m;
+      if (only == nullptr || std::strcmp(only, "exact") == 0) rc |= activekv::run(tokens, pool, 1, steps, {}, &m);
+      for (const activekv::SparseStaging staging :
+           {activekv::SparseStaging::every, activekv::SparseStaging::predicted, activekv::SparseStaging::selected}) {
+        if (only != nullptr && std::strcmp(only, activekv::sparse_staging_name(staging)) != 0) continue;
+        activekv::SparseSettings s;
+        s.mode = activekv::SparseMode::fraction;
+        s.fraction = 0.125f;
+        s.staging = staging;
+        rc |= activekv::run(tokens, pool, 1, steps, s, &m);
+      }
+      std::printf("\n");
+    }
+    return rc;
+  }
   if (sparse) {
     std::printf("sparse attention: smollm2-135m geometry, host backend (threaded, 2 compute threads), batch 1, "
                 "%u decode steps, pool 100%%, the selection's bound on %u borrowed threads, medians in us\n\n", steps,

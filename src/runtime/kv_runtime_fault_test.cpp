@@ -73,8 +73,11 @@ struct FaultRun {
 };
 
 // Drives two contexts until a step fails or both reach `tokens`; checks every good step.
+// Sparse runtimes: a decode step's outputs are compared, bit for bit, with `clean` (the same seed's
+// outputs without faults: the selection depends only on the keys and the queries, and the outputs
+// not on what was staged), and every output is appended to `record` when given.
 void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std::uint64_t seed, bool lose_device_midway,
-           FaultRun& run) {
+           FaultRun& run, const std::vector<float>* clean = nullptr, std::vector<float>* record = nullptr) {
   const Geometry g = small_geometry();
   const std::uint32_t q_heads = 4;
   ReferenceKv reference(g, q_heads, 4);
@@ -92,6 +95,7 @@ void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std:
   std::vector<float> k, v, q, expected, out(16 * q_elems);
   std::uint32_t fed = 0;
   std::uint64_t step = 0;
+  std::size_t at = 0;  // into clean
   while (fed < tokens) {
     const std::uint32_t n = fed < tokens / 2 ? 8u : 1u;
     const StepEntry entries[2] = {{contexts[0], n}, {contexts[1], n}};
@@ -110,8 +114,22 @@ void drive(KvRuntime& rt, host::HostBackend& backend, std::uint32_t tokens, std:
         EXPECT_EQ(attended.error().code, ErrorCode::backend);
         break;
       }
+      const std::size_t produced = 2 * n * q_elems;
+      if (record != nullptr) record->insert(record->end(), out.begin(), out.begin() + produced);
+      // Sparse decode steps (the runs that record or compare): against the clean run, not the reference.
+      const bool against_clean = (clean != nullptr || record != nullptr) && n == 1;
+      if (clean != nullptr) {
+        ASSERT_LE(at + produced, clean->size()) << "the clean run produced fewer outputs (seed " << seed << ")";
+        if (n == 1) {
+          ASSERT_EQ(std::memcmp(out.data(), clean->data() + at, produced * sizeof(float)), 0)
+              << "a sparse step reported as good returned other outputs than without faults (seed " << seed
+              << ", step " << step << ")";
+        }
+        at += produced;
+      }
       for (std::uint32_t c = 0; c < 2; ++c) {
         reference.append(c, l, k.data() + c * n * kv_elems, v.data() + c * n * kv_elems, n);
+        if (against_clean) continue;
         expected.resize(n * q_elems);
         reference.attend(c, l, q.data() + c * n * q_elems, n, fed, expected.data());
         for (std::size_t i = 0; i < n * q_elems; ++i) {
@@ -195,6 +213,69 @@ void injected_faults(bool in_place) {
   std::printf("fault seeds (%s): %u of %llu failed a step; %llu good steps; %llu quarantines; %llu faults injected\n",
               in_place ? "read in place" : "staged", seeds_failed, static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(total.good_steps),
               static_cast<unsigned long long>(total.quarantines), static_cast<unsigned long long>(total.faults_injected));
+}
+
+// Sparse decode steps staging only the selected pages (predictions, misses copied in attend; or
+// after the query), under the same injected faults: a step reported as good returns exactly the
+// outputs of the same seed without faults, the host rows are the rows written, and a fault in
+// any copy (a prediction's, a miss's) fails the step and quarantines what it touched.
+TEST(KvRuntimeFaults, InjectedFaultsDuringSparseSelectiveStagingAreReportedQuarantinedAndNeverSilentlyUsed) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  const std::uint32_t tokens = 160;
+  FaultRun total;
+  std::uint32_t seeds_failed = 0;
+  std::uint64_t missed = 0, skipped = 0;
+  const std::uint64_t seeds = 24;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    KvRuntimeSettings settings = fault_settings(2, tokens, 0.25);
+    settings.sparse.mode = SparseMode::pages;
+    settings.sparse.pages = static_cast<std::uint32_t>(4 + seed % 3);
+    settings.sparse.staging = seed % 4 == 0 ? SparseStaging::selected : SparseStaging::predicted;
+    MemorySettings with_summaries = settings.memory;
+    with_summaries.sparse_summaries = true;
+    settings.memory.device_pool_bytes += summary_part_bytes(with_summaries);
+    BackendOptions options;
+    options.deterministic = true;
+    options.seed = seed;
+    std::vector<float> clean;
+    {
+      host::HostBackend quiet(options);
+      auto rt = KvRuntime::create(settings, quiet);
+      ASSERT_TRUE(rt.ok()) << rt.error().describe();
+      FaultRun run;
+      drive(**rt, quiet, tokens, seed, false, run, nullptr, &clean);
+      ASSERT_EQ(run.failed_steps, 0u);
+      ASSERT_GT((*rt)->sparse_stats().selections, 0u);
+    }
+    options.faults.failed_fence = 0.0002;
+    options.faults.unknown_fence = 0.0001;
+    options.faults.failed_copy = 0.0002;
+    options.faults.late_fence = 0.05;
+    host::HostBackend backend(options);
+    auto rt = KvRuntime::create(settings, backend);
+    ASSERT_TRUE(rt.ok()) << rt.error().describe();
+    FaultRun run;
+    drive(**rt, backend, tokens, seed, false, run, &clean);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_EQ(run.failed_steps > 0, run.faults_injected > 0)
+        << "seed " << seed << ": a step fails exactly when a fault was injected into its work";
+    EXPECT_EQ((*rt)->counters().failed_steps, run.failed_steps);
+    seeds_failed += run.failed_steps > 0 ? 1u : 0u;
+    total.good_steps += run.good_steps;
+    total.quarantines += run.quarantines;
+    missed += (*rt)->counters().pages_stage_missed;
+    skipped += (*rt)->counters().pages_stage_skipped;
+  }
+  EXPECT_GT(seeds_failed, 0u);
+  EXPECT_GT(total.quarantines, 0u);
+  EXPECT_GT(total.good_steps, 0u);
+  EXPECT_GT(missed, 0u) << "misses were copied under faults";
+  EXPECT_GT(skipped, 0u) << "pages were left unstaged";
+  std::printf("fault seeds (sparse, selective staging): %u of %llu failed a step; %llu good steps; %llu quarantines; "
+              "%llu pages missed and copied in attend, %llu not staged\n",
+              seeds_failed, static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(total.good_steps),
+              static_cast<unsigned long long>(total.quarantines), static_cast<unsigned long long>(missed),
+              static_cast<unsigned long long>(skipped));
 }
 
 TEST(KvRuntimeFaults, InjectedFaultsAreReportedQuarantinedAndNeverSilentlyUsed) {

@@ -4,6 +4,7 @@
 //   kv_runtime.cpp            warm-up: the plan, the one allocation, every table sized
 //   kv_runtime_admission.cpp  admission, retention and adoption of histories, leaving, reading
 //   kv_runtime_step.cpp       one step: faults and fences, passes, uploads, attention, write-back
+//   kv_runtime_sparse*.cpp    sparse attention: summaries, selection, scores, selective staging
 // What it owns: the core's objects for one model (memory plan, arena view,
 // decision log, budgets, policy, planner), the lease and ticket tables over the
 // backend, and the per-step scratch (encoded rows, softmax state, attention
@@ -14,7 +15,9 @@
 //                on the host ranges read, leases on the tile slots).
 //   write_kv(l)  encode the new rows, upload them into their tail pages (h2d).
 //   attend(l)    for each call of the layer's schedule: the pass's copy is
-//                issued (if not yet), the kernel is enqueued waiting ON THE
+//                issued (if not yet); under a sparse selection the selected
+//                pages the pass did not copy (it was issued on a prediction)
+//                are copied now (kv_runtime_sparse_staging.cpp); the kernel is enqueued waiting ON THE
 //                DEVICE for the pass's copy and the uploads, the host waits for
 //                the kernel's own fence (the engine needs out on the host), and
 //                the pass's tile leases are released — only now, because every
@@ -124,6 +127,9 @@ struct Fault {
   FenceOutcome outcome = FenceOutcome::signalled;
   std::uint32_t layer = UINT32_MAX;
 };
+
+// Selective staging's tally per context: one column per KvCounters::pages_stage_* counter, in order.
+inline constexpr std::uint32_t stage_columns = 5;
 
 // Every capacity a step may reach, derived once from the settings and the plan.
 struct Sizes {
@@ -373,6 +379,44 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<float> tail_mass_;
   std::vector<std::uint32_t> entry_of_slot_;   // [slots]: this step's entry, UINT32_MAX if none
   std::vector<float> full_state_;              // measure mode: the softmax state over every page
+
+  // ---- staging under a sparse selection (kv_runtime_sparse_staging.cpp; docs/SPARSE.md "Staging") ----
+  // The step stages selectively: sparse on, SparseSettings::staging not every, not measure mode,
+  // not read in place. Decided in begin_step for the whole step.
+  bool stage_tally_ = false;      // sparse on, staging through the tiles: tile_fill_ is kept and tallied
+  bool stage_selective_ = false;
+  bool defer_passes_ = false;     // SparseSettings::staging selected with a decode entry: passes wait for the query
+  std::uint32_t selection_layer_ = UINT32_MAX;  // the layer whose selection keep_ holds this step
+  // Per tile page ([tiles × tile_pages]) in the pass in flight: how it was filled (TileFill).
+  std::vector<std::uint8_t> tile_fill_;
+  std::vector<std::uint32_t> tile_copy_;        // [tiles × tile_pages]: the pass's copy (index in the pass) holding the tile page
+  std::vector<std::uint8_t> copy_filled_;       // [copies in one pass]: 1 some page copied at issue, 2 some page missed
+  Fence pass_miss_{};                           // the misses' copy of the pass in flight
+  // The last selection per (slot, layer, page): read by some KV head (the prediction); valid for
+  // the context whose generation + 1 is predict_generation_[slot].
+  std::vector<std::uint8_t> last_read_;
+  std::vector<std::uint32_t> predict_generation_;  // [slots]
+  std::vector<std::uint8_t> pick_staging_;      // [slots × layers × pages_per_layer_max]: PickStaging of a read page
+  std::vector<std::uint32_t> stage_last_;       // [slots × stage_columns]: the context's last step's pages_stage_*
+  // begin_step: whether the step stages selectively; resets the per-step state.
+  void begin_sparse_staging() noexcept;
+  // issue_pass: marks in tile_fill_ the pass's tile pages to copy (all, the selection, or the
+  // prediction, and always a promotion's source); returns the copy regions built into regions_
+  // with their tickets opened into pass_tickets_ (false: a ticket refused, a fault noted).
+  bool plan_pass_copies(std::uint32_t pass, std::uint32_t& regions) noexcept;
+  bool page_wanted(std::uint32_t layer, std::uint32_t slot, std::uint32_t logical, bool& predicted) const noexcept;
+  // attend, before a pass's kernel: copies the selected pages the pass did not fill (misses), then
+  // tallies the pass's pages (read and why, copied unread, skipped). False: a fault was noted.
+  bool stage_misses(const AttentionCall& call, std::uint32_t layer) noexcept;
+  // attended false (attend_none): no kernel read the pass; its pages were copied unread or skipped.
+  void tally_pass(std::uint32_t pass, std::uint32_t layer, bool attended) noexcept;
+  void finish_sparse_staging() noexcept;
+  void note_pages_in_place(std::uint32_t layer) noexcept;  // read in place: the layer's read staged pages, for explain  // end_step: the step's tallies join the counters
+  // A fence that fills (copy) or reads (kernel, d2d) the pass's tiles joins their leases.
+  void attach_pass_leases(Fence fence, bool fills) noexcept;
+  // Whether layer `layer`'s first pass waits for its query (SparseStaging::selected).
+  bool defer_pass_of(std::uint32_t layer) const noexcept;
+  std::uint32_t tile_position(std::uint64_t device_offset) const noexcept;
   double recall_step_sum_ = 0.0;
   std::uint64_t recall_step_count_ = 0;
   // write_kv: the layer's new keys join their pages' summaries (rebuilt first when stale).

@@ -59,12 +59,17 @@ struct Totals {
   std::uint64_t device_kept = 0, device_reclaimed_under_pressure = 0;
   std::uint64_t sparse_checked = 0;  // sparse decode outputs checked over the selected pages
   std::uint64_t sparse_pages_read = 0, sparse_pages_held = 0;
+  // Sparse staging (docs/SPARSE.md "Staging"): pages not resident copied and read, by why; copied
+  // unread; neither.
+  std::uint64_t stage_selected = 0, stage_predicted = 0, stage_missed = 0, stage_unselected = 0, stage_skipped = 0;
   std::uint64_t steps = 0, queued = 0, admitted_later = 0, mid_step_cancels = 0, bytes_staged = 0, pages_staged = 0, passes = 0, promotions = 0;
 };
 
 // sparse: the runtime runs sparse attention (a budget drawn from the seed); every decode output
 // is checked after the step against the reference over exactly the pages explain() names.
-void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
+// tight (sparse only): the device pool holds little above the floors and measure mode is off, so
+// most of the history is staged and the sparse steps stage selectively.
+void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false, bool tight = false) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](std::uint32_t lo, std::uint32_t hi) {  // inclusive
     return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng);
@@ -92,7 +97,8 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
   m.host_pool_bytes = std::uint64_t{histories} * g.dense_layers * max_context * g.row_bytes();
   const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, page_tokens));
   const std::uint64_t all_pages = std::uint64_t{histories} * g.dense_layers * (max_context / page_tokens);
-  const std::uint64_t pages = floor_pages * histories + uniform(0, 40) * (all_pages - floor_pages * histories) / 100;
+  std::uint64_t pages = floor_pages * histories + uniform(0, 40) * (all_pages - floor_pages * histories) / 100;
+  if (tight) pages = floor_pages * histories + (seed % 8) * (all_pages - floor_pages * histories) / 100;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * tile_tokens * g.row_bytes() +
                         pages * page_tokens * g.row_bytes();
   settings.q_heads = q_heads;
@@ -117,6 +123,11 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
                             : score == 1 ? SparseScore::moments
                             : score == 2 ? SparseScore::mixed
                                          : SparseScore::oracle;
+    // Staging: every page, predicted with misses, or after the query (by the seed, so the draws
+    // above are the same sequence as before).
+    settings.sparse.staging = seed % 3 == 0 ? SparseStaging::every : seed % 3 == 1 ? SparseStaging::predicted
+                                                                                   : SparseStaging::selected;
+    if (tight) settings.sparse.measure = false;
   }
 
   BackendOptions options;
@@ -339,6 +350,26 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
   totals.promotions += rt.counters().promotions;
   totals.sparse_pages_read += rt.sparse_stats().pages_read;
   totals.sparse_pages_held += rt.sparse_stats().pages_context;
+  if (sparse) {
+    // Every page not resident was copied and read, copied unread, or neither; the bytes staged are
+    // exactly the pages copied; a selective staging copies no page it cannot show a reason for.
+    const KvCounters& kc = rt.counters();
+    const std::uint64_t copied = kc.pages_stage_selected + kc.pages_stage_predicted + kc.pages_stage_missed +
+                                 kc.pages_stage_unselected;
+    EXPECT_EQ(copied + kc.pages_stage_skipped, kc.pages_staged) << "seed " << seed;
+    EXPECT_EQ(kc.bytes_staged, copied * rt.plan().arena.page_bytes) << "seed " << seed;
+    if (settings.sparse.staging == SparseStaging::every || settings.sparse.measure) {
+      EXPECT_EQ(kc.pages_stage_skipped + kc.pages_stage_missed + kc.pages_stage_predicted, 0u) << "seed " << seed;
+    }
+    if (settings.sparse.staging == SparseStaging::selected) {
+      EXPECT_EQ(kc.pages_stage_missed + kc.pages_stage_predicted, 0u) << "seed " << seed << ": nothing before the query";
+    }
+    totals.stage_selected += kc.pages_stage_selected;
+    totals.stage_predicted += kc.pages_stage_predicted;
+    totals.stage_missed += kc.pages_stage_missed;
+    totals.stage_unselected += kc.pages_stage_unselected;
+    totals.stage_skipped += kc.pages_stage_skipped;
+  }
   EXPECT_EQ(rt.counters().heap_allocations_in_steps, 0u) << "seed " << seed;
   EXPECT_EQ(rt.pages_free(), rt.pages_total()) << "seed " << seed;
   EXPECT_EQ(rt.histories_free(), rt.plan().host.history_slots) << "seed " << seed;
@@ -386,14 +417,30 @@ TEST(KvRuntimeProperty, SparseStepsKeepTheInvariants) {
     run_seed(seed + 100000, totals, true);
     if (HasFatalFailure()) return;
   }
-  std::printf("%u sparse seeds: %llu steps, %llu sparse outputs checked (%llu of %llu pages read), %llu pages staged\n",
-              seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.sparse_checked),
+  // And as many with the pool near the floors: sparse steps staging only what they read.
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    run_seed(seed + 200000, totals, true, true);
+    if (HasFatalFailure()) return;
+  }
+  std::printf("%u sparse seeds (half of them with a tight pool): %llu steps, %llu sparse outputs checked (%llu of %llu pages read), %llu pages staged\n",
+              2 * seeds, static_cast<unsigned long long>(totals.steps), static_cast<unsigned long long>(totals.sparse_checked),
               static_cast<unsigned long long>(totals.sparse_pages_read),
               static_cast<unsigned long long>(totals.sparse_pages_held),
               static_cast<unsigned long long>(totals.pages_staged));
   EXPECT_LT(totals.sparse_pages_read, totals.sparse_pages_held) << "the selections must leave pages out";
   EXPECT_GT(totals.sparse_checked, 0u);
   EXPECT_GT(totals.pages_staged, 0u);
+  std::printf("sparse staging: pages not resident copied and read %llu (after the query %llu, predicted %llu, missed "
+              "%llu), copied unread %llu, not copied %llu\n",
+              static_cast<unsigned long long>(totals.stage_selected + totals.stage_predicted + totals.stage_missed),
+              static_cast<unsigned long long>(totals.stage_selected),
+              static_cast<unsigned long long>(totals.stage_predicted),
+              static_cast<unsigned long long>(totals.stage_missed),
+              static_cast<unsigned long long>(totals.stage_unselected),
+              static_cast<unsigned long long>(totals.stage_skipped));
+  EXPECT_GT(totals.stage_predicted, 0u);
+  EXPECT_GT(totals.stage_missed, 0u) << "misses were copied in attend and the outputs still checked";
+  EXPECT_GT(totals.stage_skipped, 0u);
 }
 
 }  // namespace

@@ -232,11 +232,16 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     pick_pages_[sl] = n;
     pick_step_[slot] = planner_.step() + 1;
     pick_per_group_[slot] = per_group_ ? 1 : 0;
+    // Selective staging: the next step's prediction for this layer, and how each read page arrives.
+    predict_generation_[slot] = scheduled_[e].context.generation + 1;
+    std::uint8_t* last_read = last_read_.data() + sl * max;
+    std::fill_n(pick_staging_.data() + sl * max, n, static_cast<std::uint8_t>(PickStaging::resident));
     if (heavy) {
       for (std::uint32_t p = 0; p < n; ++p) scores[p] *= s.heavy_decay;
     }
     if (budget >= n) {
       std::fill_n(keep, n, all_heads_);
+      std::fill_n(last_read, n, std::uint8_t{1});
       std::fill_n(pick_rank, n, runtime::rank_forced);
       std::fill_n(pick_bound, n, 0.0f);
       if (per_group_) {
@@ -303,6 +308,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = all_heads_;
       head_pages = std::uint64_t{count} * kv;
     }
+    for (std::uint32_t p = 0; p < n; ++p) last_read[p] = keep[p] != 0 ? 1 : 0;
     std::uint32_t ranked = 0;
     std::copy_n(selection_->rank.data(), n, pick_rank);
     if (!per_group_) {  // one list: explain gives a page's best bound over the groups
@@ -448,6 +454,12 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t layers = plan_.geometry.dense_layers;
   e.sparse_step = pick_step_[context.slot] - 1;
+  const std::uint32_t* stage = stage_last_.data() + std::size_t{context.slot} * stage_columns;
+  e.sparse_stage_selected = stage[0];
+  e.sparse_stage_predicted = stage[1];
+  e.sparse_stage_missed = stage[2];
+  e.sparse_stage_unselected = stage[3];
+  e.sparse_stage_skipped = stage[4];
   const std::uint32_t kv = plan_.geometry.kv_heads;
   for (std::uint32_t l = 0; l < layers; ++l) {
     const std::size_t sl = std::size_t{context.slot} * layers + l;
@@ -459,8 +471,8 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
         for (std::uint32_t p = 0; p < n; ++p) {
           const std::uint32_t r = pick_group_rank_[at + p];
           if (r == UINT32_MAX) continue;
-          e.sparse_picks.push_back(
-              SparsePick{l, p, pick_group_bound_[at + p], r == runtime::rank_forced ? UINT32_MAX : r, kh});
+          e.sparse_picks.push_back(SparsePick{l, p, pick_group_bound_[at + p], r == runtime::rank_forced ? UINT32_MAX : r,
+                                              kh, static_cast<PickStaging>(pick_staging_[sl * max + p])});
         }
       }
       continue;
@@ -468,7 +480,8 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
     for (std::uint32_t p = 0; p < n; ++p) {
       const std::uint32_t r = pick_rank_[sl * max + p];
       if (r == UINT32_MAX) continue;
-      e.sparse_picks.push_back(SparsePick{l, p, pick_bound_[sl * max + p], r == runtime::rank_forced ? UINT32_MAX : r});
+      e.sparse_picks.push_back(SparsePick{l, p, pick_bound_[sl * max + p], r == runtime::rank_forced ? UINT32_MAX : r,
+                                          UINT32_MAX, static_cast<PickStaging>(pick_staging_[sl * max + p])});
     }
   }
 }

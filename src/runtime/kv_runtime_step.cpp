@@ -130,6 +130,7 @@ Status KvRuntimeImpl::begin_step(std::span<const StepEntry> entries) {
       entry_of_slot_[entries[e].context.slot] = e;
     }
   }
+  begin_sparse_staging();
   // Layer 0's first pass copies while the engine computes layer 0's K, V and q.
   issue_next_pass_of(0);
   return Status::success();
@@ -152,6 +153,7 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
   pass_ticket_count_ = 0;
   pass_copy_ = Fence{};
   pass_d2d_ = Fence{};
+  pass_miss_ = Fence{};
   AK_ASSERT(sp.copy_count <= sizes_.copies_per_pass_max, "kv runtime: more copies in a pass than reserved");
 
   // Leases on every tile slot the pass fills (copies are grouped by tile slot order).
@@ -169,29 +171,24 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
     }
     pass_leases_[pass_lease_count_++] = lease;
   }
-  // Tickets on the host ranges the copies read, then one batched h2d.
-  for (std::uint32_t i = 0; i < sp.copy_count; ++i) {
-    const StageCopy& c = plan.copies[sp.copy_first + i];
-    Ticket ticket;
-    if (tickets_.open(c.host_offset, c.bytes, HostAccess::read, &ticket) != LeaseStatus::ok) {
-      note_fault("a host range to stage is held by a quarantined or conflicting copy", FenceOutcome::failed, sp.layer);
+  // Tickets on the host ranges the copies read, then one batched h2d. Every page of the pass, or
+  // under a sparse selection only those the kernel will read (kv_runtime_sparse_staging.cpp): a
+  // pass may then copy nothing (its misses, if any, are copied in attend before the kernel).
+  std::uint32_t regions = 0;
+  if (!plan_pass_copies(pass, regions)) return false;
+  if (regions > 0) {
+    Result<Fence> copy = backend_.copy(CopyDirection::h2d, {regions_.data(), regions});
+    if (!copy.ok()) {
+      note_refusal("the staging copy was refused by the backend", copy.error(), sp.layer);
       return false;
     }
-    pass_tickets_[pass_ticket_count_++] = ticket;
-    regions_[i] = CopyRegion{c.host_offset, c.device_offset, c.bytes};
-    counters_.h2d_bytes += c.bytes;
-    if (adoption_[c.slot].pages > 0) counters_.h2d_bytes_adopting += c.bytes;  // a follow-up's history (prefix reuse)
-    counters_.bytes_staged += c.bytes;
+    pass_copy_ = copy.value();
+    ++counters_.h2d_copies;
+    attach_pass_leases(pass_copy_, true);
+    for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) {
+      if (copy_filled_[j] != 0) tickets_.attach(pass_tickets_[j], pass_copy_);  // a copy of which pages were copied
+    }
   }
-  Result<Fence> copy = backend_.copy(CopyDirection::h2d, {regions_.data(), sp.copy_count});
-  if (!copy.ok()) {
-    note_refusal("the staging copy was refused by the backend", copy.error(), sp.layer);
-    return false;
-  }
-  pass_copy_ = copy.value();
-  ++counters_.h2d_copies;
-  for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.copy_issued(pass_leases_[j], pass_copy_);
-  for (std::uint32_t j = 0; j < pass_ticket_count_; ++j) tickets_.attach(pass_tickets_[j], pass_copy_);
 
   // Promotions of this pass: tile page -> pool page, after the copy, on the device.
   std::uint32_t promotions = 0;
@@ -201,6 +198,7 @@ bool KvRuntimeImpl::issue_pass(std::uint32_t pass) noexcept {
     regions_[promotions++] = CopyRegion{p.device_offset_from, p.device_offset_to, plan.page_bytes};
   }
   if (promotions > 0) {
+    AK_ASSERT(pass_copy_.recorded(), "kv runtime: a promotion's page is copied by its pass");
     const Fence waits[1] = {pass_copy_};
     Result<Fence> d2d = backend_.copy(CopyDirection::d2d, {regions_.data(), promotions}, waits);
     if (!d2d.ok()) {
@@ -222,6 +220,7 @@ void KvRuntimeImpl::retire_pass() noexcept {
   const StepPlan& plan = planner_.plan();
   const std::uint32_t layer = plan.passes[pass_issued_].layer;
   wait(pass_copy_, "a staging copy (h2d) did not signal", layer);
+  wait(pass_miss_, "a staging copy of missed pages (h2d) did not signal", layer);
   if (pass_d2d_.recorded()) {
     const FenceOutcome o = wait(pass_d2d_, "a promotion copy (d2d) did not signal", layer);
     if (o != FenceOutcome::signalled) {
@@ -241,6 +240,7 @@ void KvRuntimeImpl::retire_pass() noexcept {
     AK_ASSERT(s == LeaseStatus::ok || s == LeaseStatus::quarantined, "kv runtime: a tile lease could not be released");
   }
   release_fence(pass_copy_);
+  release_fence(pass_miss_);
   release_fence(pass_d2d_);
   pass_ticket_count_ = 0;
   pass_lease_count_ = 0;
@@ -251,6 +251,7 @@ void KvRuntimeImpl::issue_next_pass_of(std::uint32_t layer) noexcept {
   const StepPlan& plan = planner_.plan();
   if (settings_.read_in_place) return;  // nothing is staged (kv_runtime_in_place.cpp)
   if (fault_.what != nullptr || pass_issued_ != UINT32_MAX || passes_issued_ >= plan.passes.size()) return;
+  if (defer_pass_of(layer)) return;  // SparseStaging::selected: the layer's copies wait for its selection
   if (plan.passes[passes_issued_].layer == layer) issue_pass(passes_issued_);
 }
 
@@ -313,6 +314,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   const Geometry& g = plan_.geometry;
   // Sparse attention: decode entries read their selected pages only (none selected: exact).
   const bool selective = select_sparse(layer, q);
+  if (summaries_ != nullptr && settings_.sparse.enabled()) selection_layer_ = layer;  // keep_ holds it
   const bool measure = selective && settings_.sparse.measure;
   schedule_.build(plan, layer, plan_.arena.page_tokens, {query_first_.data(), entries()},
                   {query_count_.data(), entries()},
@@ -324,6 +326,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   counters_.pages_staged += schedule_.pages_staged();
   counters_.pages_in_place_last += schedule_.pages_in_place();
   counters_.pages_in_place += schedule_.pages_in_place();
+  if (selective && settings_.read_in_place) note_pages_in_place(layer);  // explain: how each read page arrived
 
   // Every (query, head) starts from the empty state; each call loads and stores it.
   const std::size_t state_stride = 2u + g.head_dim;
@@ -362,7 +365,10 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
         retire_pass();
         if (!issue_pass(call.pass)) break;
       }
-      waits_[wait_count++] = pass_copy_;
+      // Selected pages the pass did not copy (it was issued on a prediction) are copied now.
+      if (!stage_misses(call, layer)) break;
+      if (pass_copy_.recorded()) waits_[wait_count++] = pass_copy_;
+      if (pass_miss_.recorded()) waits_[wait_count++] = pass_miss_;
     }
     for (std::uint32_t i = 0; i < upload_count_; ++i) waits_[wait_count++] = uploads_[i];
     FenceOutcome o = FenceOutcome::signalled;
@@ -389,9 +395,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       attention = fence.value();
       ++counters_.attention_calls;
       if (settings_.read_in_place) attach_in_place(attention, layer);
-      if (!call.final()) {
-        for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], attention);
-      }
+      if (!call.final()) attach_pass_leases(attention, false);
       // The engine needs the output (and the next pass needs the tiles): wait for this kernel.
       o = wait(attention, "the attention kernel did not signal", layer, true);
       if (scored && o == FenceOutcome::signalled) {
@@ -424,9 +428,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       Fence full = fence.value();
       ++counters_.attention_calls;
       if (settings_.read_in_place) attach_in_place(full, layer);
-      if (!call.final()) {
-        for (std::uint32_t j = 0; j < pass_lease_count_; ++j) leases_.use(pass_leases_[j], full);
-      }
+      if (!call.final()) attach_pass_leases(full, false);
       o = wait(full, "the attention kernel (sparse measure) did not signal", layer, true);
       release_fence(full);
     }
@@ -479,6 +481,7 @@ Status KvRuntimeImpl::attend_none(std::uint32_t layer) {
   for (;;) {
     if (pass_issued_ != UINT32_MAX) {
       AK_ASSERT(plan.passes[pass_issued_].layer == layer, "kv runtime: a pass of another layer holds the tiles");
+      tally_pass(pass_issued_, layer, false);
       ++counters_.passes;
       retire_pass();
       continue;
@@ -563,6 +566,7 @@ Status KvRuntimeImpl::end_step() {
   leases_.poll();
   tickets_.poll();
   retire_device_copies();  // copies on adopt: the step's kernels waited for them on the device
+  finish_sparse_staging();
   finish_sparse_step();
   finish_promotions();
   const bool failed = fault_.what != nullptr || layers_attended_ < layers;
