@@ -66,6 +66,9 @@ struct Explanation {
   std::uint64_t sparse_step = 0;
   std::uint32_t sparse_pages_held = 0;
   std::vector<SparsePick> sparse_picks;
+  std::string sparse_score;                         // the score the pages were ranked by ("bound", …)
+  std::string sparse_layer_signal;                  // with layer budgets: what spread them; else empty
+  std::vector<std::uint32_t> sparse_layer_budget;   // per layer: the budget (pages per group) it had
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

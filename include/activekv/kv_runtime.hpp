@@ -106,6 +106,21 @@ inline const char* sparse_score_name(SparseScore score) noexcept {
   return "?";
 }
 
+// What moves pages between layers under layer budgets (docs/SPARSE.md "Layer budgets").
+enum class LayerSignal : std::uint8_t {
+  captured,  // the captured mass as the kernel's per-page mass of the pages read extrapolates it
+             // (the adaptive rule's estimate); in measure mode the measured recall
+  moments,   // the moments' estimate: estimated mass of the selected pages over that of all pages,
+             // from the per-page key moments (no key read); the same in measure mode
+};
+inline const char* layer_signal_name(LayerSignal signal) noexcept {
+  switch (signal) {
+    case LayerSignal::captured: return "captured";
+    case LayerSignal::moments: return "moments";
+  }
+  return "?";
+}
+
 struct SparseSettings {
   SparseMode mode = SparseMode::exact;
   std::uint32_t pages = 0;          // mode pages: the page budget per context and layer
@@ -119,6 +134,7 @@ struct SparseSettings {
   // attention mass (a running average of 1 − captured), so layers whose attention is flat read
   // more pages and peaked ones fewer; the total per step stays about the same (docs/SPARSE.md).
   bool layer_budget = false;
+  LayerSignal layer_signal = LayerSignal::captured;  // with layer_budget: what the spread follows
   SparseScore score = SparseScore::bound;  // how a group ranks its pages
   // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
   std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
@@ -156,6 +172,10 @@ struct SparseStats {
   std::uint64_t select_ns = 0;           // time spent choosing pages (bounds, ranking), steady clock
   std::uint64_t select_cpu_ns = 0;       // the same spans in the choosing thread's CPU time
   std::uint64_t summary_upload_bytes = 0; // page summaries copied into the arena's summaries part
+  // Layer signal moments: Σ and count of the moments' estimate of the captured mass (selections that
+  // selected), to set beside the measured recall.
+  double moment_estimate_sum = 0.0;
+  std::uint64_t moment_estimate_count = 0;
   // The last step:
   std::uint64_t pages_read_last = 0, pages_context_last = 0, selections_last = 0;
   double recall_last = 0.0;  // mean over its selections (measure mode), else 0
@@ -164,6 +184,9 @@ struct SparseStats {
   double read_share() const noexcept { return pages_context == 0 ? 0.0 : double(pages_read) / double(pages_context); }
   double pages_read_per_selection() const noexcept { return selections == 0 ? 0.0 : double(pages_read) / double(selections); }
   double mean_recall() const noexcept { return recall_count == 0 ? 0.0 : recall_sum / double(recall_count); }
+  double mean_moment_estimate() const noexcept {
+    return moment_estimate_count == 0 ? 0.0 : moment_estimate_sum / double(moment_estimate_count);
+  }
 };
 
 struct KvRuntimeSettings {

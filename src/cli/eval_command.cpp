@@ -62,6 +62,7 @@ struct EvalOptions {
   bool one_list = false;
   bool layer_budget = false;
   std::vector<std::string> scores;
+  std::vector<std::string> layer_signals;
   std::string model;
   std::string backend = "host";
   std::string host_pool;  // empty: exactly one history per setting
@@ -134,7 +135,7 @@ void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
 int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
-  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores};
+  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -250,6 +251,9 @@ Action setup(CLI::App& sub) {
                "Also run each sparse setting with one page list for all KV heads (instead of one per head group)");
   sub.add_flag("--sparse-layer-budget", o->layer_budget,
                "Also run each fixed budget spread over the layers by their missed attention mass");
+  sub.add_option("--sparse-layer-signal", o->layer_signals,
+                 "With --sparse-layer-budget: what moves pages between layers: captured (the measured recall in eval; "
+                 "default) or moments (the moments' estimate, deployable); repeatable, one layered setting each");
   sub.add_option("--sparse-score", o->scores,
                  "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");

@@ -118,7 +118,14 @@ std::string explanation_text(const Explanation& e) {
                      e.staged_in_place ? "read in place in the host pool: the backend's kernel reads host memory"
                                        : "copied through the tiles");
   if (!e.sparse_picks.empty()) {
-    out += fmt::format("sparse selection in step {} ({} pages held per layer):\n", e.sparse_step, e.sparse_pages_held);
+    out += fmt::format("sparse selection in step {} ({} pages held per layer, score {}):\n", e.sparse_step,
+                       e.sparse_pages_held, e.sparse_score.empty() ? "bound" : e.sparse_score);
+    if (!e.sparse_layer_budget.empty()) {
+      out += e.sparse_layer_signal.empty() ? std::string("  budget per layer:")
+                                           : fmt::format("  budget per layer (layer budgets by {}):", e.sparse_layer_signal);
+      for (std::uint32_t b : e.sparse_layer_budget) out += fmt::format(" {}", b);
+      out += "\n";
+    }
     for (const SparsePick& p : e.sparse_picks) {
       const std::string group = p.group == UINT32_MAX ? std::string{} : fmt::format(" group {:>2}", p.group);
       if (p.rank == UINT32_MAX) {
@@ -176,7 +183,12 @@ std::string explanation_json(const Explanation& e, int indent) {
       }
       picks.push_back(std::move(one));
     }
-    j["sparse"] = {{"step", e.sparse_step}, {"pages_held", e.sparse_pages_held}, {"selected", std::move(picks)}};
+    j["sparse"] = {{"step", e.sparse_step},
+                   {"pages_held", e.sparse_pages_held},
+                   {"score", e.sparse_score.empty() ? std::string("bound") : e.sparse_score},
+                   {"budget_by_layer", e.sparse_layer_budget},
+                   {"selected", std::move(picks)}};
+    if (!e.sparse_layer_signal.empty()) j["sparse"]["layer_signal"] = e.sparse_layer_signal;
   }
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {

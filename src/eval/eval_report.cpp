@@ -41,6 +41,8 @@ nlohmann::json text_report_json(const ReportHeader& h, const TextEvalResult& r) 
                         {"read_share", ratio(s.selection.pages_read_per_step(), s.selection.pages_held_per_step())},
                         {"decode_ms_per_step", ms_per_step(s)},
                         {"mass_recall_by_layer", recall_by_layer(s.selection)}});
+    // Layer budgets by the moments: their estimate of the recall, beside the measured one.
+    if (s.selection.moment_estimate_count > 0) settings.back()["moment_estimate"] = s.selection.moment_estimate();
   }
   return {{"mode", "text"},       {"model", h.model},
           {"text", h.text},       {"text_tokens", h.text_tokens},

@@ -100,6 +100,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     unselected_.resize(sizes_.entries_max);
     tail_count_.resize(sizes_.entries_max);
     tail_mass_.resize(sizes_.entries_max);
+    moment_captured_.assign(sizes_.entries_max, 1.0f);
+    pick_budget_.assign(per_slot_layer, 0);
     entry_of_slot_.assign(slots, UINT32_MAX);
     full_state_.resize(state_.size());
     if (Status st = prepare_scores(settings.sparse); !st) throw std::bad_alloc();

@@ -395,6 +395,16 @@ class KvRuntimeImpl final : public KvRuntime {
                    std::size_t stride) noexcept;
   std::unique_ptr<runtime::PageMoments> moments_;  // score moments: per page and KV head, Σk and Σk²
   std::vector<float> score_scratch_;           // score moments: [group heads × pages_per_layer_max]
+  std::vector<float> moment_mass_;             // the moments' mass of an entry's layer: [kv_heads × pages_per_layer_max]
+  // Layer budgets following the moments' estimate (LayerSignal::moments): the estimated captured
+  // mass of a selection (moment_mass_ after score_pages; keep_ the selection's head masks), the
+  // mean over the groups; per entry this layer's (moment_captured_, 1 when every page is read).
+  static bool moment_signal(const SparseSettings& s) noexcept {
+    return s.layer_budget && s.layer_signal == LayerSignal::moments;
+  }
+  float moment_captured(const std::uint32_t* keep, std::uint32_t n, bool per_group) const noexcept;
+  std::vector<float> moment_captured_;         // [entries_max]
+  std::vector<std::uint32_t> pick_budget_;     // [slots × layers]: the last selection's budget (explain)
   std::vector<float> oracle_scores_;           // score oracle: [q_heads × tokens of a layer]
   std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.

@@ -220,11 +220,13 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     float* scores = heavy_.data() + sl * max;
     fill_[e] = 0;
     unselected_[e] = 0;
+    moment_captured_[e] = 1.0f;
     if (query_count_[e] != 1) {  // prefill stays exact
       std::fill_n(keep, n, all_heads_);
       continue;
     }
     const std::uint32_t budget = sparse_budget(slot, layer, n);
+    pick_budget_[sl] = std::min(budget, n);
     ++sparse_stats_.selections;
     ++sparse_stats_.selections_last;
     sparse_stats_.pages_context += n;
@@ -302,6 +304,11 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       std::fill_n(keep, n, 0u);
       for (std::uint32_t i = 0; i < count; ++i) keep[selected_[i]] = all_heads_;
       head_pages = std::uint64_t{count} * kv;
+    }
+    if (moment_signal(s) && moments_ != nullptr) {
+      moment_captured_[e] = moment_captured(keep, n, per_group_);
+      sparse_stats_.moment_estimate_sum += moment_captured_[e];
+      ++sparse_stats_.moment_estimate_count;
     }
     std::uint32_t ranked = 0;
     std::copy_n(selection_->rank.data(), n, pick_rank);
@@ -399,6 +406,10 @@ void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool 
   const std::size_t stride = 2u + plan_.geometry.head_dim;
   for (std::uint32_t e = 0; e < entries(); ++e) {
     if (query_count_[e] != 1) continue;
+    // Layer budgets by the moments: the layer's share follows their estimate (every layer that
+    // selected; 1 when it read every page), whatever the other estimate or the measure says.
+    const bool by_moments = moment_signal(settings_.sparse);
+    if (by_moments) layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = moment_captured_[e];
     double captured = 1.0;
     bool known = unselected_[e] == 0;
     if (!known && measured) {
@@ -418,7 +429,7 @@ void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool 
     }
     if (!known) continue;
     // The layers' running averages move at end_step, so every layer of a step sees the same shares.
-    layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = static_cast<float>(captured);
+    if (!by_moments) layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = static_cast<float>(captured);
     captured_sum_[e] += captured;
     ++captured_layers_[e];
     sparse_stats_.captured_estimate_sum += captured;
@@ -448,6 +459,12 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
   const std::uint32_t max = sizes_.pages_per_layer_max;
   const std::uint32_t layers = plan_.geometry.dense_layers;
   e.sparse_step = pick_step_[context.slot] - 1;
+  e.sparse_score = sparse_score_name(settings_.sparse.score);
+  if (settings_.sparse.layer_budget && settings_.sparse.mode != SparseMode::adaptive) {
+    e.sparse_layer_signal = layer_signal_name(settings_.sparse.layer_signal);
+  }
+  e.sparse_layer_budget.assign(pick_budget_.begin() + std::ptrdiff_t(std::size_t{context.slot} * layers),
+                               pick_budget_.begin() + std::ptrdiff_t(std::size_t{context.slot} * layers + layers));
   const std::uint32_t kv = plan_.geometry.kv_heads;
   for (std::uint32_t l = 0; l < layers; ++l) {
     const std::size_t sl = std::size_t{context.slot} * layers + l;

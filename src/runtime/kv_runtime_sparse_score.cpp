@@ -17,13 +17,17 @@ Status KvRuntimeImpl::prepare_scores(const SparseSettings& sparse) {
   const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const std::uint32_t pages = sizes_.pages_per_layer_max;
   try {
-    const bool uses_moments = sparse.score == SparseScore::moments || sparse.score == SparseScore::mixed;
+    const bool uses_moments = sparse.score == SparseScore::moments || sparse.score == SparseScore::mixed ||
+                              moment_signal(sparse);
     if (uses_moments && moments_ == nullptr) {
       moments_ = std::make_unique<runtime::PageMoments>(budgets_.slots(), g.dense_layers, pages, g.kv_heads, g.head_dim);
       // No slot's moments are current: every context rebuilds its pages on its next write_kv.
       std::fill(summarized_generation_.begin(), summarized_generation_.end(), 0u);
     }
-    if (uses_moments) score_scratch_.resize(std::size_t{group + 1} * pages);
+    if (uses_moments) {
+      score_scratch_.resize(std::size_t{group} * pages);
+      moment_mass_.resize(std::size_t{g.kv_heads} * pages);
+    }
     if (sparse.score == SparseScore::oracle) {
       oracle_scores_.resize(std::size_t{settings_.q_heads} * pages * plan_.arena.page_tokens);
     }
@@ -32,6 +36,16 @@ Status KvRuntimeImpl::prepare_scores(const SparseSettings& sparse) {
                       fmt::format("no memory for the '{}' page scores: use the bound", sparse_score_name(sparse.score)));
   }
   return Status::success();
+}
+
+float KvRuntimeImpl::moment_captured(const std::uint32_t* keep, std::uint32_t n, bool per_group) const noexcept {
+  const std::uint32_t kv = plan_.geometry.kv_heads;
+  double sum = 0.0;
+  for (std::uint32_t kh = 0; kh < kv; ++kh) {
+    const std::uint32_t bit = per_group ? (1u << kh) : ~0u;
+    sum += runtime::selected_mass_share(moment_mass_.data() + std::size_t{kh} * sizes_.pages_per_layer_max, keep, bit, n);
+  }
+  return static_cast<float>(sum / kv);
 }
 
 void KvRuntimeImpl::clear_page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) noexcept {
@@ -59,27 +73,30 @@ void unnan(float* out, std::uint32_t n) noexcept {
 void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n, float* out,
                                 std::size_t stride) noexcept {
   const SparseScore score = settings_.sparse.score;
-  if (score == SparseScore::bound) return;
+  const bool signal = moment_signal(settings_.sparse);
+  if (score == SparseScore::bound && !signal) return;
   const Geometry& g = plan_.geometry;
   const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const std::uint32_t P = plan_.arena.page_tokens;
   const LayerPlan& lp = layer_plan(layer, e);
   const std::uint32_t slot = scheduled_[e].context.slot;
   const std::uint32_t tokens = lp.length_tokens;
-  if (score == SparseScore::moments || score == SparseScore::mixed) {
+  // The moments' mass per group into moment_mass_ ([kv_heads][pages_per_layer_max]): the score
+  // (moments, mixed) and the layer signal (select_sparse reads it after the selection).
+  if (score == SparseScore::moments || score == SparseScore::mixed || signal) {
     if (moments_ == nullptr) return;
-    float* estimate = score_scratch_.data() + std::size_t{group} * sizes_.pages_per_layer_max;
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      float* o = out + std::size_t{kh} * stride;
+      float* mass = moment_mass_.data() + std::size_t{kh} * sizes_.pages_per_layer_max;
       runtime::moment_page_scores(qe + std::size_t{kh} * group * g.head_dim, group, g.head_dim, shape_.scale,
                                   moments_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim,
-                                  moments_->page_elements(), n, tokens, P, score_scratch_.data(),
-                                  score == SparseScore::mixed ? estimate : o);
+                                  moments_->page_elements(), n, tokens, P, score_scratch_.data(), mass);
+      float* o = out + std::size_t{kh} * stride;
+      if (score == SparseScore::moments) std::copy_n(mass, n, o);
       // mixed: o holds the group's bound, and becomes the mean of the two mass distributions.
-      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, estimate, group, shape_.scale, n, o);
-      unnan(o, n);
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, mass, group, shape_.scale, n, o);
+      if (score == SparseScore::moments || score == SparseScore::mixed) unnan(o, n);
     }
-    return;
+    if (score != SparseScore::oracle) return;
   }
   // The oracle: every key of the layer (the host rows below length_before, this step's rows
   // after), each group's scaled q·k, then the true softmax mass per page.

@@ -556,6 +556,56 @@ TEST(SparseRuntime, LayerBudgetsKeepTheTotalReadPerStep) {
   }
 }
 
+// Layer budgets following the moments' estimate (LayerSignal::moments, deployable: no key read):
+// with each score, with and without measure mode, the total read per step stays the budget's
+// (explain's budget per layer sums to budget × layers, to rounding), the estimate is tallied for
+// every selection that selected, it is a share in (0, 1], explain names the score and the signal,
+// and no step allocates; explain's budget per layer is what each layer's lists hold.
+TEST(SparseRuntime, LayerBudgetsByTheMomentsKeepTheTotalAndAllocateNothing) {
+  for (SparseScore score : {SparseScore::bound, SparseScore::mixed}) {
+    for (bool measure : {true, false}) {
+      SparseSettings s;
+      s.mode = SparseMode::pages;
+      s.pages = 12;
+      s.layer_budget = true;
+      s.layer_signal = LayerSignal::moments;
+      s.score = score;
+      s.measure = measure;
+      const SparseRun r = run(s, 1.0);
+      ASSERT_EQ(r.stats.selections, std::uint64_t{decode} * contexts * layers);
+      EXPECT_NEAR(r.stats.pages_read_per_selection(), 12.0, 0.5 + 1e-9);
+      EXPECT_GT(r.stats.moment_estimate_count, 0u);
+      EXPECT_LE(r.stats.moment_estimate_count, r.stats.selections);
+      EXPECT_GT(r.stats.mean_moment_estimate(), 0.0);
+      EXPECT_LE(r.stats.mean_moment_estimate(), 1.0 + 1e-6);
+      EXPECT_EQ(r.allocations_after_first_decode, 0u);
+      EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
+      const Explanation& e = r.explanation;
+      EXPECT_EQ(e.sparse_score, sparse_score_name(score));
+      EXPECT_EQ(e.sparse_layer_signal, "moments");
+      ASSERT_EQ(e.sparse_layer_budget.size(), std::size_t{layers});
+      std::uint32_t total = 0;
+      for (std::uint32_t b : e.sparse_layer_budget) total += b;
+      EXPECT_NEAR(static_cast<double>(total), 12.0 * layers, 0.5 * layers + 1e-9) << "the layer budgets sum to the total";
+      std::vector<std::uint32_t> per_layer(layers, 0);
+      for (const SparsePick& p : e.sparse_picks) {
+        if (p.group == 0) ++per_layer[p.layer];
+      }
+      for (std::uint32_t l = 0; l < layers; ++l) EXPECT_EQ(per_layer[l], e.sparse_layer_budget[l]) << "layer " << l;
+    }
+  }
+  // Without layer budgets explain gives the uniform budget, the score, and no signal.
+  SparseSettings plain;
+  plain.mode = SparseMode::pages;
+  plain.pages = 12;
+  plain.score = SparseScore::moments;
+  const SparseRun r = run(plain, 1.0);
+  EXPECT_EQ(r.explanation.sparse_score, "moments");
+  EXPECT_TRUE(r.explanation.sparse_layer_signal.empty());
+  EXPECT_EQ(r.explanation.sparse_layer_budget, std::vector<std::uint32_t>(layers, 12u));
+  EXPECT_EQ(r.stats.moment_estimate_count, 0u) << "the estimate runs only for layer budgets by the moments";
+}
+
 TEST(SparseRuntime, AdaptiveAndFractionBudgetsRun) {
   SparseSettings a;
   a.mode = SparseMode::adaptive;
