@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "activekv/budget.hpp"
 #include "activekv/explain.hpp"
@@ -119,6 +120,20 @@ inline const char* layer_signal_name(LayerSignal signal) noexcept {
     case LayerSignal::moments: return "moments";
   }
   return "?";
+}
+
+// The score or signal of a name (the names above); false when the name is none of them.
+inline bool sparse_score_from_name(std::string_view name, SparseScore& out) noexcept {
+  for (SparseScore s : {SparseScore::bound, SparseScore::moments, SparseScore::mixed, SparseScore::oracle}) {
+    if (name == sparse_score_name(s)) return out = s, true;
+  }
+  return false;
+}
+inline bool layer_signal_from_name(std::string_view name, LayerSignal& out) noexcept {
+  for (LayerSignal s : {LayerSignal::captured, LayerSignal::moments}) {
+    if (name == layer_signal_name(s)) return out = s, true;
+  }
+  return false;
 }
 
 struct SparseSettings {

@@ -117,6 +117,10 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
                             : score == 1 ? SparseScore::moments
                             : score == 2 ? SparseScore::mixed
                                          : SparseScore::oracle;
+    // Layer budgets (fixed budgets only) in two seeds of three, by the moments in half of those;
+    // from the seed, not drawn, so every other draw of a seed is what it was.
+    settings.sparse.layer_budget = seed % 3 != 0;
+    settings.sparse.layer_signal = (seed / 3) % 2 == 1 ? LayerSignal::moments : LayerSignal::captured;
   }
 
   BackendOptions options;

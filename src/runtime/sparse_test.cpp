@@ -11,12 +11,15 @@
 //   - at a small budget the kernel reads fewer pages, the measured recall is in (0, 1] and
 //     grows with the budget, explain names each selected page's bound and rank (per group with
 //     per-group lists, each group's list holding the budget; and with one list), the adaptive
-//     budget runs, layer budgets keep the total and move pages between layers, and no sparse
-//     step allocates;
+//     budget runs, layer budgets keep the total and move pages between layers (also when the
+//     moments' estimate moves them: explain's budget per layer sums to the total and names the
+//     score and the signal), and no sparse step allocates;
 //   - the bound cut over borrowed threads (ParallelChunks) selects the same pages, bounds and
 //     ranks, and gives the same outputs, as one thread;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "activekv/backend.hpp"
+#include "activekv/explain.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "runtime/element_codec.hpp"
 #include "runtime/sparse_selection.hpp"
@@ -592,6 +596,13 @@ TEST(SparseRuntime, LayerBudgetsByTheMomentsKeepTheTotalAndAllocateNothing) {
         if (p.group == 0) ++per_layer[p.layer];
       }
       for (std::uint32_t l = 0; l < layers; ++l) EXPECT_EQ(per_layer[l], e.sparse_layer_budget[l]) << "layer " << l;
+      const std::string text = explanation_text(e);
+      EXPECT_NE(text.find(fmt::format("score {}", sparse_score_name(score))), std::string::npos) << text;
+      EXPECT_NE(text.find("budget per layer (layer budgets by moments):"), std::string::npos) << text;
+      const nlohmann::json j = nlohmann::json::parse(explanation_json(e));
+      EXPECT_EQ(j["sparse"]["score"], sparse_score_name(score));
+      EXPECT_EQ(j["sparse"]["layer_signal"], "moments");
+      EXPECT_EQ(j["sparse"]["budget_by_layer"].size(), std::size_t{layers});
     }
   }
   // Without layer budgets explain gives the uniform budget, the score, and no signal.
