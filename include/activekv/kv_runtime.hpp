@@ -400,6 +400,15 @@ class KvRuntime {
   // They must outlive their use: whoever hands them takes them back before they go.
   virtual void set_parallel(const ParallelChunks& parallel) { (void)parallel; }
   virtual Explanation explain(ContextId context) const = 0;
+  // Diagnostics (activekv eval --passkey): the rank of a logical page among every page of the
+  // context's layer by the score the group ranked them by in the last decode step that selected
+  // (0 = ranked first; ties to the lower page), whether or not it was read; UINT32_MAX when there
+  // is no such per-group selection.
+  virtual std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
+                                    std::uint32_t logical) const {
+    (void)context, (void)layer, (void)group, (void)logical;
+    return UINT32_MAX;
+  }
   // Invariants 1 and 2 (pages conserved, floors and bursts kept) and the lease
   // tables; nullptr when sound, else what broke.
   virtual const char* check() const = 0;

@@ -88,7 +88,10 @@ nlohmann::json passkey_report_json(const ReportHeader& h, const PasskeyResult& r
                         {"pages_held_per_step", sel.pages_held_per_step()}});
   }
   nlohmann::json log = nlohmann::json::array();
-  for (const PasskeyTrial& t : r.log) log.push_back({{"depth", t.depth}, {"key", t.key}, {"answers", t.answers}, {"answer_texts", t.texts}});
+  for (const PasskeyTrial& t : r.log) {
+    log.push_back({{"depth", t.depth}, {"key", t.key}, {"answers", t.answers}, {"answer_texts", t.texts},
+                   {"needle_rank_by_layer", t.needle_ranks}, {"budget_by_layer", t.budgets}});
+  }
   return {{"mode", "passkey"}, {"model", h.model},   {"context", h.context}, {"trials", r.trials},
           {"seed", h.seed},    {"depths", r.depths}, {"settings", settings},  {"trials_log", log}};
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <random>
@@ -33,6 +34,30 @@ bool answer_done(const std::string& answer) {
   }
   const std::size_t lead = answer.find(digits);
   return lead + digits.size() < answer.size();  // something followed the digits
+}
+
+// The needle's best rank per layer and group in the step just taken (see PasskeyTrial).
+void note_needle_ranks(const KvRuntime& runtime, ContextId context, const PasskeyPrompt& prompt, bool sparse,
+                       PasskeyTrial& entry) {
+  std::vector<std::vector<std::uint32_t>> ranks;
+  std::vector<std::uint32_t> budgets;
+  if (sparse) {
+    const MemoryPlan& plan = runtime.plan();
+    const std::uint32_t P = plan.arena.page_tokens;
+    const std::uint32_t first = prompt.needle_token / P, last = (prompt.needle_token + prompt.needle_tokens - 1) / P;
+    for (std::uint32_t l = 0; l < plan.geometry.dense_layers; ++l) {
+      std::vector<std::uint32_t> by_group(plan.geometry.kv_heads, UINT32_MAX);
+      for (std::uint32_t g = 0; g < plan.geometry.kv_heads; ++g) {
+        for (std::uint32_t page = first; page <= last; ++page) {
+          by_group[g] = std::min(by_group[g], runtime.sparse_rank(context, l, g, page));
+        }
+      }
+      ranks.push_back(std::move(by_group));
+    }
+    budgets = runtime.explain(context).sparse_layer_budget;
+  }
+  entry.needle_ranks.push_back(std::move(ranks));
+  entry.budgets.push_back(std::move(budgets));
 }
 
 }  // namespace
@@ -71,7 +96,11 @@ Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::
     p.needle_token = static_cast<std::uint32_t>(p.prefix.size());
     p.prefix.insert(p.prefix.end(), needle.begin(), needle.end());
   }
-  if (tok.add_bos() && tok.bos()) p.prefix.insert(p.prefix.begin(), static_cast<engine::TokenId>(*tok.bos()));
+  if (tok.add_bos() && tok.bos()) {
+    p.prefix.insert(p.prefix.begin(), static_cast<engine::TokenId>(*tok.bos()));
+    ++p.needle_token;
+  }
+  p.needle_tokens = static_cast<std::uint32_t>(needle.size());
   return p;
 }
 
@@ -110,7 +139,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
       Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key);
       if (!prompt) return prompt.error();
       if (Status st = contexts.open(prompt->prefix, request.context); !st) return st.error();
-      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}};
+      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}, {}, {}};
       for (std::uint32_t s = 0; s < settings.size(); ++s) {
         std::span<const float> logits;
         for (engine::TokenId t : prompt->question) {
@@ -118,6 +147,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
           if (!l) return l.error();
           logits = *l;
         }
+        note_needle_ranks(rig.runtime(), contexts.context(s), *prompt, settings[s].sparse.enabled(), entry);
         std::string answer;
         for (std::uint32_t a = 0; a < passkey_answer_tokens_max; ++a) {
           const engine::TokenId next = argmax(logits);

@@ -42,7 +42,8 @@ struct PasskeyPrompt {
   std::vector<engine::TokenId> prefix;    // intro, filler, needle, filler: prefilled exactly
   std::vector<engine::TokenId> question;  // fed as decode steps
   std::string key;                        // five digits
-  std::uint32_t needle_token = 0;         // where the needle starts in the prompt
+  std::uint32_t needle_token = 0;         // where the needle starts in the prompt (BOS counted)
+  std::uint32_t needle_tokens = 0;        // its length in tokens
 };
 
 // The prompt for one trial: `context` tokens at most, answer room included.
@@ -63,6 +64,12 @@ struct PasskeyTrial {
   std::string key;
   std::vector<std::string> answers;  // per setting, the digits it gave (may be empty)
   std::vector<std::string> texts;    // per setting, the answer as decoded (what the digits came from)
+  // Per setting, at the step of the question's last token (the one whose logits give the
+  // answer's first token): per dense layer and KV head group, the best rank of the needle's
+  // pages among every page by the setting's score (sparse settings with per-group lists; empty
+  // otherwise), and each layer's budget — a rank below the budget less the forced pages is read.
+  std::vector<std::vector<std::vector<std::uint32_t>>> needle_ranks;  // [setting][layer][group]
+  std::vector<std::vector<std::uint32_t>> budgets;                    // [setting][layer]
 };
 
 struct PasskeyResult {

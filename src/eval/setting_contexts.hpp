@@ -71,6 +71,7 @@ class SettingContexts {
   void close();
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(settings_.size()); }
+  ContextId context(std::uint32_t s) const { return contexts_.at(s); }  // setting s's open context
   const SelectionTotals& totals(std::uint32_t s) const { return totals_.at(s); }
   // Prompt tokens prefilled, and adopted from the shared prefix, over every open().
   std::uint64_t tokens_prefilled() const noexcept { return tokens_prefilled_; }

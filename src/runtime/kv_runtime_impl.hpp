@@ -193,6 +193,8 @@ class KvRuntimeImpl final : public KvRuntime {
   Status set_sparse(const SparseSettings& sparse) override;
   void set_parallel(const ParallelChunks& parallel) override;
   Explanation explain(ContextId context) const override;
+  std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
+                            std::uint32_t logical) const override;
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }

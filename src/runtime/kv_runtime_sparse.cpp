@@ -491,3 +491,26 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
 }
 
 }  // namespace activekv::runtime_impl
+
+namespace activekv::runtime_impl {
+
+std::uint32_t KvRuntimeImpl::sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
+                                         std::uint32_t logical) const {
+  const std::uint32_t layers = plan_.geometry.dense_layers, kv = plan_.geometry.kv_heads;
+  if (summaries_ == nullptr || context.slot >= pick_step_.size() || pick_step_[context.slot] == 0 ||
+      pick_per_group_[context.slot] == 0 || layer >= layers || group >= kv) {
+    return UINT32_MAX;
+  }
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  const std::size_t sl = std::size_t{context.slot} * layers + layer;
+  const std::uint32_t n = pick_pages_[sl];
+  if (logical >= n) return UINT32_MAX;
+  const float* score = pick_group_bound_.data() + (sl * kv + group) * max;
+  std::uint32_t rank = 0;
+  for (std::uint32_t p = 0; p < n; ++p) {
+    rank += (score[p] > score[logical] || (score[p] == score[logical] && p < logical)) ? 1u : 0u;
+  }
+  return rank;
+}
+
+}  // namespace activekv::runtime_impl
