@@ -332,6 +332,8 @@ struct SparseRun {
   Explanation explanation;
   std::uint64_t summary_bytes_checked = 0;  // arena summaries part compared with the keys written
   bool summaries_match = true;
+  std::uint32_t ranks_checked = 0;  // per-group picks whose sparse_rank was checked
+  bool ranks_ok = true;
 };
 
 SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at_create = true,
@@ -450,6 +452,16 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   result.stats = rt.sparse_stats();
   result.counters = rt.counters();
   result.explanation = rt.explain(ids[0]);
+  // sparse_rank: a page ranked r in its group's list is ranked r among every page less at most
+  // the forced ones; an unread page ranks after every page its group read by rank.
+  for (const SparsePick& p : result.explanation.sparse_picks) {
+    if (p.group == UINT32_MAX || p.rank == UINT32_MAX) continue;
+    const std::uint32_t r = rt.sparse_rank(ids[0], p.layer, p.group, p.logical);
+    const std::uint32_t forced = 1u + std::max(1u, sparse.recent_pages);
+    result.ranks_ok = result.ranks_ok && r >= p.rank && r <= p.rank + forced;
+    ++result.ranks_checked;
+  }
+  result.ranks_ok = result.ranks_ok && rt.sparse_rank(ids[0], layers, 0, 0) == UINT32_MAX;
   for (ContextId id : ids) rt.finish(id);
   EXPECT_EQ(rt.pages_free(), rt.pages_total());
   return result;
@@ -531,6 +543,8 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
         }
       }
       for (std::uint32_t c : per_list) EXPECT_EQ(c, budget) << "each group's list holds the budget";
+      EXPECT_TRUE(r.ranks_ok) << "sparse_rank agrees with the list's ranks";
+      if (per_group) EXPECT_GT(r.ranks_checked, 0u);
       if (fraction == 1.0 && per_group) last_recall = r.stats.mean_recall();
      }
     }
