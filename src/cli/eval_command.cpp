@@ -63,6 +63,8 @@ struct EvalOptions {
   bool layer_budget = false;
   std::vector<std::string> scores;
   std::vector<std::string> layer_signals;
+  std::string passkey_format = "plain";
+  CLI::Option* passkey_format_given = nullptr;
   std::string model;
   std::string backend = "host";
   std::string host_pool;  // empty: exactly one history per setting
@@ -139,6 +141,15 @@ int run(EvalOptions& o) {
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
+  if (o.passkey_format == "chat") {
+    passkey.format = eval::PasskeyFormat::chat;
+  } else if (o.passkey_format != "plain") {
+    return fail(make_error(ErrorCode::invalid_argument, "--passkey-format",
+                           fmt::format("'{}' is not a passkey prompt format: give plain or chat", o.passkey_format)));
+  }
+  if (!o.passkey && o.passkey_format_given->count() > 0) {
+    return fail(make_error(ErrorCode::invalid_argument, "--passkey-format", "only for a --passkey evaluation"));
+  }
   if (o.passkey) {
     if (Status s = eval::check_passkey_request(passkey); !s) return fail(s.error());
   }
@@ -244,6 +255,9 @@ Action setup(CLI::App& sub) {
   o->depths_given = sub.add_option("--depths", o->depths, "Passkey depths in [0, 1]")->delimiter(',')->capture_default_str();
   o->trials_given = sub.add_option("--trials", o->trials, "Passkey trials per depth")->capture_default_str();
   sub.add_option("--seed", o->seed, "Passkey seed (keys)")->capture_default_str();
+  o->passkey_format_given = sub.add_option("--passkey-format", o->passkey_format,
+                                           "Passkey prompt: plain, or chat (the model's ChatML turns; eval/passkey.hpp)")
+                                ->capture_default_str();
   sub.add_option("--sparse-fraction", o->fractions, "Compare reading this share of the pages, in (0, 1] (repeatable)");
   sub.add_option("--sparse-pages", o->pages, "Compare reading at most this many pages per layer (repeatable)");
   sub.add_flag("--sparse-adaptive", o->adaptive, "Compare the adaptive page budget");

@@ -19,8 +19,16 @@ constexpr const char* intro =
 constexpr const char* filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
 constexpr const char* question = "What is the pass key? The pass key is";
 
+constexpr const char* chat_question = "What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is";
+
 std::vector<engine::TokenId> encode(const tokenizer::Tokenizer& tok, const std::string& text) {
   const std::vector<tokenizer::TokenId> ids = tok.encode(text, tokenizer::Special::plain);
+  return {ids.begin(), ids.end()};
+}
+
+// The chat template's markers become their control tokens.
+std::vector<engine::TokenId> encode_special(const tokenizer::Tokenizer& tok, const std::string& text) {
+  const std::vector<tokenizer::TokenId> ids = tok.encode(text, tokenizer::Special::allow);
   return {ids.begin(), ids.end()};
 }
 
@@ -71,13 +79,16 @@ std::string leading_digits(std::string_view answer) {
 }
 
 Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::uint32_t context, double depth,
-                                          std::uint32_t key) {
+                                          std::uint32_t key, PasskeyFormat format) {
   PasskeyPrompt p;
   p.key = fmt::format("{}", key);
-  const std::vector<engine::TokenId> head = encode(tok, intro);
+  const bool chat = format == PasskeyFormat::chat;
+  std::vector<engine::TokenId> head = chat ? encode_special(tok, "<|im_start|>user\n") : std::vector<engine::TokenId>{};
+  const std::vector<engine::TokenId> intro_tokens = encode(tok, intro);
+  head.insert(head.end(), intro_tokens.begin(), intro_tokens.end());
   const std::vector<engine::TokenId> unit = encode(tok, filler);
   const std::vector<engine::TokenId> needle = encode(tok, fmt::format("The pass key is {}. Remember it. {} is the pass key.\n", key, key));
-  p.question = encode(tok, question);
+  p.question = chat ? encode_special(tok, chat_question) : encode(tok, question);
   const std::size_t fixed = head.size() + needle.size() + p.question.size() + passkey_answer_tokens_max;
   if (context < fixed + unit.size())
     return make_error(ErrorCode::invalid_argument, "--context",
@@ -136,7 +147,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
   for (std::size_t d = 0; d < request.depths.size(); ++d) {
     for (std::uint32_t trial = 0; trial < request.trials; ++trial) {
       const auto key = static_cast<std::uint32_t>(10000 + keys() % 90000);
-      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key);
+      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key, request.format);
       if (!prompt) return prompt.error();
       if (Status st = contexts.open(prompt->prefix, request.context); !st) return st.error();
       PasskeyTrial entry{request.depths[d], prompt->key, {}, {}, {}, {}};

@@ -49,14 +49,21 @@ struct PasskeyPrompt {
 // The prompt for one trial: `context` tokens at most, answer room included.
 // Refused (naming --context) when the context cannot hold the intro, the
 // needle, the question, the answer and one filler unit.
+// The prompt's format: plain (above), or chat — the same haystack as the user's turn of a ChatML
+// conversation (the instruct model's own template) and the answer begun in the assistant's:
+//   <|im_start|>user\n{intro}{filler…needle…filler}What is the pass key?<|im_end|>\n
+//   <|im_start|>assistant\nThe pass key is
+// (the question part, from "What is", fed as decode steps as before).
+enum class PasskeyFormat : std::uint8_t { plain, chat };
 Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::uint32_t context, double depth,
-                                          std::uint32_t key);
+                                          std::uint32_t key, PasskeyFormat format = PasskeyFormat::plain);
 
 struct PasskeyRequest {
   std::uint32_t context = 0;
   std::vector<double> depths;  // each in [0, 1]
   std::uint32_t trials = 1;    // per depth
   std::uint64_t seed = 0;
+  PasskeyFormat format = PasskeyFormat::plain;
 };
 
 struct PasskeyTrial {
