@@ -151,6 +151,10 @@ struct SparseSettings {
   bool layer_budget = false;
   LayerSignal layer_signal = LayerSignal::captured;  // with layer_budget: what the spread follows
   SparseScore score = SparseScore::bound;  // how a group ranks its pages
+  // Per-group lists only: each query head ranks the pages by its own score and its group reads
+  // the union of its heads' rankings, taken round-robin (rank 0 of each head, then rank 1, …)
+  // within the budget, instead of one ranking by the group's score (docs/SPARSE.md).
+  bool per_head = false;
   // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
   std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this

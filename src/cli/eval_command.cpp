@@ -63,6 +63,7 @@ struct EvalOptions {
   bool layer_budget = false;
   std::vector<std::string> scores;
   std::vector<std::string> layer_signals;
+  bool per_head = false;
   std::string passkey_format = "plain";
   CLI::Option* passkey_format_given = nullptr;
   std::string model;
@@ -137,7 +138,7 @@ void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
 int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
-  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals};
+  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -268,6 +269,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--sparse-layer-signal", o->layer_signals,
                  "With --sparse-layer-budget: what moves pages between layers: captured (the measured recall in eval; "
                  "default) or moments (the moments' estimate, deployable); repeatable, one layered setting each");
+  sub.add_flag("--sparse-per-head", o->per_head,
+               "Also run each sparse setting with per-query-head rankings (each group reads the union of its heads' "
+               "own top pages within the budget)");
   sub.add_option("--sparse-score", o->scores,
                  "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");

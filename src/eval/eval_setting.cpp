@@ -84,7 +84,7 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   if (signals.empty()) signals.push_back(LayerSignal::captured);
   // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
   // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
-  const auto add_scored = [&](EvalSetting s) {
+  const auto add_layered = [&](const EvalSetting& s) {
     out.push_back(s);
     if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
       for (LayerSignal signal : signals) {
@@ -94,6 +94,15 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
         layered.sparse.layer_signal = signal;
         out.push_back(std::move(layered));
       }
+    }
+  };
+  const auto add_scored = [&](EvalSetting s) {
+    add_layered(s);
+    if (request.per_head) {  // --sparse-per-head: the same with per-query-head rankings
+      EvalSetting heads = s;
+      heads.name += " heads";
+      heads.sparse.per_head = true;
+      add_layered(heads);
     }
     if (!request.one_list) return;
     s.name += " one list";

@@ -51,6 +51,9 @@ struct SettingRequest {
   // "… layers"; "moments": the moments' estimate, deployable, named "… layers by moments");
   // empty: captured only.
   std::vector<std::string> layer_signals;
+  // --sparse-per-head: each sparse setting (and its layered ones) also with per-query-head
+  // rankings (SparseSettings::per_head, named "… heads").
+  bool per_head = false;
 };
 
 // Exact first, then the requested settings (the default set when none was

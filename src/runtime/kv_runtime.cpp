@@ -73,7 +73,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     bounds_.resize(std::size_t{g.kv_heads} * pages);
     q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
     q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
-    selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
+    // Rankings: one per KV head group, or per query head of a group (per_head).
+    selection_ = std::make_unique<runtime::SelectionScratch>(std::max(g.kv_heads, settings.q_heads / g.kv_heads), pages);
     AK_ASSERT(summaries_->bytes().size() == plan_.arena.summaries.size_bytes, "kv runtime: the summaries part must hold the table");
     summary_uploads_.resize(sizes_.entries_max);
     selected_.resize(pages);

@@ -397,6 +397,10 @@ class KvRuntimeImpl final : public KvRuntime {
                    std::size_t stride) noexcept;
   std::unique_ptr<runtime::PageMoments> moments_;  // score moments: per page and KV head, Σk and Σk²
   std::vector<float> score_scratch_;           // score moments: [group heads × pages_per_layer_max]
+  // per_head: each query head's own score of every page ([q_heads × pages_per_layer_max]) and
+  // one head's moments' mass ([pages_per_layer_max]).
+  void head_scores(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n) noexcept;
+  std::vector<float> head_scores_, head_mass_;
   std::vector<float> moment_mass_;             // the moments' mass of an entry's layer: [kv_heads × pages_per_layer_max]
   // Layer budgets following the moments' estimate (LayerSignal::moments): the estimated captured
   // mass of a selection (moment_mass_ after score_pages; keep_ the selection's head masks), the

@@ -121,6 +121,7 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false) {
     // from the seed, not drawn, so every other draw of a seed is what it was.
     settings.sparse.layer_budget = seed % 3 != 0;
     settings.sparse.layer_signal = (seed / 3) % 2 == 1 ? LayerSignal::moments : LayerSignal::captured;
+    settings.sparse.per_head = seed % 4 == 1;  // per-query-head rankings in one seed of four
   }
 
   BackendOptions options;

@@ -291,7 +291,29 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     if (heavy) in.heavy = {heavy_flags_.data(), n};
     std::uint32_t count = 0;
     std::uint64_t head_pages = 0;  // (page, KV head) pairs read
-    if (per_group_) {
+    if (per_group_ && s.per_head && !head_scores_.empty()) {
+      // Each group the union of its query heads' own rankings, round-robin within the budget.
+      head_scores(layer, e, qe, n);
+      const std::uint32_t group = settings_.q_heads / kv;
+      std::fill_n(keep, n, 0u);
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        runtime::SelectionInput heads = in;
+        heads.groups = group;
+        heads.bound = {head_scores_.data() + std::size_t{kh} * group * max, (std::size_t{group} - 1) * max + n};
+        heads.bound_stride = max;
+        const std::uint32_t taken = runtime::select_pages(heads, *selection_, {selected_.data(), n});
+        for (std::uint32_t i = 0; i < taken; ++i) keep[selected_[i]] |= 1u << kh;
+        std::copy_n(selection_->rank.data(), n, selection_->group_rank.data() + std::size_t{kh} * n);
+      }
+      for (std::uint32_t p = 0; p < n; ++p) {
+        head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));
+        count += keep[p] != 0 ? 1u : 0u;
+      }
+      std::uint32_t* group_rank = pick_group_rank_.data() + sl * kv * max;
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        std::copy_n(selection_->group_rank.data() + std::size_t{kh} * n, n, group_rank + std::size_t{kh} * max);
+      }
+    } else if (per_group_) {
       // Each group its own pages: the kernel reads, per page, only the heads whose bit is set.
       count = runtime::select_pages_per_group(in, *selection_, {keep, n});
       for (std::uint32_t p = 0; p < n; ++p) head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));

@@ -28,6 +28,11 @@ Status KvRuntimeImpl::prepare_scores(const SparseSettings& sparse) {
       score_scratch_.resize(std::size_t{group} * pages);
       moment_mass_.resize(std::size_t{g.kv_heads} * pages);
     }
+    if (sparse.per_head) {
+      head_scores_.resize(std::size_t{settings_.q_heads} * pages);
+      head_mass_.resize(pages);
+      if (uses_moments) score_scratch_.resize(std::max(score_scratch_.size(), std::size_t{pages}));
+    }
     if (sparse.score == SparseScore::oracle) {
       oracle_scores_.resize(std::size_t{settings_.q_heads} * pages * plan_.arena.page_tokens);
     }
@@ -120,6 +125,42 @@ void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const floa
     runtime::page_mass_from_scores(oracle_scores_.data() + std::size_t{kh} * group * tokens, group, tokens, P,
                                    out + std::size_t{kh} * stride);
     unnan(out + std::size_t{kh} * stride, n);
+  }
+}
+
+// Each query head's own score (per_head), after score_pages ran for the entry (the oracle's
+// scaled q·k of every head are then in oracle_scores_).
+void KvRuntimeImpl::head_scores(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n) noexcept {
+  (void)e;
+  const Geometry& g = plan_.geometry;
+  const SparseScore score = settings_.sparse.score;
+  const std::uint32_t group = settings_.q_heads / g.kv_heads;
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const LayerPlan& lp = layer_plan(layer, e);
+  const std::uint32_t slot = scheduled_[e].context.slot;
+  const runtime::SummaryShape& shape = summaries_->shape();
+  for (std::uint32_t h = 0; h < settings_.q_heads; ++h) {
+    const std::uint32_t kh = h / group;
+    float* o = head_scores_.data() + std::size_t{h} * max;
+    const std::size_t q_at = std::size_t{h} * g.head_dim;
+    if (score == SparseScore::oracle) {
+      if (oracle_scores_.size() < std::size_t{settings_.q_heads} * lp.length_tokens) continue;
+      runtime::page_mass_from_scores(oracle_scores_.data() + std::size_t{h} * lp.length_tokens, 1, lp.length_tokens, P, o);
+      unnan(o, n);
+      continue;
+    }
+    runtime::page_bounds(shape.format, q_positive_.data() + q_at, q_negative_.data() + q_at, 1,
+                         summaries_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim, shape.page_stride(), n,
+                         g.head_dim, o);
+    if ((score == SparseScore::moments || score == SparseScore::mixed) && moments_ != nullptr) {
+      runtime::moment_page_scores(qe + q_at, 1, g.head_dim, shape_.scale,
+                                  moments_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim,
+                                  moments_->page_elements(), n, lp.length_tokens, P, score_scratch_.data(), head_mass_.data());
+      if (score == SparseScore::moments) std::copy_n(head_mass_.data(), n, o);
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, head_mass_.data(), 1, shape_.scale, n, o);
+    }
+    unnan(o, n);
   }
 }
 

@@ -787,6 +787,32 @@ TEST(SparseRuntime, OtherScoresRankByTheirScoreAndTheOracleRecallsMost) {
   EXPECT_FALSE(identical(oracle.decode_outputs, bound.decode_outputs));
 }
 
+// Per-query-head rankings: each group reads the union of its heads' own top pages, exactly the
+// budget per group (the forced pages included), for every score; nothing allocates per step; the
+// outputs differ from the group ranking's (another choice of pages) and the reference check of
+// the property test covers the pages read.
+TEST(SparseRuntime, PerHeadRankingsReadTheBudgetPerGroupAndAllocateNothing) {
+  for (SparseScore score : {SparseScore::bound, SparseScore::mixed, SparseScore::oracle}) {
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 8;
+    s.measure = true;
+    s.score = score;
+    const SparseRun grouped = run(s, 1.0);
+    s.per_head = true;
+    const SparseRun heads = run(s, 1.0);
+    ASSERT_EQ(heads.stats.selections, grouped.stats.selections);
+    EXPECT_EQ(heads.stats.pages_read, heads.stats.selections * 8u) << sparse_score_name(score);
+    EXPECT_EQ(heads.allocations_after_first_decode, 0u);
+    EXPECT_EQ(heads.counters.heap_allocations_in_steps, 0u);
+    EXPECT_GT(heads.stats.mean_recall(), 0.0);
+    EXPECT_FALSE(identical(heads.decode_outputs, grouped.decode_outputs)) << sparse_score_name(score);
+    std::vector<std::uint32_t> per_list(std::size_t{layers} * kv_heads, 0);
+    for (const SparsePick& p : heads.explanation.sparse_picks) ++per_list[std::size_t{p.layer} * kv_heads + p.group];
+    for (std::uint32_t c : per_list) EXPECT_EQ(c, 8u);
+  }
+}
+
 TEST(SparseRuntime, AnExactRuntimeRefusesASparseSetting) {
   SparseSettings s;
   s.mode = SparseMode::pages;
