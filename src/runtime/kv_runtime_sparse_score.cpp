@@ -1,6 +1,8 @@
 // kv_runtime_sparse_score.cpp — the runtime's page scores other than the bound (docs/SPARSE.md
 // "Scores"; the arithmetic: page_scores.hpp): the key moments kept as rows land, and the
-// per-group scores that replace the bound in the ranking when SparseSettings::score asks.
+// per-group scores that replace the bound in the ranking when SparseSettings::score asks, the
+// moments' per-page mass kept for the layer budgets' moments signal (moment_captured), and each
+// query head's own scores for per-head rankings (head_scores).
 //
 // Invariants: with the default score (bound) none of this runs or is allocated, and the
 // selection is exactly the bound's; the moments, when kept, hold exactly the keys of each page
