@@ -81,6 +81,9 @@ struct Explanation {
   // pages_stage_*): copied and read, split by why; copied but not read; neither.
   std::uint32_t sparse_stage_selected = 0, sparse_stage_predicted = 0, sparse_stage_missed = 0;
   std::uint32_t sparse_stage_unselected = 0, sparse_stage_skipped = 0;
+  std::string sparse_score;                         // the score the pages were ranked by ("bound", …)
+  std::string sparse_layer_signal;                  // with layer budgets: what spread them; else empty
+  std::vector<std::uint32_t> sparse_layer_budget;   // per layer: the budget (pages per group) it had
 };
 
 // The planner's current step number is `step`; decisions recorded in it are included.

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "activekv/budget.hpp"
 #include "activekv/explain.hpp"
@@ -125,6 +126,35 @@ inline const char* sparse_staging_name(SparseStaging staging) noexcept {
   return "?";
 }
 
+// What moves pages between layers under layer budgets (docs/SPARSE.md "Layer budgets").
+enum class LayerSignal : std::uint8_t {
+  captured,  // the captured mass as the kernel's per-page mass of the pages read extrapolates it
+             // (the adaptive rule's estimate); in measure mode the measured recall
+  moments,   // the moments' estimate: estimated mass of the selected pages over that of all pages,
+             // from the per-page key moments (no key read); the same in measure mode
+};
+inline const char* layer_signal_name(LayerSignal signal) noexcept {
+  switch (signal) {
+    case LayerSignal::captured: return "captured";
+    case LayerSignal::moments: return "moments";
+  }
+  return "?";
+}
+
+// The score or signal of a name (the names above); false when the name is none of them.
+inline bool sparse_score_from_name(std::string_view name, SparseScore& out) noexcept {
+  for (SparseScore s : {SparseScore::bound, SparseScore::moments, SparseScore::mixed, SparseScore::oracle}) {
+    if (name == sparse_score_name(s)) return out = s, true;
+  }
+  return false;
+}
+inline bool layer_signal_from_name(std::string_view name, LayerSignal& out) noexcept {
+  for (LayerSignal s : {LayerSignal::captured, LayerSignal::moments}) {
+    if (name == layer_signal_name(s)) return out = s, true;
+  }
+  return false;
+}
+
 struct SparseSettings {
   SparseMode mode = SparseMode::exact;
   std::uint32_t pages = 0;          // mode pages: the page budget per context and layer
@@ -138,7 +168,12 @@ struct SparseSettings {
   // attention mass (a running average of 1 − captured), so layers whose attention is flat read
   // more pages and peaked ones fewer; the total per step stays about the same (docs/SPARSE.md).
   bool layer_budget = false;
+  LayerSignal layer_signal = LayerSignal::captured;  // with layer_budget: what the spread follows
   SparseScore score = SparseScore::bound;  // how a group ranks its pages
+  // Per-group lists only: each query head ranks the pages by its own score and its group reads
+  // the union of its heads' rankings, taken round-robin (rank 0 of each head, then rank 1, …)
+  // within the budget, instead of one ranking by the group's score (docs/SPARSE.md).
+  bool per_head = false;
   // adaptive (docs/SPARSE.md "The adaptive rule" gives the reasons for each constant):
   std::uint32_t floor_pages = 8;    // the budget never falls below this (nor below sink + recent)
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this
@@ -178,6 +213,10 @@ struct SparseStats {
   std::uint64_t select_ns = 0;           // time spent choosing pages (bounds, ranking), steady clock
   std::uint64_t select_cpu_ns = 0;       // the same spans in the choosing thread's CPU time
   std::uint64_t summary_upload_bytes = 0; // page summaries copied into the arena's summaries part
+  // Layer signal moments: Σ and count of the moments' estimate of the captured mass (selections that
+  // selected), to set beside the measured recall.
+  double moment_estimate_sum = 0.0;
+  std::uint64_t moment_estimate_count = 0;
   // The last step:
   std::uint64_t pages_read_last = 0, pages_context_last = 0, selections_last = 0;
   double recall_last = 0.0;  // mean over its selections (measure mode), else 0
@@ -186,6 +225,9 @@ struct SparseStats {
   double read_share() const noexcept { return pages_context == 0 ? 0.0 : double(pages_read) / double(pages_context); }
   double pages_read_per_selection() const noexcept { return selections == 0 ? 0.0 : double(pages_read) / double(selections); }
   double mean_recall() const noexcept { return recall_count == 0 ? 0.0 : recall_sum / double(recall_count); }
+  double mean_moment_estimate() const noexcept {
+    return moment_estimate_count == 0 ? 0.0 : moment_estimate_sum / double(moment_estimate_count);
+  }
 };
 
 struct KvRuntimeSettings {
@@ -391,6 +433,15 @@ class KvRuntime {
   // They must outlive their use: whoever hands them takes them back before they go.
   virtual void set_parallel(const ParallelChunks& parallel) { (void)parallel; }
   virtual Explanation explain(ContextId context) const = 0;
+  // Diagnostics (activekv eval --passkey): the rank of a logical page among every page of the
+  // context's layer by the score the group ranked them by in the last decode step that selected
+  // (0 = ranked first; ties to the lower page), whether or not it was read; UINT32_MAX when there
+  // is no such per-group selection.
+  virtual std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
+                                    std::uint32_t logical) const {
+    (void)context, (void)layer, (void)group, (void)logical;
+    return UINT32_MAX;
+  }
   // Invariants 1 and 2 (pages conserved, floors and bursts kept) and the lease
   // tables; nullptr when sound, else what broke.
   virtual const char* check() const = 0;

@@ -62,6 +62,10 @@ struct EvalOptions {
   bool one_list = false;
   bool layer_budget = false;
   std::vector<std::string> scores;
+  std::vector<std::string> layer_signals;
+  bool per_head = false;
+  std::string passkey_format = "plain";
+  CLI::Option* passkey_format_given = nullptr;
   std::string model;
   std::string backend = "host";
   std::string host_pool;  // empty: exactly one history per setting
@@ -134,10 +138,19 @@ void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
 int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
-  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores};
+  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
+  if (o.passkey_format == "chat") {
+    passkey.format = eval::PasskeyFormat::chat;
+  } else if (o.passkey_format != "plain") {
+    return fail(make_error(ErrorCode::invalid_argument, "--passkey-format",
+                           fmt::format("'{}' is not a passkey prompt format: give plain or chat", o.passkey_format)));
+  }
+  if (!o.passkey && o.passkey_format_given->count() > 0) {
+    return fail(make_error(ErrorCode::invalid_argument, "--passkey-format", "only for a --passkey evaluation"));
+  }
   if (o.passkey) {
     if (Status s = eval::check_passkey_request(passkey); !s) return fail(s.error());
   }
@@ -243,6 +256,9 @@ Action setup(CLI::App& sub) {
   o->depths_given = sub.add_option("--depths", o->depths, "Passkey depths in [0, 1]")->delimiter(',')->capture_default_str();
   o->trials_given = sub.add_option("--trials", o->trials, "Passkey trials per depth")->capture_default_str();
   sub.add_option("--seed", o->seed, "Passkey seed (keys)")->capture_default_str();
+  o->passkey_format_given = sub.add_option("--passkey-format", o->passkey_format,
+                                           "Passkey prompt: plain, or chat (the model's ChatML turns; eval/passkey.hpp)")
+                                ->capture_default_str();
   sub.add_option("--sparse-fraction", o->fractions, "Compare reading this share of the pages, in (0, 1] (repeatable)");
   sub.add_option("--sparse-pages", o->pages, "Compare reading at most this many pages per layer (repeatable)");
   sub.add_flag("--sparse-adaptive", o->adaptive, "Compare the adaptive page budget");
@@ -250,6 +266,12 @@ Action setup(CLI::App& sub) {
                "Also run each sparse setting with one page list for all KV heads (instead of one per head group)");
   sub.add_flag("--sparse-layer-budget", o->layer_budget,
                "Also run each fixed budget spread over the layers by their missed attention mass");
+  sub.add_option("--sparse-layer-signal", o->layer_signals,
+                 "With --sparse-layer-budget: what moves pages between layers: captured (the measured recall in eval; "
+                 "default) or moments (the moments' estimate, deployable); repeatable, one layered setting each");
+  sub.add_flag("--sparse-per-head", o->per_head,
+               "Also run each sparse setting with per-query-head rankings (each group reads the union of its heads' "
+               "own top pages within the budget)");
   sub.add_option("--sparse-score", o->scores,
                  "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");

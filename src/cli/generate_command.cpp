@@ -58,7 +58,7 @@ struct GenerateOptions {
   float top_p = 1.0f;
   std::uint32_t threads = 2;
   bool verbose = false;
-  SparseFlags sparse;  // --sparse-pages, --sparse-fraction, --sparse-adaptive, --sparse-measure (docs/SPARSE.md)
+  SparseFlags sparse;  // --sparse-pages/-fraction/-adaptive/-measure/-score/-layer-budget/-layer-signal (docs/SPARSE.md)
 };
 
 constexpr std::uint32_t threads_max = 64;  // the host backend's compute threads
@@ -238,11 +238,16 @@ int run(const GenerateOptions& o) {
                  stats->generated_tokens, decode_s, stats->generated_tokens / std::max(decode_s, 1e-9));
     if (runtime && sparse.enabled()) {
       const SparseStats& ss = runtime->sparse_stats();
-      std::fprintf(stderr, "sparse %s: read %.1f of %.1f pages per layer and decode step (%.1f%%)", sparse_mode_name(sparse.mode),
+      std::fprintf(stderr, "sparse %s, score %s%s: read %.1f of %.1f pages per layer and decode step (%.1f%%)",
+                   sparse_mode_name(sparse.mode), sparse_score_name(sparse.score),
+                   !sparse.layer_budget ? ""
+                   : sparse.layer_signal == LayerSignal::moments ? ", layer budgets by moments"
+                                                                 : ", layer budgets by captured",
                    ss.pages_read_per_selection(),
                    ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections),
                    100.0 * ss.read_share());
       if (ss.recall_count > 0) std::fprintf(stderr, ", mass recall mean %.4f min %.4f", ss.mean_recall(), ss.recall_min);
+      if (ss.moment_estimate_count > 0) std::fprintf(stderr, ", moments' estimate %.4f", ss.mean_moment_estimate());
       std::fputc('\n', stderr);
     }
   }

@@ -34,14 +34,26 @@ void SparseFlags::add_to(CLI::App& sub) {
                "Sparse attention with a per-context budget that follows the captured attention mass");
   sub.add_flag("--sparse-measure", measure,
                "With sparse attention: also compute the mass of every page, so the mass recall is exact (slower)");
+  score_given = sub.add_option("--sparse-score", score,
+                               "With sparse attention: rank pages by bound (default), moments or mixed (docs/SPARSE.md)");
+  sub.add_flag("--sparse-layer-budget", layer_budget,
+               "With --sparse-pages or --sparse-fraction: spread the budget over the layers by their missed mass");
+  signal_given = sub.add_option("--sparse-layer-signal", layer_signal,
+                                "With --sparse-layer-budget: what spreads it: captured (default) or moments");
 }
 
-bool SparseFlags::any() const { return given(pages_given) || given(fraction_given) || adaptive || measure; }
+bool SparseFlags::any() const {
+  return given(pages_given) || given(fraction_given) || adaptive || measure || given(score_given) || layer_budget ||
+         given(signal_given);
+}
 
 const char* SparseFlags::flag_name() const {
   if (given(pages_given)) return "--sparse-pages";
   if (given(fraction_given)) return "--sparse-fraction";
-  return adaptive ? "--sparse-adaptive" : "--sparse-measure";
+  if (adaptive) return "--sparse-adaptive";
+  if (measure) return "--sparse-measure";
+  if (given(score_given)) return "--sparse-score";
+  return layer_budget ? "--sparse-layer-budget" : "--sparse-layer-signal";
 }
 
 Status SparseFlags::apply(SparseSettings& sparse) const {
@@ -70,6 +82,49 @@ Status SparseFlags::apply(SparseSettings& sparse) const {
                         "measures sparse attention, which is off: add --sparse-pages, --sparse-fraction or --sparse-adaptive");
     }
     sparse.measure = true;
+  }
+  return apply_choices(sparse);
+}
+
+// --sparse-score, --sparse-layer-budget, --sparse-layer-signal over the setting the budget flags
+// (or the configuration) made.
+Status SparseFlags::apply_choices(SparseSettings& sparse) const {
+  if (given(score_given)) {
+    SparseScore chosen{};
+    if (!sparse_score_from_name(score, chosen)) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-score",
+                        fmt::format("'{}' is not a page score: give bound, moments or mixed", score));
+    }
+    if (chosen == SparseScore::oracle) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-score",
+                        "oracle reads every key on every step (an analysis setting): use it with activekv eval, "
+                        "or give bound, moments or mixed");
+    }
+    if (!sparse.enabled()) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-score",
+                        "ranks the pages of sparse attention, which is off: add --sparse-pages or --sparse-fraction");
+    }
+    sparse.score = chosen;
+  }
+  if (layer_budget) {
+    if (sparse.mode != SparseMode::pages && sparse.mode != SparseMode::fraction) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-layer-budget",
+                        "spreads a fixed budget over the layers: add --sparse-pages or --sparse-fraction "
+                        "(the adaptive budget has its own rule)");
+    }
+    sparse.layer_budget = true;
+  }
+  if (given(signal_given)) {
+    LayerSignal signal{};
+    if (!layer_signal_from_name(layer_signal, signal)) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-layer-signal",
+                        fmt::format("'{}' is not a layer signal: give captured or moments", layer_signal));
+    }
+    if (!sparse.layer_budget) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-layer-signal",
+                        "says what moves pages between layers: add --sparse-layer-budget");
+    }
+    sparse.layer_signal = signal;
   }
   return {};
 }

@@ -35,21 +35,29 @@ bool given(const CLI::Option* option);
 Status count_flag(const CLI::Option* option, const char* flag, std::uint32_t value, std::uint32_t hi);
 
 // Sparse attention's flags (docs/SPARSE.md), shared by generate, run and serve:
-// --sparse-pages N, --sparse-fraction F, --sparse-adaptive (one of them), --sparse-measure.
+// --sparse-pages N, --sparse-fraction F, --sparse-adaptive (one of them), --sparse-measure,
+// --sparse-score bound|moments|mixed, --sparse-layer-budget (a fixed budget spread over the
+// layers), --sparse-layer-signal captured|moments (what spreads it).
 constexpr std::uint32_t sparse_pages_max = 1u << 24;
 struct SparseFlags {
   std::uint32_t pages = 0;
   double fraction = 0.0;
   bool adaptive = false;
   bool measure = false;
+  std::string score;
+  bool layer_budget = false;
+  std::string layer_signal;
   CLI::Option* pages_given = nullptr;
   CLI::Option* fraction_given = nullptr;
+  CLI::Option* score_given = nullptr;
+  CLI::Option* signal_given = nullptr;
 
   void add_to(CLI::App& sub);
   bool any() const;
   const char* flag_name() const;  // the first given, for messages
   // Applies the given flags over `sparse` (the configuration's), or a one-line error naming the flag.
   Status apply(SparseSettings& sparse) const;
+  Status apply_choices(SparseSettings& sparse) const;
 };
 
 struct RunOverrides {

@@ -118,12 +118,19 @@ std::string explanation_text(const Explanation& e) {
                      e.staged_in_place ? "read in place in the host pool: the backend's kernel reads host memory"
                                        : "copied through the tiles");
   if (!e.sparse_picks.empty()) {
-    out += fmt::format("sparse selection in step {} ({} pages held per layer):\n", e.sparse_step, e.sparse_pages_held);
+    out += fmt::format("sparse selection in step {} ({} pages held per layer, score {}):\n", e.sparse_step,
+                       e.sparse_pages_held, e.sparse_score.empty() ? "bound" : e.sparse_score);
     out += fmt::format("  pages not resident: {} read (copied after the query {}, predicted {}, missed {}), "
                        "{} copied but not read, {} not copied\n",
                        e.sparse_stage_selected + e.sparse_stage_predicted + e.sparse_stage_missed,
                        e.sparse_stage_selected, e.sparse_stage_predicted, e.sparse_stage_missed,
                        e.sparse_stage_unselected, e.sparse_stage_skipped);
+    if (!e.sparse_layer_budget.empty()) {
+      out += e.sparse_layer_signal.empty() ? std::string("  budget per layer:")
+                                           : fmt::format("  budget per layer (layer budgets by {}):", e.sparse_layer_signal);
+      for (std::uint32_t b : e.sparse_layer_budget) out += fmt::format(" {}", b);
+      out += "\n";
+    }
     for (const SparsePick& p : e.sparse_picks) {
       const std::string group = p.group == UINT32_MAX ? std::string{} : fmt::format(" group {:>2}", p.group);
       if (p.rank == UINT32_MAX) {
@@ -195,12 +202,15 @@ std::string explanation_json(const Explanation& e, int indent) {
     }
     j["sparse"] = {{"step", e.sparse_step},
                    {"pages_held", e.sparse_pages_held},
-                   {"selected", std::move(picks)},
                    {"stage_selected", e.sparse_stage_selected},
                    {"stage_predicted", e.sparse_stage_predicted},
                    {"stage_missed", e.sparse_stage_missed},
                    {"stage_unselected", e.sparse_stage_unselected},
-                   {"stage_skipped", e.sparse_stage_skipped}};
+                   {"stage_skipped", e.sparse_stage_skipped},
+                   {"score", e.sparse_score.empty() ? std::string("bound") : e.sparse_score},
+                   {"budget_by_layer", e.sparse_layer_budget},
+                   {"selected", std::move(picks)}};
+    if (!e.sparse_layer_signal.empty()) j["sparse"]["layer_signal"] = e.sparse_layer_signal;
   }
   nlohmann::json runs = nlohmann::json::array();
   for (const ResidentRun& r : e.runs) {

@@ -4,7 +4,8 @@
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
-//                [--sparse-fraction F] [--sparse-lists group|one] [--rounds R] [--staging auto|copy|in-place]
+//                [--sparse-fraction F] [--sparse-lists group|one] [--sparse-score bound|moments|mixed]
+//                [--sparse-layer-budget captured|moments] [--rounds R] [--staging auto|copy|in-place]
 //
 // --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
 // engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
@@ -15,6 +16,8 @@
 // --sparse-lists: a page list per KV-head group (group, the default) or one list per layer (one).
 // --rounds R: R rounds of (M exact, M sparse) after the one prefill, each round's ratio printed,
 // then the medians of the rounds' ratios (same-run ratios at a fraction of a prefill each).
+// --sparse-score: how the pages are ranked; --sparse-layer-budget SIGNAL: the budget spread over the
+// layers by the missed mass as SIGNAL gives it (captured: the kernel's extrapolation; moments).
 //
 // Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
 // steps after it, the decode step's time shares (matmul, attention, copies,
@@ -94,6 +97,9 @@ double median_of(std::vector<double> v) {
   const std::size_t n = v.size();
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+SparseScore sparse_score = SparseScore::bound;  // --sparse-score
+bool sparse_layer_budget = false;               // --sparse-layer-budget SIGNAL
+LayerSignal sparse_layer_signal = LayerSignal::captured;
 
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
         const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0, const std::string& staging = "auto") {
@@ -137,6 +143,9 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
       settings.sparse.mode = SparseMode::fraction;
       settings.sparse.fraction = static_cast<float>(sparse_fraction);
       settings.sparse.per_group = !sparse_one_list;
+      settings.sparse.score = sparse_score;
+      settings.sparse.layer_budget = sparse_layer_budget;
+      settings.sparse.layer_signal = sparse_layer_signal;
     }
     const std::uint64_t row = settings.memory.geometry.row_bytes();
     const std::uint64_t pages = static_cast<std::uint64_t>(
@@ -194,6 +203,9 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     sparse.fraction = static_cast<float>(sparse_fraction);
     sparse.per_group = !sparse_one_list;
     std::vector<double> wall_ratios, cpu_ratios;
+    sparse.score = sparse_score;
+    sparse.layer_budget = sparse_layer_budget;
+    sparse.layer_signal = sparse_layer_signal;
     for (std::uint32_t round = 0; round < sparse_rounds; ++round) {
     double seconds[2] = {0, 0}, cpu[2] = {0, 0};
     for (int phase = 0; phase < 2; ++phase) {
@@ -211,7 +223,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
       cpu[phase] = cpu_seconds() - c0;
       const SparseStats& ss = runtime->sparse_stats();
       fmt::print("decode {} tokens, {}: {:.2f} s, {:.2f} ms/token; {:.2f} CPU s; pages read per layer {:.1f} of {:.1f}\n",
-                 decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages ({})", sparse_fraction, sparse_one_list ? "one list" : "a list per group"), seconds[phase],
+                 decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages ({}, score {}{})", sparse_fraction, sparse_one_list ? "one list" : "a list per group", sparse_score_name(sparse_score), sparse_layer_budget ? fmt::format(", layer budgets by {}", layer_signal_name(sparse_layer_signal)) : std::string()), seconds[phase],
                  1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
                  ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
       if (ss.decode_steps != 0) {
@@ -295,6 +307,19 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "--rounds {}: give 1 to 64\n", v);
         return 2;
       }
+    }
+    else if (k == "--sparse-score") {
+      if (!sparse_score_from_name(v, sparse_score) || sparse_score == SparseScore::oracle) {
+        fmt::print(stderr, "--sparse-score {}: give bound, moments or mixed\n", v);
+        return 2;
+      }
+    }
+    else if (k == "--sparse-layer-budget") {
+      if (!layer_signal_from_name(v, sparse_layer_signal)) {
+        fmt::print(stderr, "--sparse-layer-budget {}: give the signal that spreads it, captured or moments\n", v);
+        return 2;
+      }
+      sparse_layer_budget = true;
     }
     else if (k == "--staging") {
       staging = v;

@@ -41,6 +41,8 @@ nlohmann::json text_report_json(const ReportHeader& h, const TextEvalResult& r) 
                         {"read_share", ratio(s.selection.pages_read_per_step(), s.selection.pages_held_per_step())},
                         {"decode_ms_per_step", ms_per_step(s)},
                         {"mass_recall_by_layer", recall_by_layer(s.selection)}});
+    // Layer budgets by the moments: their estimate of the recall, beside the measured one.
+    if (s.selection.moment_estimate_count > 0) settings.back()["moment_estimate"] = s.selection.moment_estimate();
   }
   return {{"mode", "text"},       {"model", h.model},
           {"text", h.text},       {"text_tokens", h.text_tokens},
@@ -86,7 +88,10 @@ nlohmann::json passkey_report_json(const ReportHeader& h, const PasskeyResult& r
                         {"pages_held_per_step", sel.pages_held_per_step()}});
   }
   nlohmann::json log = nlohmann::json::array();
-  for (const PasskeyTrial& t : r.log) log.push_back({{"depth", t.depth}, {"key", t.key}, {"answers", t.answers}, {"answer_texts", t.texts}});
+  for (const PasskeyTrial& t : r.log) {
+    log.push_back({{"depth", t.depth}, {"key", t.key}, {"answers", t.answers}, {"answer_texts", t.texts},
+                   {"needle_rank_by_layer", t.needle_ranks}, {"budget_by_layer", t.budgets}});
+  }
   return {{"mode", "passkey"}, {"model", h.model},   {"context", h.context}, {"trials", r.trials},
           {"seed", h.seed},    {"depths", r.depths}, {"settings", settings},  {"trials_log", log}};
 }

@@ -64,15 +64,45 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     scores.push_back(score);
   }
   if (scores.empty()) scores.push_back(SparseScore::bound);
+  std::vector<LayerSignal> signals;
+  for (const std::string& name : request.layer_signals) {
+    LayerSignal signal = LayerSignal::captured;
+    if (name == layer_signal_name(LayerSignal::moments)) {
+      signal = LayerSignal::moments;
+    } else if (name != layer_signal_name(LayerSignal::captured)) {
+      return make_error(ErrorCode::invalid_argument, "--sparse-layer-signal",
+                        fmt::format("'{}' is not a layer signal: give captured or moments", name));
+    }
+    if (std::find(signals.begin(), signals.end(), signal) != signals.end())
+      return make_error(ErrorCode::invalid_argument, "--sparse-layer-signal",
+                        fmt::format("the layer signal '{}' is given twice", name));
+    signals.push_back(signal);
+  }
+  if (!signals.empty() && !request.layer_budget)
+    return make_error(ErrorCode::invalid_argument, "--sparse-layer-signal",
+                      "says what moves pages between layers: add --sparse-layer-budget");
+  if (signals.empty()) signals.push_back(LayerSignal::captured);
   // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
   // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
-  const auto add_scored = [&](EvalSetting s) {
+  const auto add_layered = [&](const EvalSetting& s) {
     out.push_back(s);
     if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
-      EvalSetting layered = s;
-      layered.name += " layers";
-      layered.sparse.layer_budget = true;
-      out.push_back(std::move(layered));
+      for (LayerSignal signal : signals) {
+        EvalSetting layered = s;
+        layered.name += signal == LayerSignal::moments ? " layers by moments" : " layers";
+        layered.sparse.layer_budget = true;
+        layered.sparse.layer_signal = signal;
+        out.push_back(std::move(layered));
+      }
+    }
+  };
+  const auto add_scored = [&](EvalSetting s) {
+    add_layered(s);
+    if (request.per_head) {  // --sparse-per-head: the same with per-query-head rankings
+      EvalSetting heads = s;
+      heads.name += " heads";
+      heads.sparse.per_head = true;
+      add_layered(heads);
     }
     if (!request.one_list) return;
     s.name += " one list";

@@ -46,12 +46,21 @@ struct SettingRequest {
   // bound is named with it ("fraction 1/8 oracle"). "oracle" is an analysis setting (the true
   // attention mass from an exact pass), not a policy.
   std::vector<std::string> scores;
+  // --sparse-layer-signal (with --sparse-layer-budget): each fixed budget gets one layered setting
+  // per signal named here, in the order given ("captured": the measured recall in eval, named
+  // "… layers"; "moments": the moments' estimate, deployable, named "… layers by moments");
+  // empty: captured only.
+  std::vector<std::string> layer_signals;
+  // --sparse-per-head: each sparse setting (and its layered ones) also with per-query-head
+  // rankings (SparseSettings::per_head, named "… heads").
+  bool per_head = false;
 };
 
 // Exact first, then the requested settings (the default set when none was
 // requested). Refused, naming the flag: a fraction outside (0, 1] or not a
 // number, a page budget of 0, more than settings_max settings, a setting asked
-// twice, a score that is not bound, moments or oracle.
+// twice, a score that is not bound, moments, mixed or oracle, a layer signal that is not captured
+// or moments or given twice, or given without --sparse-layer-budget.
 Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request);
 
 // "1/8" for a fraction that is the inverse of a whole number, else the decimal.

@@ -58,6 +58,37 @@ TEST(EvalSettings, OneListAndLayerBudgetVariantsFollowEachSetting) {
   for (std::size_t i = 1; i < s->size(); ++i) EXPECT_TRUE((*s)[i].sparse.measure) << (*s)[i].name;
 }
 
+TEST(EvalSettings, LayerSignalsGiveOneLayeredSettingEachAndAreRefusedAlone) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.layer_budget = true;
+  r.scores = {"mixed"};
+  r.layer_signals = {"moments", "captured"};
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 4u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8 mixed");
+  EXPECT_FALSE((*s)[1].sparse.layer_budget);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 mixed layers by moments");
+  EXPECT_TRUE((*s)[2].sparse.layer_budget);
+  EXPECT_EQ((*s)[2].sparse.layer_signal, LayerSignal::moments);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 mixed layers");
+  EXPECT_EQ((*s)[3].sparse.layer_signal, LayerSignal::captured);
+  const auto refused = [](SettingRequest q, const char* what) {
+    Result<std::vector<EvalSetting>> bad = make_settings(q);
+    ASSERT_FALSE(bad.ok()) << what;
+    EXPECT_NE(bad.error().describe().find("--sparse-layer-signal"), std::string::npos) << bad.error().describe();
+  };
+  SettingRequest q = r;
+  q.layer_signals = {"kernel"};
+  refused(q, "an unknown signal");
+  q.layer_signals = {"moments", "moments"};
+  refused(q, "a signal twice");
+  q.layer_signals = {"moments"};
+  q.layer_budget = false;
+  refused(q, "a signal without layer budgets");
+}
+
 TEST(EvalSettings, EachSettingRunsOncePerScoreNamedWithIt) {
   SettingRequest r;
   r.fractions = {0.125f};

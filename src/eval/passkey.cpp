@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <random>
@@ -18,8 +19,16 @@ constexpr const char* intro =
 constexpr const char* filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n";
 constexpr const char* question = "What is the pass key? The pass key is";
 
+constexpr const char* chat_question = "What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is";
+
 std::vector<engine::TokenId> encode(const tokenizer::Tokenizer& tok, const std::string& text) {
   const std::vector<tokenizer::TokenId> ids = tok.encode(text, tokenizer::Special::plain);
+  return {ids.begin(), ids.end()};
+}
+
+// The chat template's markers become their control tokens.
+std::vector<engine::TokenId> encode_special(const tokenizer::Tokenizer& tok, const std::string& text) {
+  const std::vector<tokenizer::TokenId> ids = tok.encode(text, tokenizer::Special::allow);
   return {ids.begin(), ids.end()};
 }
 
@@ -35,6 +44,30 @@ bool answer_done(const std::string& answer) {
   return lead + digits.size() < answer.size();  // something followed the digits
 }
 
+// The needle's best rank per layer and group in the step just taken (see PasskeyTrial).
+void note_needle_ranks(const KvRuntime& runtime, ContextId context, const PasskeyPrompt& prompt, bool sparse,
+                       PasskeyTrial& entry) {
+  std::vector<std::vector<std::uint32_t>> ranks;
+  std::vector<std::uint32_t> budgets;
+  if (sparse) {
+    const MemoryPlan& plan = runtime.plan();
+    const std::uint32_t P = plan.arena.page_tokens;
+    const std::uint32_t first = prompt.needle_token / P, last = (prompt.needle_token + prompt.needle_tokens - 1) / P;
+    for (std::uint32_t l = 0; l < plan.geometry.dense_layers; ++l) {
+      std::vector<std::uint32_t> by_group(plan.geometry.kv_heads, UINT32_MAX);
+      for (std::uint32_t g = 0; g < plan.geometry.kv_heads; ++g) {
+        for (std::uint32_t page = first; page <= last; ++page) {
+          by_group[g] = std::min(by_group[g], runtime.sparse_rank(context, l, g, page));
+        }
+      }
+      ranks.push_back(std::move(by_group));
+    }
+    budgets = runtime.explain(context).sparse_layer_budget;
+  }
+  entry.needle_ranks.push_back(std::move(ranks));
+  entry.budgets.push_back(std::move(budgets));
+}
+
 }  // namespace
 
 std::string leading_digits(std::string_view answer) {
@@ -46,13 +79,16 @@ std::string leading_digits(std::string_view answer) {
 }
 
 Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::uint32_t context, double depth,
-                                          std::uint32_t key) {
+                                          std::uint32_t key, PasskeyFormat format) {
   PasskeyPrompt p;
   p.key = fmt::format("{}", key);
-  const std::vector<engine::TokenId> head = encode(tok, intro);
+  const bool chat = format == PasskeyFormat::chat;
+  std::vector<engine::TokenId> head = chat ? encode_special(tok, "<|im_start|>user\n") : std::vector<engine::TokenId>{};
+  const std::vector<engine::TokenId> intro_tokens = encode(tok, intro);
+  head.insert(head.end(), intro_tokens.begin(), intro_tokens.end());
   const std::vector<engine::TokenId> unit = encode(tok, filler);
   const std::vector<engine::TokenId> needle = encode(tok, fmt::format("The pass key is {}. Remember it. {} is the pass key.\n", key, key));
-  p.question = encode(tok, question);
+  p.question = chat ? encode_special(tok, chat_question) : encode(tok, question);
   const std::size_t fixed = head.size() + needle.size() + p.question.size() + passkey_answer_tokens_max;
   if (context < fixed + unit.size())
     return make_error(ErrorCode::invalid_argument, "--context",
@@ -71,7 +107,11 @@ Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::
     p.needle_token = static_cast<std::uint32_t>(p.prefix.size());
     p.prefix.insert(p.prefix.end(), needle.begin(), needle.end());
   }
-  if (tok.add_bos() && tok.bos()) p.prefix.insert(p.prefix.begin(), static_cast<engine::TokenId>(*tok.bos()));
+  if (tok.add_bos() && tok.bos()) {
+    p.prefix.insert(p.prefix.begin(), static_cast<engine::TokenId>(*tok.bos()));
+    ++p.needle_token;
+  }
+  p.needle_tokens = static_cast<std::uint32_t>(needle.size());
   return p;
 }
 
@@ -107,10 +147,10 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
   for (std::size_t d = 0; d < request.depths.size(); ++d) {
     for (std::uint32_t trial = 0; trial < request.trials; ++trial) {
       const auto key = static_cast<std::uint32_t>(10000 + keys() % 90000);
-      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key);
+      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key, request.format);
       if (!prompt) return prompt.error();
       if (Status st = contexts.open(prompt->prefix, request.context); !st) return st.error();
-      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}};
+      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}, {}, {}};
       for (std::uint32_t s = 0; s < settings.size(); ++s) {
         std::span<const float> logits;
         for (engine::TokenId t : prompt->question) {
@@ -118,6 +158,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
           if (!l) return l.error();
           logits = *l;
         }
+        note_needle_ranks(rig.runtime(), contexts.context(s), *prompt, settings[s].sparse.enabled(), entry);
         std::string answer;
         for (std::uint32_t a = 0; a < passkey_answer_tokens_max; ++a) {
           const engine::TokenId next = argmax(logits);

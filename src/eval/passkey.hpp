@@ -42,20 +42,28 @@ struct PasskeyPrompt {
   std::vector<engine::TokenId> prefix;    // intro, filler, needle, filler: prefilled exactly
   std::vector<engine::TokenId> question;  // fed as decode steps
   std::string key;                        // five digits
-  std::uint32_t needle_token = 0;         // where the needle starts in the prompt
+  std::uint32_t needle_token = 0;         // where the needle starts in the prompt (BOS counted)
+  std::uint32_t needle_tokens = 0;        // its length in tokens
 };
 
 // The prompt for one trial: `context` tokens at most, answer room included.
 // Refused (naming --context) when the context cannot hold the intro, the
 // needle, the question, the answer and one filler unit.
+// The prompt's format: plain (above), or chat — the same haystack as the user's turn of a ChatML
+// conversation (the instruct model's own template) and the answer begun in the assistant's:
+//   <|im_start|>user\n{intro}{filler…needle…filler}What is the pass key?<|im_end|>\n
+//   <|im_start|>assistant\nThe pass key is
+// (the question part, from "What is", fed as decode steps as before).
+enum class PasskeyFormat : std::uint8_t { plain, chat };
 Result<PasskeyPrompt> make_passkey_prompt(const tokenizer::Tokenizer& tok, std::uint32_t context, double depth,
-                                          std::uint32_t key);
+                                          std::uint32_t key, PasskeyFormat format = PasskeyFormat::plain);
 
 struct PasskeyRequest {
   std::uint32_t context = 0;
   std::vector<double> depths;  // each in [0, 1]
   std::uint32_t trials = 1;    // per depth
   std::uint64_t seed = 0;
+  PasskeyFormat format = PasskeyFormat::plain;
 };
 
 struct PasskeyTrial {
@@ -63,6 +71,12 @@ struct PasskeyTrial {
   std::string key;
   std::vector<std::string> answers;  // per setting, the digits it gave (may be empty)
   std::vector<std::string> texts;    // per setting, the answer as decoded (what the digits came from)
+  // Per setting, at the step of the question's last token (the one whose logits give the
+  // answer's first token): per dense layer and KV head group, the best rank of the needle's
+  // pages among every page by the setting's score (sparse settings with per-group lists; empty
+  // otherwise), and each layer's budget — a rank below the budget less the forced pages is read.
+  std::vector<std::vector<std::vector<std::uint32_t>>> needle_ranks;  // [setting][layer][group]
+  std::vector<std::vector<std::uint32_t>> budgets;                    // [setting][layer]
 };
 
 struct PasskeyResult {

@@ -15,6 +15,8 @@ void SelectionTotals::add(const SelectionTotals& o) noexcept {
   pages_held += o.pages_held;
   recall_sum += o.recall_sum;
   recall_count += o.recall_count;
+  moment_estimate_sum += o.moment_estimate_sum;
+  moment_estimate_count += o.moment_estimate_count;
   for (std::size_t l = 0; l < recall_layer_sum.size(); ++l) {
     recall_layer_sum[l] += o.recall_layer_sum[l];
     recall_layer_count[l] += o.recall_layer_count[l];
@@ -117,6 +119,8 @@ Result<std::span<const float>> SettingContexts::decode(std::uint32_t s, engine::
     t.pages_held += after.pages_context - before.pages_context;
     t.recall_sum += after.recall_sum - before.recall_sum;
     t.recall_count += after.recall_count - before.recall_count;
+    t.moment_estimate_sum += after.moment_estimate_sum - before.moment_estimate_sum;
+    t.moment_estimate_count += after.moment_estimate_count - before.moment_estimate_count;
     for (std::size_t l = 0; l < t.recall_layer_sum.size(); ++l) {
       t.recall_layer_sum[l] += after.recall_layer_sum[l] - before.recall_layer_sum[l];
       t.recall_layer_count[l] += after.recall_layer_count[l] - before.recall_layer_count[l];

@@ -39,10 +39,16 @@ struct SelectionTotals {
   // The measured recall per dense layer (sparse settings; layers below SparseStats::recall_layers_max).
   std::array<double, SparseStats::recall_layers_max> recall_layer_sum{};
   std::array<std::uint64_t, SparseStats::recall_layers_max> recall_layer_count{};
+  // Layer budgets by the moments: Σ and count of the moments' estimate of the captured mass.
+  double moment_estimate_sum = 0.0;
+  std::uint64_t moment_estimate_count = 0;
 
   double pages_read_per_step() const noexcept { return steps == 0 ? 0.0 : double(pages_read) / double(steps); }
   double pages_held_per_step() const noexcept { return steps == 0 ? 0.0 : double(pages_held) / double(steps); }
   double mass_recall() const noexcept { return recall_count == 0 ? 0.0 : recall_sum / double(recall_count); }
+  double moment_estimate() const noexcept {
+    return moment_estimate_count == 0 ? 0.0 : moment_estimate_sum / double(moment_estimate_count);
+  }
   void add(const SelectionTotals& o) noexcept;
 };
 
@@ -65,6 +71,7 @@ class SettingContexts {
   void close();
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(settings_.size()); }
+  ContextId context(std::uint32_t s) const { return contexts_.at(s); }  // setting s's open context
   const SelectionTotals& totals(std::uint32_t s) const { return totals_.at(s); }
   // Prompt tokens prefilled, and adopted from the shared prefix, over every open().
   std::uint64_t tokens_prefilled() const noexcept { return tokens_prefilled_; }

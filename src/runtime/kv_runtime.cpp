@@ -76,7 +76,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     bounds_.resize(std::size_t{g.kv_heads} * pages);
     q_positive_.resize(std::size_t{settings.q_heads} * g.head_dim);
     q_negative_.resize(std::size_t{settings.q_heads} * g.head_dim);
-    selection_ = std::make_unique<runtime::SelectionScratch>(g.kv_heads, pages);
+    // Rankings: one per KV head group, or per query head of a group (per_head).
+    selection_ = std::make_unique<runtime::SelectionScratch>(std::max(g.kv_heads, settings.q_heads / g.kv_heads), pages);
     AK_ASSERT(summaries_->bytes().size() == plan_.arena.summaries.size_bytes, "kv runtime: the summaries part must hold the table");
     summary_uploads_.resize(sizes_.entries_max);
     selected_.resize(pages);
@@ -103,6 +104,8 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     unselected_.resize(sizes_.entries_max);
     tail_count_.resize(sizes_.entries_max);
     tail_mass_.resize(sizes_.entries_max);
+    moment_captured_.assign(sizes_.entries_max, 1.0f);
+    pick_budget_.assign(per_slot_layer, 0);
     entry_of_slot_.assign(slots, UINT32_MAX);
     full_state_.resize(state_.size());
     last_read_.assign(per_slot_layer * pages, 0);

@@ -199,6 +199,8 @@ class KvRuntimeImpl final : public KvRuntime {
   Status set_sparse(const SparseSettings& sparse) override;
   void set_parallel(const ParallelChunks& parallel) override;
   Explanation explain(ContextId context) const override;
+  std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
+                            std::uint32_t logical) const override;
   const char* check() const override;
   std::uint32_t pages_free() const override { return arena_.pages().pages_free(); }
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
@@ -439,6 +441,20 @@ class KvRuntimeImpl final : public KvRuntime {
                    std::size_t stride) noexcept;
   std::unique_ptr<runtime::PageMoments> moments_;  // score moments: per page and KV head, Σk and Σk²
   std::vector<float> score_scratch_;           // score moments: [group heads × pages_per_layer_max]
+  // per_head: each query head's own score of every page ([q_heads × pages_per_layer_max]) and
+  // one head's moments' mass ([pages_per_layer_max]).
+  void head_scores(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n) noexcept;
+  std::vector<float> head_scores_, head_mass_;
+  std::vector<float> moment_mass_;             // the moments' mass of an entry's layer: [kv_heads × pages_per_layer_max]
+  // Layer budgets following the moments' estimate (LayerSignal::moments): the estimated captured
+  // mass of a selection (moment_mass_ after score_pages; keep_ the selection's head masks), the
+  // mean over the groups; per entry this layer's (moment_captured_, 1 when every page is read).
+  static bool moment_signal(const SparseSettings& s) noexcept {
+    return s.layer_budget && s.layer_signal == LayerSignal::moments;
+  }
+  float moment_captured(const std::uint32_t* keep, std::uint32_t n, bool per_group) const noexcept;
+  std::vector<float> moment_captured_;         // [entries_max]
+  std::vector<std::uint32_t> pick_budget_;     // [slots × layers]: the last selection's budget (explain)
   std::vector<float> oracle_scores_;           // score oracle: [q_heads × tokens of a layer]
   std::uint32_t summary_upload_count_ = 0;
   // attend: chooses each decode entry's pages into keep_; false when every page is read.

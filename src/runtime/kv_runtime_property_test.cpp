@@ -128,6 +128,11 @@ void run_seed(std::uint64_t seed, Totals& totals, bool sparse = false, bool tigh
     settings.sparse.staging = seed % 3 == 0 ? SparseStaging::every : seed % 3 == 1 ? SparseStaging::predicted
                                                                                    : SparseStaging::selected;
     if (tight) settings.sparse.measure = false;
+    // Layer budgets (fixed budgets only) in two seeds of three, by the moments in half of those;
+    // from the seed, not drawn, so every other draw of a seed is what it was.
+    settings.sparse.layer_budget = seed % 3 != 0;
+    settings.sparse.layer_signal = (seed / 3) % 2 == 1 ? LayerSignal::moments : LayerSignal::captured;
+    settings.sparse.per_head = seed % 4 == 1;  // per-query-head rankings in one seed of four
   }
 
   BackendOptions options;

@@ -220,11 +220,13 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     float* scores = heavy_.data() + sl * max;
     fill_[e] = 0;
     unselected_[e] = 0;
+    moment_captured_[e] = 1.0f;
     if (query_count_[e] != 1) {  // prefill stays exact
       std::fill_n(keep, n, all_heads_);
       continue;
     }
     const std::uint32_t budget = sparse_budget(slot, layer, n);
+    pick_budget_[sl] = std::min(budget, n);
     ++sparse_stats_.selections;
     ++sparse_stats_.selections_last;
     sparse_stats_.pages_context += n;
@@ -294,7 +296,29 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     if (heavy) in.heavy = {heavy_flags_.data(), n};
     std::uint32_t count = 0;
     std::uint64_t head_pages = 0;  // (page, KV head) pairs read
-    if (per_group_) {
+    if (per_group_ && s.per_head && !head_scores_.empty()) {
+      // Each group the union of its query heads' own rankings, round-robin within the budget.
+      head_scores(layer, e, qe, n);
+      const std::uint32_t group = settings_.q_heads / kv;
+      std::fill_n(keep, n, 0u);
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        runtime::SelectionInput heads = in;
+        heads.groups = group;
+        heads.bound = {head_scores_.data() + std::size_t{kh} * group * max, (std::size_t{group} - 1) * max + n};
+        heads.bound_stride = max;
+        const std::uint32_t taken = runtime::select_pages(heads, *selection_, {selected_.data(), n});
+        for (std::uint32_t i = 0; i < taken; ++i) keep[selected_[i]] |= 1u << kh;
+        std::copy_n(selection_->rank.data(), n, selection_->group_rank.data() + std::size_t{kh} * n);
+      }
+      for (std::uint32_t p = 0; p < n; ++p) {
+        head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));
+        count += keep[p] != 0 ? 1u : 0u;
+      }
+      std::uint32_t* group_rank = pick_group_rank_.data() + sl * kv * max;
+      for (std::uint32_t kh = 0; kh < kv; ++kh) {
+        std::copy_n(selection_->group_rank.data() + std::size_t{kh} * n, n, group_rank + std::size_t{kh} * max);
+      }
+    } else if (per_group_) {
       // Each group its own pages: the kernel reads, per page, only the heads whose bit is set.
       count = runtime::select_pages_per_group(in, *selection_, {keep, n});
       for (std::uint32_t p = 0; p < n; ++p) head_pages += static_cast<std::uint64_t>(std::popcount(keep[p]));
@@ -309,6 +333,11 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
       head_pages = std::uint64_t{count} * kv;
     }
     for (std::uint32_t p = 0; p < n; ++p) last_read[p] = keep[p] != 0 ? 1 : 0;
+    if (moment_signal(s) && moments_ != nullptr) {
+      moment_captured_[e] = moment_captured(keep, n, per_group_);
+      sparse_stats_.moment_estimate_sum += moment_captured_[e];
+      ++sparse_stats_.moment_estimate_count;
+    }
     std::uint32_t ranked = 0;
     std::copy_n(selection_->rank.data(), n, pick_rank);
     if (!per_group_) {  // one list: explain gives a page's best bound over the groups
@@ -405,6 +434,10 @@ void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool 
   const std::size_t stride = 2u + plan_.geometry.head_dim;
   for (std::uint32_t e = 0; e < entries(); ++e) {
     if (query_count_[e] != 1) continue;
+    // Layer budgets by the moments: the layer's share follows their estimate (every layer that
+    // selected; 1 when it read every page), whatever the other estimate or the measure says.
+    const bool by_moments = moment_signal(settings_.sparse);
+    if (by_moments) layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = moment_captured_[e];
     double captured = 1.0;
     bool known = unselected_[e] == 0;
     if (!known && measured) {
@@ -424,7 +457,7 @@ void KvRuntimeImpl::note_captured_mass(std::uint32_t layer, bool measured, bool 
     }
     if (!known) continue;
     // The layers' running averages move at end_step, so every layer of a step sees the same shares.
-    layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = static_cast<float>(captured);
+    if (!by_moments) layer_captured_step_[std::size_t{e} * plan_.geometry.dense_layers + layer] = static_cast<float>(captured);
     captured_sum_[e] += captured;
     ++captured_layers_[e];
     sparse_stats_.captured_estimate_sum += captured;
@@ -460,6 +493,12 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
   e.sparse_stage_missed = stage[2];
   e.sparse_stage_unselected = stage[3];
   e.sparse_stage_skipped = stage[4];
+  e.sparse_score = sparse_score_name(settings_.sparse.score);
+  if (settings_.sparse.layer_budget && settings_.sparse.mode != SparseMode::adaptive) {
+    e.sparse_layer_signal = layer_signal_name(settings_.sparse.layer_signal);
+  }
+  e.sparse_layer_budget.assign(pick_budget_.begin() + std::ptrdiff_t(std::size_t{context.slot} * layers),
+                               pick_budget_.begin() + std::ptrdiff_t(std::size_t{context.slot} * layers + layers));
   const std::uint32_t kv = plan_.geometry.kv_heads;
   for (std::uint32_t l = 0; l < layers; ++l) {
     const std::size_t sl = std::size_t{context.slot} * layers + l;
@@ -484,6 +523,29 @@ void KvRuntimeImpl::explain_sparse(ContextId context, Explanation& e) const {
                                           UINT32_MAX, static_cast<PickStaging>(pick_staging_[sl * max + p])});
     }
   }
+}
+
+}  // namespace activekv::runtime_impl
+
+namespace activekv::runtime_impl {
+
+std::uint32_t KvRuntimeImpl::sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
+                                         std::uint32_t logical) const {
+  const std::uint32_t layers = plan_.geometry.dense_layers, kv = plan_.geometry.kv_heads;
+  if (summaries_ == nullptr || context.slot >= pick_step_.size() || pick_step_[context.slot] == 0 ||
+      pick_per_group_[context.slot] == 0 || layer >= layers || group >= kv) {
+    return UINT32_MAX;
+  }
+  const std::uint32_t max = sizes_.pages_per_layer_max;
+  const std::size_t sl = std::size_t{context.slot} * layers + layer;
+  const std::uint32_t n = pick_pages_[sl];
+  if (logical >= n) return UINT32_MAX;
+  const float* score = pick_group_bound_.data() + (sl * kv + group) * max;
+  std::uint32_t rank = 0;
+  for (std::uint32_t p = 0; p < n; ++p) {
+    rank += (score[p] > score[logical] || (score[p] == score[logical] && p < logical)) ? 1u : 0u;
+  }
+  return rank;
 }
 
 }  // namespace activekv::runtime_impl

@@ -109,4 +109,15 @@ void mix_bound_mass(const float* bound, const float* moments, std::uint32_t head
   }
 }
 
+float selected_mass_share(const float* mass, const std::uint32_t* keep, std::uint32_t bit, std::uint32_t pages) noexcept {
+  double total = 0.0, selected = 0.0;
+  for (std::uint32_t p = 0; p < pages; ++p) {
+    const double m = mass[p] > 0.0f ? static_cast<double>(mass[p]) : 0.0;  // NaN and negatives count 0
+    total += m;
+    if ((keep[p] & bit) != 0) selected += m;
+  }
+  if (!(total > 0.0) || !std::isfinite(total)) return 1.0f;
+  return static_cast<float>(std::clamp(selected / total, 0.0, 1.0));
+}
+
 }  // namespace activekv::runtime

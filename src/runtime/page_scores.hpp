@@ -16,6 +16,9 @@
 //              (softmax over the pages of scale × the group's bound, times the group's heads so
 //              both sum to the heads): the bound's few peaked pages and the moments' broad ones
 //              both rank high (mix_bound_mass).
+// And a layer signal: the moments' estimate of the mass a selection captures, the estimated mass
+// of the selected pages over that of all pages (selected_mass_share), from the same per-page
+// estimates, with no key read — what the layer budgets follow in deploy mode (LayerSignal::moments).
 // Invariants: the moments of a page are exactly the fp32 sums of the keys written to it (as the
 // kernel reads them), in write order; nothing here allocates after construction.
 #pragma once
@@ -61,5 +64,11 @@ void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, 
 // mixed: out[p] = ½ (moments[p] + heads · softmax_p(scale · bound[p])), for p < pages.
 void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
                     float* out) noexcept;
+
+// The share of a group's estimated mass that its selection holds: mass [pages] (moment_page_scores'
+// out), keep [pages] the selection's per-page KV head masks, `bit` the group's. Returns
+// Σ_{p: keep[p] & bit} mass[p] / Σ_p mass[p] in [0, 1]; 1 when the total is 0 or not finite
+// (nothing to miss, or no estimate: a layer with no estimate keeps its share).
+float selected_mass_share(const float* mass, const std::uint32_t* keep, std::uint32_t bit, std::uint32_t pages) noexcept;
 
 }  // namespace activekv::runtime

@@ -11,12 +11,15 @@
 //   - at a small budget the kernel reads fewer pages, the measured recall is in (0, 1] and
 //     grows with the budget, explain names each selected page's bound and rank (per group with
 //     per-group lists, each group's list holding the budget; and with one list), the adaptive
-//     budget runs, layer budgets keep the total and move pages between layers, and no sparse
-//     step allocates;
+//     budget runs, layer budgets keep the total and move pages between layers (also when the
+//     moments' estimate moves them: explain's budget per layer sums to the total and names the
+//     score and the signal), and no sparse step allocates;
 //   - the bound cut over borrowed threads (ParallelChunks) selects the same pages, bounds and
 //     ranks, and gives the same outputs, as one thread;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "activekv/backend.hpp"
+#include "activekv/explain.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "runtime/element_codec.hpp"
 #include "runtime/sparse_selection.hpp"
@@ -328,6 +332,8 @@ struct SparseRun {
   Explanation explanation;
   std::uint64_t summary_bytes_checked = 0;  // arena summaries part compared with the keys written
   bool summaries_match = true;
+  std::uint32_t ranks_checked = 0;  // per-group picks whose sparse_rank was checked
+  bool ranks_ok = true;
 };
 
 SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at_create = true,
@@ -446,6 +452,16 @@ SparseRun run(const SparseSettings& sparse, double pool_fraction, bool sparse_at
   result.stats = rt.sparse_stats();
   result.counters = rt.counters();
   result.explanation = rt.explain(ids[0]);
+  // sparse_rank: a page ranked r in its group's list is ranked r among every page less at most
+  // the forced ones; an unread page ranks after every page its group read by rank.
+  for (const SparsePick& p : result.explanation.sparse_picks) {
+    if (p.group == UINT32_MAX || p.rank == UINT32_MAX) continue;
+    const std::uint32_t r = rt.sparse_rank(ids[0], p.layer, p.group, p.logical);
+    const std::uint32_t forced = 1u + std::max(1u, sparse.recent_pages);
+    result.ranks_ok = result.ranks_ok && r >= p.rank && r <= p.rank + forced;
+    ++result.ranks_checked;
+  }
+  result.ranks_ok = result.ranks_ok && rt.sparse_rank(ids[0], layers, 0, 0) == UINT32_MAX;
   for (ContextId id : ids) rt.finish(id);
   EXPECT_EQ(rt.pages_free(), rt.pages_total());
   return result;
@@ -527,6 +543,8 @@ TEST(SparseRuntime, SmallBudgetsReadFewerPagesMeasureRecallAndAllocateNothing) {
         }
       }
       for (std::uint32_t c : per_list) EXPECT_EQ(c, budget) << "each group's list holds the budget";
+      EXPECT_TRUE(r.ranks_ok) << "sparse_rank agrees with the list's ranks";
+      if (per_group) EXPECT_GT(r.ranks_checked, 0u);
       if (fraction == 1.0 && per_group) last_recall = r.stats.mean_recall();
      }
     }
@@ -554,6 +572,63 @@ TEST(SparseRuntime, LayerBudgetsKeepTheTotalReadPerStep) {
     }
     EXPECT_NEAR(static_cast<double>(per_layer[0] + per_layer[1]), 24.0, 1.0) << "the last step's total, to rounding";
   }
+}
+
+// Layer budgets following the moments' estimate (LayerSignal::moments, deployable: no key read):
+// with each score, with and without measure mode, the total read per step stays the budget's
+// (explain's budget per layer sums to budget × layers, to rounding), the estimate is tallied for
+// every selection that selected, it is a share in (0, 1], explain names the score and the signal,
+// and no step allocates; explain's budget per layer is what each layer's lists hold.
+TEST(SparseRuntime, LayerBudgetsByTheMomentsKeepTheTotalAndAllocateNothing) {
+  for (SparseScore score : {SparseScore::bound, SparseScore::mixed}) {
+    for (bool measure : {true, false}) {
+      SparseSettings s;
+      s.mode = SparseMode::pages;
+      s.pages = 12;
+      s.layer_budget = true;
+      s.layer_signal = LayerSignal::moments;
+      s.score = score;
+      s.measure = measure;
+      const SparseRun r = run(s, 1.0);
+      ASSERT_EQ(r.stats.selections, std::uint64_t{decode} * contexts * layers);
+      EXPECT_NEAR(r.stats.pages_read_per_selection(), 12.0, 0.5 + 1e-9);
+      EXPECT_GT(r.stats.moment_estimate_count, 0u);
+      EXPECT_LE(r.stats.moment_estimate_count, r.stats.selections);
+      EXPECT_GT(r.stats.mean_moment_estimate(), 0.0);
+      EXPECT_LE(r.stats.mean_moment_estimate(), 1.0 + 1e-6);
+      EXPECT_EQ(r.allocations_after_first_decode, 0u);
+      EXPECT_EQ(r.counters.heap_allocations_in_steps, 0u);
+      const Explanation& e = r.explanation;
+      EXPECT_EQ(e.sparse_score, sparse_score_name(score));
+      EXPECT_EQ(e.sparse_layer_signal, "moments");
+      ASSERT_EQ(e.sparse_layer_budget.size(), std::size_t{layers});
+      std::uint32_t total = 0;
+      for (std::uint32_t b : e.sparse_layer_budget) total += b;
+      EXPECT_NEAR(static_cast<double>(total), 12.0 * layers, 0.5 * layers + 1e-9) << "the layer budgets sum to the total";
+      std::vector<std::uint32_t> per_layer(layers, 0);
+      for (const SparsePick& p : e.sparse_picks) {
+        if (p.group == 0) ++per_layer[p.layer];
+      }
+      for (std::uint32_t l = 0; l < layers; ++l) EXPECT_EQ(per_layer[l], e.sparse_layer_budget[l]) << "layer " << l;
+      const std::string text = explanation_text(e);
+      EXPECT_NE(text.find(fmt::format("score {}", sparse_score_name(score))), std::string::npos) << text;
+      EXPECT_NE(text.find("budget per layer (layer budgets by moments):"), std::string::npos) << text;
+      const nlohmann::json j = nlohmann::json::parse(explanation_json(e));
+      EXPECT_EQ(j["sparse"]["score"], sparse_score_name(score));
+      EXPECT_EQ(j["sparse"]["layer_signal"], "moments");
+      EXPECT_EQ(j["sparse"]["budget_by_layer"].size(), std::size_t{layers});
+    }
+  }
+  // Without layer budgets explain gives the uniform budget, the score, and no signal.
+  SparseSettings plain;
+  plain.mode = SparseMode::pages;
+  plain.pages = 12;
+  plain.score = SparseScore::moments;
+  const SparseRun r = run(plain, 1.0);
+  EXPECT_EQ(r.explanation.sparse_score, "moments");
+  EXPECT_TRUE(r.explanation.sparse_layer_signal.empty());
+  EXPECT_EQ(r.explanation.sparse_layer_budget, std::vector<std::uint32_t>(layers, 12u));
+  EXPECT_EQ(r.stats.moment_estimate_count, 0u) << "the estimate runs only for layer budgets by the moments";
 }
 
 TEST(SparseRuntime, AdaptiveAndFractionBudgetsRun) {
@@ -710,6 +785,32 @@ TEST(SparseRuntime, OtherScoresRankByTheirScoreAndTheOracleRecallsMost) {
     EXPECT_GE(oracle.stats.recall_layer_sum[l], mixed.stats.recall_layer_sum[l] - 1e-4) << "layer " << l;
   }
   EXPECT_FALSE(identical(oracle.decode_outputs, bound.decode_outputs));
+}
+
+// Per-query-head rankings: each group reads the union of its heads' own top pages, exactly the
+// budget per group (the forced pages included), for every score; nothing allocates per step; the
+// outputs differ from the group ranking's (another choice of pages) and the reference check of
+// the property test covers the pages read.
+TEST(SparseRuntime, PerHeadRankingsReadTheBudgetPerGroupAndAllocateNothing) {
+  for (SparseScore score : {SparseScore::bound, SparseScore::mixed, SparseScore::oracle}) {
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 8;
+    s.measure = true;
+    s.score = score;
+    const SparseRun grouped = run(s, 1.0);
+    s.per_head = true;
+    const SparseRun heads = run(s, 1.0);
+    ASSERT_EQ(heads.stats.selections, grouped.stats.selections);
+    EXPECT_EQ(heads.stats.pages_read, heads.stats.selections * 8u) << sparse_score_name(score);
+    EXPECT_EQ(heads.allocations_after_first_decode, 0u);
+    EXPECT_EQ(heads.counters.heap_allocations_in_steps, 0u);
+    EXPECT_GT(heads.stats.mean_recall(), 0.0);
+    EXPECT_FALSE(identical(heads.decode_outputs, grouped.decode_outputs)) << sparse_score_name(score);
+    std::vector<std::uint32_t> per_list(std::size_t{layers} * kv_heads, 0);
+    for (const SparsePick& p : heads.explanation.sparse_picks) ++per_list[std::size_t{p.layer} * kv_heads + p.group];
+    for (std::uint32_t c : per_list) EXPECT_EQ(c, 8u);
+  }
 }
 
 TEST(SparseRuntime, AnExactRuntimeRefusesASparseSetting) {

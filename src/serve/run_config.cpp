@@ -77,12 +77,14 @@ Status read_sparse(const json& value, SparseSettings& out, std::string_view sour
     out = SparseSettings{};
     return {};
   }
-  if (!value.is_object()) return field_error(source, "sparse", "must be \"exact\" or an object with mode, pages, fraction, recent_pages, floor_pages, measure");
+  if (!value.is_object()) return field_error(source, "sparse", "must be \"exact\" or an object with mode, pages, fraction, recent_pages, floor_pages, measure, score, layer_budget, layer_signal");
   for (const auto& [key, v] : value.items()) {
     (void)v;
     if (key != "mode" && key != "pages" && key != "fraction" && key != "recent_pages" && key != "floor_pages" &&
-        key != "measure" && key != "comment") {
-      return field_error(source, "sparse." + key, "unknown setting (known: mode, pages, fraction, recent_pages, floor_pages, measure)");
+        key != "measure" && key != "score" && key != "layer_budget" && key != "layer_signal" && key != "comment") {
+      return field_error(source, "sparse." + key,
+                         "unknown setting (known: mode, pages, fraction, recent_pages, floor_pages, measure, score, "
+                         "layer_budget, layer_signal)");
     }
   }
   SparseSettings s;
@@ -115,6 +117,27 @@ Status read_sparse(const json& value, SparseSettings& out, std::string_view sour
   if (value.contains("measure")) {
     if (!value["measure"].is_boolean()) return field_error(source, "sparse.measure", "must be true or false");
     s.measure = value["measure"].get<bool>();
+  }
+  if (value.contains("score")) {
+    const json& v = value["score"];
+    if (!v.is_string() || !sparse_score_from_name(v.get<std::string>(), s.score) || s.score == SparseScore::oracle) {
+      return field_error(source, "sparse.score",
+                         "must be \"bound\", \"moments\" or \"mixed\" (\"oracle\" is for activekv eval only)");
+    }
+  }
+  if (value.contains("layer_budget")) {
+    if (!value["layer_budget"].is_boolean()) return field_error(source, "sparse.layer_budget", "must be true or false");
+    s.layer_budget = value["layer_budget"].get<bool>();
+    if (s.layer_budget && s.mode != SparseMode::pages && s.mode != SparseMode::fraction) {
+      return field_error(source, "sparse.layer_budget", "spreads a fixed budget: needs mode \"pages\" or \"fraction\"");
+    }
+  }
+  if (value.contains("layer_signal")) {
+    const json& v = value["layer_signal"];
+    if (!v.is_string() || !layer_signal_from_name(v.get<std::string>(), s.layer_signal)) {
+      return field_error(source, "sparse.layer_signal", "must be \"captured\" or \"moments\"");
+    }
+    if (!s.layer_budget) return field_error(source, "sparse.layer_signal", "needs \"layer_budget\": true");
   }
   out = s;
   return {};

@@ -85,6 +85,36 @@ TEST(RunConfig, PrefixReuseDeviceDefaultsOnAndParses) {
   EXPECT_FALSE(off->prefix_reuse_device);
 }
 
+TEST(RunConfig, SparseScoreAndLayerBudgetsParseAndRefuseNamingTheKey) {
+  auto set = parse_run_config(
+      with("sparse", R"({"mode": "fraction", "fraction": 0.125, "score": "mixed", "layer_budget": true, "layer_signal": "moments"})"),
+      "c.json");
+  ASSERT_TRUE(set) << set.error().describe();
+  EXPECT_EQ(set->sparse.score, SparseScore::mixed);
+  EXPECT_TRUE(set->sparse.layer_budget);
+  EXPECT_EQ(set->sparse.layer_signal, LayerSignal::moments);
+  auto plain = parse_run_config(with("sparse", R"({"mode": "pages", "pages": 8})"), "c.json");
+  ASSERT_TRUE(plain) << plain.error().describe();
+  EXPECT_EQ(plain->sparse.score, SparseScore::bound);
+  EXPECT_FALSE(plain->sparse.layer_budget);
+  EXPECT_EQ(plain->sparse.layer_signal, LayerSignal::captured);
+  struct Bad {
+    const char* sparse;
+    const char* key;
+  };
+  for (const Bad& b : {Bad{R"({"mode": "pages", "pages": 8, "score": "oracle"})", "sparse.score"},
+                       Bad{R"({"mode": "pages", "pages": 8, "score": "best"})", "sparse.score"},
+                       Bad{R"({"mode": "pages", "pages": 8, "score": 1})", "sparse.score"},
+                       Bad{R"({"mode": "pages", "pages": 8, "layer_budget": "yes"})", "sparse.layer_budget"},
+                       Bad{R"({"mode": "adaptive", "layer_budget": true})", "sparse.layer_budget"},
+                       Bad{R"({"mode": "pages", "pages": 8, "layer_signal": "moments"})", "sparse.layer_signal"},
+                       Bad{R"({"mode": "pages", "pages": 8, "layer_budget": true, "layer_signal": "x"})", "sparse.layer_signal"}}) {
+    auto refused = parse_run_config(with("sparse", b.sparse), "c.json");
+    ASSERT_FALSE(refused) << b.sparse;
+    EXPECT_NE(refused.error().describe().find(b.key), std::string::npos) << refused.error().describe();
+  }
+}
+
 TEST(RunConfig, RetainedHistoriesDefaultToNoneParseAndRefuseOutOfRange) {
   auto defaults = parse_run_config(valid, "c.json");
   ASSERT_TRUE(defaults) << defaults.error().describe();

@@ -136,6 +136,11 @@ def make_inputs(tmp):
     text("config_sparse_pages_zero", cfg % ', "sparse": {"mode": "pages", "pages": 0}')
     text("config_sparse_key", cfg % ', "sparse": {"mode": "pages", "pages": 4, "budget": 3}')
     text("config_sparse_ok", cfg % ', "sparse": {"mode": "fraction", "fraction": 0.5, "measure": true}')
+    text("config_sparse_mixed_ok", cfg % (', "sparse": {"mode": "fraction", "fraction": 0.5, "score": "mixed", '
+                                          '"layer_budget": true, "layer_signal": "moments"}'))
+    text("config_sparse_oracle", cfg % ', "sparse": {"mode": "fraction", "fraction": 0.5, "score": "oracle"}')
+    text("config_sparse_signal_alone", cfg % ', "sparse": {"mode": "pages", "pages": 4, "layer_signal": "moments"}')
+    text("config_sparse_layers_adaptive", cfg % ', "sparse": {"mode": "adaptive", "layer_budget": true}')
     p["dir"] = tmp
     here = os.path.dirname(os.path.abspath(__file__))
     found = subprocess.run([os.path.join(here, "..", "..", "scripts", "find-model.sh")], capture_output=True, text=True)
@@ -205,6 +210,21 @@ def cases(p):
         bad(5, "--sparse-pages with --sparse-adaptive", gen + ["--model", tiny, "--sparse-pages", "4", "--sparse-adaptive"],
             "--sparse-pages", "one of them"),
         bad(5, "--sparse-measure alone", gen + ["--model", tiny, "--sparse-measure"], "--sparse-measure", "off"),
+        ok("tiny model, mixed score, layer budgets by the moments",
+           gen + ["--model", tiny, "--sparse-pages", "2", "--sparse-score", "mixed", "--sparse-layer-budget",
+                  "--sparse-layer-signal", "moments"]),
+        bad(5, "--sparse-score unknown", gen + ["--model", tiny, "--sparse-pages", "2", "--sparse-score", "best"],
+            "--sparse-score", "best"),
+        bad(5, "--sparse-score oracle", gen + ["--model", tiny, "--sparse-pages", "2", "--sparse-score", "oracle"],
+            "--sparse-score", "eval"),
+        bad(5, "--sparse-score without a budget", gen + ["--model", tiny, "--sparse-score", "mixed"], "--sparse-score", "off"),
+        bad(5, "--sparse-layer-budget with --sparse-adaptive", gen + ["--model", tiny, "--sparse-adaptive", "--sparse-layer-budget"],
+            "--sparse-layer-budget", "adaptive"),
+        bad(5, "--sparse-layer-signal without layer budgets", gen + ["--model", tiny, "--sparse-pages", "2",
+                                                                    "--sparse-layer-signal", "moments"],
+            "--sparse-layer-signal", "--sparse-layer-budget"),
+        bad(5, "--sparse-layer-signal unknown", gen + ["--model", tiny, "--sparse-pages", "2", "--sparse-layer-budget",
+                                                      "--sparse-layer-signal", "kernel"], "--sparse-layer-signal", "kernel"),
         bad(5, "--sparse-pages with --kv reference", gen + ["--model", tiny, "--kv", "reference", "--sparse-pages", "4"],
             "--sparse-pages", "reference"),
         bad(6, "model context is not --max-context", gen + ["--model", p["context_huge"]], "llama.context_length"),
@@ -254,6 +274,16 @@ def cases(p):
         bad(5, "--arrival-scale nan", fake + ["--arrival-scale", "nan"], "--arrival-scale"),
         ok("tiny model, sparse in the config", ["run", "--model", tiny, "--config", p["config_sparse_ok"], "--trace", p["trace_ok"]]),
         ok("tiny model, --sparse-fraction 0.25", run + ["--sparse-fraction", "0.25"]),
+        ok("tiny model, mixed and layer budgets by the moments in the config",
+           ["run", "--model", tiny, "--config", p["config_sparse_mixed_ok"], "--trace", p["trace_ok"]]),
+        bad(5, "sparse score oracle in the config", ["run", "--engine", "fake", "--config", p["config_sparse_oracle"]],
+            "sparse.score", "eval"),
+        bad(5, "sparse layer_signal without layer_budget in the config",
+            ["run", "--engine", "fake", "--config", p["config_sparse_signal_alone"]], "sparse.layer_signal", "layer_budget"),
+        bad(5, "sparse layer_budget with adaptive in the config",
+            ["run", "--engine", "fake", "--config", p["config_sparse_layers_adaptive"]], "sparse.layer_budget", "fraction"),
+        bad(5, "--sparse-score mixed with the fake engine", fake + ["--sparse-pages", "4", "--sparse-score", "mixed"],
+            "--sparse-pages", "fake"),
         bad(5, "--sparse-pages with the fake engine", fake + ["--sparse-pages", "4"], "--sparse-pages", "fake"),
         bad(5, "--sparse-fraction -1", run + ["--sparse-fraction", "-1"], "--sparse-fraction"),
         bad(5, "--sparse-fraction with --sparse-pages", run + ["--sparse-fraction", "0.5", "--sparse-pages", "3"], "one of them"),
@@ -367,6 +397,8 @@ def cases(p):
         bad(5, "--prefill-chunk 0", fsrv + ["--prefill-chunk", "0"], "--prefill-chunk"),
         bad(5, "--sparse-pages 0", fsrv + ["--sparse-pages", "0"], "--sparse-pages"),
         bad(5, "--sparse-fraction inf", msrv + ["--model", tiny, "--sparse-fraction", "inf"], "--sparse-fraction"),
+        bad(5, "--sparse-score oracle", msrv + ["--model", tiny, "--sparse-fraction", "0.5", "--sparse-score", "oracle"],
+            "--sparse-score"),
         bad(5, "--engine unknown", srv + ["--engine", "nope"], "--engine"),
         bad(5, "unknown flag", fsrv + ["--nope"], "--nope"),
         bad(2, "--host-pool 131072TiB", msrv + ["--model", tiny, "--host-pool", "131072TiB"], "--host-pool"),
@@ -416,6 +448,10 @@ def cases(p):
         bad(5, "--sparse-pages 2^32-1", ev + ["--sparse-pages", str(U32_MAX)], "--sparse-pages", "4294967295"),
         bad(5, "--sparse-pages -1 (syntax)", ev + ["--sparse-pages", "-1"], "--sparse-pages"),
         bad(5, "the same setting twice", ev + ["--sparse-fraction", "0.5", "--sparse-fraction", "0.5"], "--sparse-fraction", "twice"),
+        bad(5, "--sparse-layer-signal without --sparse-layer-budget", ev + ["--sparse-fraction", "0.5", "--sparse-layer-signal",
+                                                                          "moments"], "--sparse-layer-signal", "--sparse-layer-budget"),
+        bad(5, "--sparse-layer-signal unknown", ev + ["--sparse-fraction", "0.5", "--sparse-layer-budget",
+                                                     "--sparse-layer-signal", "x"], "--sparse-layer-signal"),
         bad(5, "--threads 0", ev + ["--threads", "0"], "--threads"),
         bad(5, "--page-tokens 0", ev + ["--page-tokens", "0"], "--page-tokens"),
         bad(5, "--chunk-tokens 0", ev + ["--chunk-tokens", "0"], "--chunk-tokens"),
@@ -424,6 +460,9 @@ def cases(p):
         bad(5, "--passkey --depths 1.5", ["eval", "--model", tiny, "--passkey", "--context", "128", "--depths", "0,1.5"], "--depths", "1.5"),
         bad(5, "--passkey --trials 0", ["eval", "--model", tiny, "--passkey", "--context", "128", "--trials", "0"], "--trials"),
         bad(5, "--passkey --stride", ["eval", "--model", tiny, "--passkey", "--stride", "8"], "--stride"),
+        bad(5, "--passkey-format unknown", ["eval", "--model", tiny, "--passkey", "--context", "128", "--passkey-format", "x"],
+            "--passkey-format", "plain or chat"),
+        bad(5, "--passkey-format with --text", ev + ["--passkey-format", "chat"], "--passkey-format", "--passkey"),
         bad(5, "--passkey --context too short for the prompt", ["eval", "--model", tiny, "--passkey", "--context", "16"],
             "--context", "passkey"),
         bad(1, "block_count 2^32-1", ev[:2] + [p["layers_huge"]] + ev[3:], "llama.block_count"),
