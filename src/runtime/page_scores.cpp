@@ -62,94 +62,50 @@ void page_mass_from_scores(const float* scores, std::uint32_t heads, std::uint32
   }
 }
 
-namespace {
-
-// Σ_d a[d] · b[d] over eight lanes (lane j sums the dims ≡ j mod 8, then the lanes in order): a
-// fixed order the compiler can vectorise, the same on every call.
-inline float dot8(const float* a, const float* b, std::uint32_t dim) noexcept {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::uint32_t d = 0;
-  for (; d + 8 <= dim; d += 8) {
-    for (std::uint32_t j = 0; j < 8; ++j) lane[j] += a[d + j] * b[d + j];
-  }
-  for (std::uint32_t j = 0; d < dim; ++d, ++j) lane[j] += a[d] * b[d];
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
-}  // namespace
-
 void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, float scale, const float* moments,
                         std::size_t stride, std::uint32_t pages, std::uint32_t tokens, std::uint32_t page_tokens,
                         float* scratch, float* out) noexcept {
-  // Per page, the keys' mean and variance per dim once (not once per head), then two dot products
-  // per head: q·μ and q²·σ² (q² once per call). The buffers hold head_dim ≤ kDimMax and the
-  // group's q² (every model the engine loads); larger shapes take the same arithmetic dim by dim.
-  constexpr std::uint32_t kDimMax = 512, kSquaresMax = 4096;
-  alignas(32) float mu[kDimMax], var[kDimMax], q2[kSquaresMax];
-  const bool blocked = dim <= kDimMax && std::size_t{heads} * dim <= kSquaresMax;
-  if (blocked) {
-    for (std::size_t i = 0; i < std::size_t{heads} * dim; ++i) q2[i] = q[i] * q[i];  // q² per head, once
-  }
   for (std::uint32_t p = 0; p < pages; ++p) {
     const std::uint32_t first = p * page_tokens;
     const std::uint32_t rows = std::min(page_tokens, tokens > first ? tokens - first : 0u);
     const float* sum = moments + p * stride;
     const float* square = sum + dim;
-    if (rows == 0) {
-      for (std::uint32_t h = 0; h < heads; ++h) scratch[std::size_t{h} * pages + p] = -std::numeric_limits<float>::infinity();
-      continue;
-    }
-    const float c = static_cast<float>(rows);
-    const float inv = 1.0f / c;
-    const float log_c = std::log(c);
-    if (blocked) {
-      for (std::uint32_t d = 0; d < dim; ++d) {
-        mu[d] = sum[d] * inv;
-        var[d] = std::max(0.0f, square[d] * inv - mu[d] * mu[d]);
-      }
-    }
     for (std::uint32_t h = 0; h < heads; ++h) {
+      float& e = scratch[std::size_t{h} * pages + p];
+      if (rows == 0) {
+        e = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const float c = static_cast<float>(rows);
       const float* qh = q + std::size_t{h} * dim;
       float mean = 0.0f, spread = 0.0f;
-      if (blocked) {
-        mean = dot8(qh, mu, dim);
-        spread = dot8(q2 + std::size_t{h} * dim, var, dim);
-      } else {
-        for (std::uint32_t d = 0; d < dim; ++d) {
-          const float m = sum[d] * inv;
-          const float v = std::max(0.0f, square[d] * inv - m * m);
-          mean += qh[d] * m;
-          spread += qh[d] * qh[d] * v;
-        }
+      for (std::uint32_t d = 0; d < dim; ++d) {
+        const float mu = sum[d] / c;
+        const float var = std::max(0.0f, square[d] / c - mu * mu);
+        mean += qh[d] * mu;
+        spread += qh[d] * qh[d] * var;
       }
-      scratch[std::size_t{h} * pages + p] = log_c + scale * mean + 0.5f * scale * scale * spread;
+      e = std::log(c) + scale * mean + 0.5f * scale * scale * spread;
     }
   }
-  // Softmax over the pages per head, summed over the heads: each exponential once (kept in the
-  // scratch), the total in double.
   std::fill_n(out, pages, 0.0f);
   for (std::uint32_t h = 0; h < heads; ++h) {
-    float* e = scratch + std::size_t{h} * pages;
+    const float* e = scratch + std::size_t{h} * pages;
     const float top = *std::max_element(e, e + pages);
     double total = 0.0;
-    for (std::uint32_t p = 0; p < pages; ++p) {
-      e[p] = std::exp(e[p] - top);
-      total += static_cast<double>(e[p]);
-    }
-    const float inv_total = static_cast<float>(1.0 / total);
-    for (std::uint32_t p = 0; p < pages; ++p) out[p] += e[p] * inv_total;
+    for (std::uint32_t p = 0; p < pages; ++p) total += std::exp(static_cast<double>(e[p]) - top);
+    for (std::uint32_t p = 0; p < pages; ++p) out[p] += static_cast<float>(std::exp(static_cast<double>(e[p]) - top) / total);
   }
 }
 
 void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
                     float* out) noexcept {
-  // out may alias bound: out[p] is written only after bound[p]'s exponential is read back from it.
   const float top = *std::max_element(bound, bound + pages);
   double total = 0.0;
-  for (std::uint32_t p = 0; p < pages; ++p) total += static_cast<double>(std::exp(scale * (bound[p] - top)));
-  const float weight = static_cast<float>(heads / total);
+  for (std::uint32_t p = 0; p < pages; ++p) total += std::exp(static_cast<double>(scale) * (bound[p] - top));
   for (std::uint32_t p = 0; p < pages; ++p) {
-    out[p] = 0.5f * (moments[p] + weight * std::exp(scale * (bound[p] - top)));
+    const double b = std::exp(static_cast<double>(scale) * (bound[p] - top)) / total;
+    out[p] = static_cast<float>(0.5 * (static_cast<double>(moments[p]) + heads * b));
   }
 }
 
