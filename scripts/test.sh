@@ -31,15 +31,12 @@ for s in $STAGES; do
       stage "asan+ubsan: build and test (not slow, not model)"
       cmake --preset asan >/dev/null
       cmake --build --preset asan -- -j"$JOBS"
-      # LeakSanitizer's own tracer can crash at exit while a driver's threads are alive (PoCL's
-      # are until the process ends): "LeakSanitizer has encountered a fatal error", a crash of the
-      # checker, not a finding. Only then are the failed tests run once more; any other failure,
-      # or that one twice, fails the stage (docs/TESTING.md, "The asan stage's one rerun").
-      if ! ctest --preset asan -j"$JOBS" -LE "slow|model" --output-log build/asan/ctest.log; then
-        grep -q "LeakSanitizer has encountered a fatal error" build/asan/ctest.log || exit 1
-        echo "asan: LeakSanitizer's tracer crashed at exit; running the failed tests once more"
-        ctest --preset asan --rerun-failed
-      fi
+      # intercept_tls_get_addr=0: with it on, LeakSanitizer walks the dynamic TLS that
+      # __tls_get_addr recorded, and PoCL's dlopen'ed libraries leave an entry it misreads
+      # ("DTLS 7 at 0x…0bdf-0x…1ce1"), so its tracer crashed at exit in runtime_kv_runtime_test,
+      # which runs the OpenCL backend. Off, dynamic TLS is not a root: a leak is still reported, never
+      # hidden (docs/TESTING.md, "LeakSanitizer and PoCL's dynamic TLS").
+      ASAN_OPTIONS=intercept_tls_get_addr=0 ctest --preset asan -j"$JOBS" -LE "slow|model"
       ;;
     tsan)
       stage "tsan: backend and runtime tests"
