@@ -31,12 +31,9 @@ for s in $STAGES; do
       stage "asan+ubsan: build and test (not slow, not model)"
       cmake --preset asan >/dev/null
       cmake --build --preset asan -- -j"$JOBS"
-      # intercept_tls_get_addr=0: with it on, LeakSanitizer walks the dynamic TLS that
-      # __tls_get_addr recorded, and PoCL's dlopen'ed libraries leave an entry it misreads
-      # ("DTLS 7 at 0x…0bdf-0x…1ce1"), so its tracer crashed at exit in runtime_kv_runtime_test,
-      # which runs the OpenCL backend. Off, dynamic TLS is not a root: a leak is still reported, never
-      # hidden (docs/TESTING.md, "LeakSanitizer and PoCL's dynamic TLS").
-      ASAN_OPTIONS=intercept_tls_get_addr=0 ctest --preset asan -j"$JOBS" -LE "slow|model"
+      # The asan test preset sets ASAN_OPTIONS=intercept_tls_get_addr=0 (docs/TESTING.md,
+      # "LeakSanitizer and PoCL's dynamic TLS").
+      ctest --preset asan -j"$JOBS" -LE "slow|model"
       ;;
     tsan)
       stage "tsan: backend and runtime tests"
