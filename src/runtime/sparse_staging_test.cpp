@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "activekv/backend.hpp"
+#include "activekv/memory_plan.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -84,8 +85,9 @@ StagingRun run(const BackendParam& param, SparseStaging staging, double pool_fra
   m.chunk_tokens = chunk;
   m.host_pool_bytes = std::uint64_t{contexts} * layers * m.max_context_tokens * row_bytes;
   const std::uint64_t pages = contexts * layers * ((prompt + decode) / page_tokens + 1);
-  const std::uint64_t summary_pages = m.max_context_tokens / page_tokens + 1;
-  const std::uint64_t summary_bytes = std::uint64_t{contexts} * layers * summary_pages * 2 * kv_heads * head_dim * 2;
+  MemorySettings with_summaries = m;  // the summaries' arena part comes on top of the pages
+  with_summaries.sparse_summaries = true;
+  const std::uint64_t summary_bytes = summary_part_bytes(with_summaries);
   m.device_pool_bytes = 5 * arena_alignment_bytes + 2ull * 16 * row_bytes + summary_bytes +
                         static_cast<std::uint64_t>(std::ceil(pages * pool_fraction)) * page_tokens * row_bytes;
   settings.q_heads = q_heads;
