@@ -124,6 +124,10 @@ Status read_sparse(const json& value, SparseSettings& out, std::string_view sour
       return field_error(source, "sparse.score",
                          "must be \"bound\", \"moments\" or \"mixed\" (\"oracle\" is for activekv eval only)");
     }
+    if (s.mode == SparseMode::exact) {
+      return field_error(source, "sparse.score",
+                         "ranks the pages of sparse attention, which is off: set mode to \"pages\", \"fraction\" or \"adaptive\"");
+    }
   }
   if (value.contains("layer_budget")) {
     if (!value["layer_budget"].is_boolean()) return field_error(source, "sparse.layer_budget", "must be true or false");

@@ -108,6 +108,7 @@ TEST(RunConfig, SparseScoreAndLayerBudgetsParseAndRefuseNamingTheKey) {
                        Bad{R"({"mode": "pages", "pages": 8, "layer_budget": "yes"})", "sparse.layer_budget"},
                        Bad{R"({"mode": "adaptive", "layer_budget": true})", "sparse.layer_budget"},
                        Bad{R"({"mode": "pages", "pages": 8, "layer_signal": "moments"})", "sparse.layer_signal"},
+                       Bad{R"({"mode": "exact", "score": "mixed"})", "sparse.score"},
                        Bad{R"({"mode": "pages", "pages": 8, "layer_budget": true, "layer_signal": "x"})", "sparse.layer_signal"}}) {
     auto refused = parse_run_config(with("sparse", b.sparse), "c.json");
     ASSERT_FALSE(refused) << b.sparse;
