@@ -14,6 +14,7 @@
 #include <cstring>
 #include <utility>
 
+#include "activekv/huge_pages.hpp"
 #include "activekv/size.hpp"
 
 namespace activekv {
@@ -73,11 +74,24 @@ Result<PinnedRegion> PinnedRegion::map(std::uint64_t bytes, std::string_view set
   const bool limit_binds = options.memlock_limit_bytes_override != 0 || geteuid() != 0;
   if (limit_binds && mapped > limit) return memlock_error(mapped, limit, setting, "");
 
-  void* data = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // A region of a huge page or more starts on a huge page boundary (mapped with one huge page
+  // extra, the unused head and tail unmapped), so all of it but a tail can be 2 MiB pages.
+  const bool huge = huge_pages_enabled() && mapped >= huge_page_least;
+  const std::uint64_t extra = huge ? huge_page_bytes : 0;
+  void* data = mmap(nullptr, mapped + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (data == MAP_FAILED) {
     return make_error(ErrorCode::io, std::string(setting),
                       fmt::format("cannot map {} of host memory ({}): lower {}", format_bytes(mapped),
                                   std::strerror(errno), setting));
+  }
+  if (huge) {
+    const auto first = reinterpret_cast<std::uintptr_t>(data);
+    const std::uintptr_t aligned = (first + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+    const std::uint64_t head = aligned - first;
+    if (head > 0) munmap(data, head);
+    if (extra - head > 0) munmap(reinterpret_cast<void*>(aligned + mapped), extra - head);
+    data = reinterpret_cast<void*>(aligned);
+    advise_huge_pages(data, mapped);  // before mlock touches the pages
   }
   if (mlock(data, mapped) != 0) {
     const int error = errno;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "activekv/assert.hpp"
+#include "activekv/huge_pages.hpp"
 #include "runtime/element_codec.hpp"
 
 namespace activekv::runtime {
@@ -62,6 +63,9 @@ std::uint16_t summary_round_up(SummaryFormat format, float value) noexcept {
 
 PageSummaries::PageSummaries(const SummaryShape& shape) : shape_(shape) {
   data_.resize(shape.elements());
+  // The bound streams a layer's summaries every decode step: 2 MiB pages where the kernel gives
+  // them (activekv/huge_pages.hpp; advice only, no byte changes).
+  collapse_huge_pages(data_.data(), data_.size() * sizeof(std::uint16_t));
 }
 
 const std::uint16_t* PageSummaries::page(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical) const noexcept {

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "activekv/huge_pages.hpp"
 #include "backends/fence_table.hpp"
 
 namespace activekv::host {
@@ -29,13 +30,18 @@ constexpr std::uint64_t run_here_copy_bytes = 256 << 10;  // uploads/downloads a
 constexpr std::uint32_t region_ring_batches = 4;          // region ring = this many maximal batches
 constexpr std::size_t memory_alignment = 4096;            // the arena's and an unpinned pool's first byte
 
-// Zeroed bytes on a memory_alignment boundary. A refusal throws std::bad_alloc, as new[] did: the
-// command's top-level handler names what was being allocated (cli/command.hpp, AllocationScope).
+// Zeroed bytes on a memory_alignment boundary; a buffer of a huge page or more on a huge page
+// boundary, advised to be 2 MiB pages before it is zeroed (activekv/huge_pages.hpp: the kernel's
+// sparse reads are scattered). A refusal throws std::bad_alloc, as new[] did: the command's
+// top-level handler names what was being allocated (cli/command.hpp, AllocationScope).
 std::byte* allocate_aligned(std::uint64_t bytes) {
-  const std::uint64_t rounded = (std::max<std::uint64_t>(bytes, 1) + memory_alignment - 1) / memory_alignment * memory_alignment;
+  const bool huge = huge_pages_enabled() && bytes >= huge_page_least;
+  const std::uint64_t alignment = huge ? huge_page_bytes : memory_alignment;
+  const std::uint64_t rounded = (std::max<std::uint64_t>(bytes, 1) + alignment - 1) / alignment * alignment;
   if (rounded > std::numeric_limits<std::size_t>::max()) throw std::bad_alloc();
-  void* memory = std::aligned_alloc(memory_alignment, static_cast<std::size_t>(rounded));
+  void* memory = std::aligned_alloc(static_cast<std::size_t>(alignment), static_cast<std::size_t>(rounded));
   if (memory == nullptr) throw std::bad_alloc();
+  if (huge) advise_huge_pages(memory, rounded);
   std::memset(memory, 0, static_cast<std::size_t>(rounded));
   return static_cast<std::byte*>(memory);
 }
