@@ -26,30 +26,30 @@ std::uint64_t interior_bytes(const void* data, std::uint64_t bytes) {
 
 TEST(HugePages, CollapsingKeepsEveryByteAndCoversOnlyTheAlignedInterior) {
   // A buffer that starts 4 KiB past a huge page boundary: its interior is one huge page short.
-  const std::uint64_t total = 10 * MiB;
+  const std::uint64_t total = 80 * MiB;
   auto* block = static_cast<std::uint8_t*>(std::aligned_alloc(huge_page_bytes, total));
   ASSERT_NE(block, nullptr);
   std::uint8_t* data = block + 4096;
-  const std::uint64_t bytes = 8 * MiB;
+  const std::uint64_t bytes = 72 * MiB;
   for (std::uint64_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i * 2654435761u >> 13);
   std::vector<std::uint8_t> before(data, data + bytes);
   const std::uint64_t collapsed = collapse_huge_pages(data, bytes);
   // The kernel may decline (no THP, no MADV_COLLAPSE, no free 2 MiB frames): then nothing.
   EXPECT_TRUE(collapsed == 0 || collapsed == interior_bytes(data, bytes)) << collapsed;
-  EXPECT_EQ(interior_bytes(data, bytes), 6 * MiB);
+  EXPECT_EQ(interior_bytes(data, bytes), 70 * MiB);
   EXPECT_EQ(std::memcmp(before.data(), data, bytes), 0) << "the advice changed a byte";
   const std::uint64_t advised = advise_huge_pages(data, bytes);
-  EXPECT_TRUE(advised == 0 || advised == 6 * MiB) << advised;
+  EXPECT_TRUE(advised == 0 || advised == 70 * MiB) << advised;
   EXPECT_EQ(std::memcmp(before.data(), data, bytes), 0);
   // Below a huge page, or no buffer: never advised.
   EXPECT_EQ(advise_huge_pages(data, huge_page_least - 1), 0u);
-  EXPECT_EQ(collapse_huge_pages(data, 1 * MiB), 0u);
-  EXPECT_EQ(advise_huge_pages(nullptr, 8 * MiB), 0u);
+  EXPECT_EQ(collapse_huge_pages(data, 8 * MiB), 0u);
+  EXPECT_EQ(advise_huge_pages(nullptr, 72 * MiB), 0u);
   std::free(block);
 }
 
 TEST(HugePages, APinnedRegionOfAHugePageOrMoreStartsOnAHugePageBoundaryZeroed) {
-  for (const std::uint64_t bytes : {3 * MiB + 12345, 16 * MiB, 1 * MiB}) {
+  for (const std::uint64_t bytes : {huge_page_least + 12345, huge_page_least - 4096, 1 * MiB}) {
     auto region = PinnedRegion::map(bytes, "--host-pool");
     if (!region.ok()) GTEST_SKIP() << "cannot pin here: " << region.error().message;
     const auto at = reinterpret_cast<std::uintptr_t>(region.value().data());
