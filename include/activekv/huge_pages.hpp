@@ -19,7 +19,8 @@ namespace activekv {
 inline constexpr std::uint64_t huge_page_bytes = 2ull << 20;  // x86-64's PMD page
 // Smaller buffers are not advised: on a machine whose free memory is fragmented, the first 2 MiB
 // faults of a process compact memory (THP defrag "madvise"), which costs more at start-up than a
-// small buffer's TLB misses cost in its lifetime (docs/BENCHMARKS.md, "Huge pages").
+// small buffer's TLB misses cost in its lifetime (docs/BENCHMARKS.md, "Huge pages under the KV
+// memory").
 inline constexpr std::uint64_t huge_page_least = 64ull << 20;
 
 // Whether the advice is on (ACTIVEKV_HUGE_PAGES is not "off"); read once per process.
