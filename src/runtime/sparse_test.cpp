@@ -14,8 +14,9 @@
 //     budget runs, layer budgets keep the total and move pages between layers (also when the
 //     moments' estimate moves them: explain's budget per layer sums to the total and names the
 //     score and the signal), and no sparse step allocates;
-//   - the bound cut over borrowed threads (ParallelChunks) selects the same pages, bounds and
-//     ranks, and gives the same outputs, as one thread;
+//   - the bound cut over borrowed threads (ParallelChunks), with the moments' estimate when the
+//     mixed score and the moments' layer budgets ask, selects the same pages, bounds and ranks,
+//     and gives the same outputs, as one thread;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
@@ -720,13 +721,22 @@ class TwoThreads {
 };
 
 // The bound cut into chunks of pages over two threads selects exactly what one thread selects:
-// the same pages, bounds and ranks in explain, the same outputs bit for bit, nothing allocated.
+// the same pages, bounds and ranks in explain, the same outputs bit for bit, nothing allocated;
+// so does the mixed score with layer budgets by the moments (their estimate on the same chunks).
 TEST(SparseRuntime, BoundsOverBorrowedThreadsSelectTheSamePagesBitForBit) {
-  for (bool per_group : {true, false}) {
+  // The mixed score with layer budgets by the moments: the moments' log-mass runs on the same
+  // chunks as the bound (sparse_bounds), so its scores and budgets must not move either.
+  for (const bool moments : {false, true}) for (bool per_group : {true, false}) {
+    SCOPED_TRACE(moments ? "mixed, layer budgets by the moments" : "bound");
     SparseSettings s;
     s.mode = SparseMode::pages;
     s.pages = 6;
     s.per_group = per_group;
+    if (moments) {
+      s.score = SparseScore::mixed;
+      s.layer_budget = true;
+      s.layer_signal = LayerSignal::moments;
+    }
     const SparseRun one = run(s, 1.0);
     TwoThreads threads;
     const SparseRun two = run(s, 0.25, true, threads.chunks(1));
