@@ -179,6 +179,9 @@ struct SparseSettings {
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this
   float shrink_above = 0.99f;       // shrink slowly when the slow average stays above this
   // Heavy hitters (H2O): pages whose decayed mass share stays above heavy_share are kept.
+  // Always in adaptive mode; with a fixed budget (pages, fraction) when heavy_hitters is set: the
+  // kept pages are forced, inside the budget (at most half of it), like the sink and the newest.
+  bool heavy_hitters = false;
   float heavy_decay = 0.9f;         // per decode step
   float heavy_share = 0.02f;
   // Measure mode: the kernel also runs over every page so that the mass recall

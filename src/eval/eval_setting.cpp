@@ -84,15 +84,24 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   if (signals.empty()) signals.push_back(LayerSignal::captured);
   // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
   // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
-  const auto add_layered = [&](const EvalSetting& s) {
+  // --sparse-heavy: after each fixed budget, the same keeping the heavy hitters.
+  const auto add_heavy = [&](const EvalSetting& s) {
     out.push_back(s);
+    if (!request.heavy || s.sparse.mode == SparseMode::adaptive) return;
+    EvalSetting heavy = s;
+    heavy.name += " heavy";
+    heavy.sparse.heavy_hitters = true;
+    out.push_back(std::move(heavy));
+  };
+  const auto add_layered = [&](const EvalSetting& s) {
+    add_heavy(s);
     if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
       for (LayerSignal signal : signals) {
         EvalSetting layered = s;
         layered.name += signal == LayerSignal::moments ? " layers by moments" : " layers";
         layered.sparse.layer_budget = true;
         layered.sparse.layer_signal = signal;
-        out.push_back(std::move(layered));
+        add_heavy(layered);
       }
     }
   };

@@ -54,6 +54,9 @@ struct SettingRequest {
   // --sparse-per-head: each sparse setting (and its layered ones) also with per-query-head
   // rankings (SparseSettings::per_head, named "… heads").
   bool per_head = false;
+  // --sparse-heavy: each fixed-budget setting (and its layered ones) also with the heavy hitters
+  // kept (SparseSettings::heavy_hitters, named "… heavy").
+  bool heavy = false;
 };
 
 // Exact first, then the requested settings (the default set when none was

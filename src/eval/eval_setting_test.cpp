@@ -89,6 +89,32 @@ TEST(EvalSettings, LayerSignalsGiveOneLayeredSettingEachAndAreRefusedAlone) {
   refused(q, "a signal without layer budgets");
 }
 
+// --sparse-heavy: each fixed budget, layered ones included, is followed by the same keeping the
+// heavy hitters; the adaptive budget (which always keeps them) gets no variant.
+TEST(EvalSettings, HeavyVariantsFollowEachFixedSetting) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.adaptive = true;
+  r.layer_budget = true;
+  r.layer_signals = {"moments"};
+  r.heavy = true;
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 6u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8");
+  EXPECT_FALSE((*s)[1].sparse.heavy_hitters);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 heavy");
+  EXPECT_TRUE((*s)[2].sparse.heavy_hitters);
+  EXPECT_FALSE((*s)[2].sparse.layer_budget);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 layers by moments");
+  EXPECT_FALSE((*s)[3].sparse.heavy_hitters);
+  EXPECT_EQ((*s)[4].name, "fraction 1/8 layers by moments heavy");
+  EXPECT_TRUE((*s)[4].sparse.heavy_hitters);
+  EXPECT_TRUE((*s)[4].sparse.layer_budget);
+  EXPECT_EQ((*s)[5].name, "adaptive");
+  EXPECT_FALSE((*s)[5].sparse.heavy_hitters);
+}
+
 TEST(EvalSettings, EachSettingRunsOncePerScoreNamedWithIt) {
   SettingRequest r;
   r.fractions = {0.125f};

@@ -232,7 +232,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t P = plan_.arena.page_tokens;
   const std::uint32_t max = sizes_.pages_per_layer_max;
-  const bool heavy = s.mode == SparseMode::adaptive;
+  const bool heavy = s.mode == SparseMode::adaptive || s.heavy_hitters;
   per_group_ = s.per_group && !pick_group_rank_.empty();
   const std::uint32_t kv = g.kv_heads;
   bool any = false;

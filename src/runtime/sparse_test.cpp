@@ -761,6 +761,35 @@ TEST(SparseRuntime, BoundsOverBorrowedThreadsSelectTheSamePagesBitForBit) {
   }
 }
 
+// Heavy hitters with a fixed budget (SparseSettings::heavy_hitters, H2O): pages that kept the
+// kernel's attention mass are forced (explain: rank UINT32_MAX), inside the budget — the pages
+// read per selection stay the budget's — so the selection changes; nothing allocates per step.
+TEST(SparseRuntime, HeavyHittersWithAFixedBudgetAreForcedWithinTheBudget) {
+  for (const SparseScore score : {SparseScore::bound, SparseScore::mixed}) {
+    SCOPED_TRACE(sparse_score_name(score));
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 8;
+    s.measure = true;
+    s.score = score;
+    const SparseRun plain = run(s, 1.0);
+    s.heavy_hitters = true;
+    const SparseRun heavy = run(s, 1.0);
+    ASSERT_EQ(heavy.stats.selections, plain.stats.selections);
+    EXPECT_EQ(heavy.stats.pages_read, heavy.stats.selections * 8u) << "the budget per selection";
+    EXPECT_EQ(plain.stats.pages_read, heavy.stats.pages_read);
+    const auto forced = [](const SparseRun& r) {
+      std::size_t n = 0;
+      for (const SparsePick& p : r.explanation.sparse_picks) n += p.rank == UINT32_MAX ? 1u : 0u;
+      return n;
+    };
+    EXPECT_GT(forced(heavy), forced(plain)) << "some heavy hitter was forced besides the sink and the newest";
+    EXPECT_FALSE(identical(heavy.decode_outputs, plain.decode_outputs));
+    EXPECT_EQ(heavy.allocations_after_first_decode, 0u);
+    EXPECT_EQ(heavy.counters.heap_allocations_in_steps, 0u);
+  }
+}
+
 // Other scores (page_scores.hpp): the oracle ranks each group's pages by their true mass, so its
 // measured recall is at least the bound's in every layer (the same keys and queries: the
 // synthetic data do not depend on the outputs); moments and mixed run too; both allocate nothing per step
