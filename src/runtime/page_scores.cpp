@@ -89,14 +89,15 @@ void log_mass_portable(const float* q, std::uint32_t heads, std::uint32_t dim, f
       continue;
     }
     const float c = static_cast<float>(rows);
+    const float inverse = 1.0f / c;
     const float* sum = moments + p * stride;
     const float* square = sum + dim;
     for (std::uint32_t h = 0; h < heads; ++h) {
       const float* qh = q + std::size_t{h} * dim;
       float mean[lanes] = {}, spread[lanes] = {};
       for (std::uint32_t d = 0; d < dim; ++d) {
-        const float mu = sum[d] / c;
-        const float var = std::max(0.0f, square[d] / c - mu * mu);
+        const float mu = sum[d] * inverse;
+        const float var = std::max(0.0f, square[d] * inverse - mu * mu);
         mean[d % lanes] += qh[d] * mu;
         spread[d % lanes] += (qh[d] * qh[d]) * var;
       }
@@ -126,15 +127,16 @@ __attribute__((target("avx2"))) void log_mass_heads(const float* q, std::uint32_
       continue;
     }
     const float c = static_cast<float>(rows);
-    const __m256 cv = _mm256_set1_ps(c);
+    const __m256 inverse = _mm256_set1_ps(1.0f / c);
     const float* sum = moments + p * stride;
     const float* square = sum + dim;
     __m256 mean[Heads], spread[Heads];
     for (std::uint32_t h = 0; h < Heads; ++h) mean[h] = spread[h] = zero;
     for (std::uint32_t d = 0; d < dim; d += lanes) {
-      const __m256 mu = _mm256_div_ps(_mm256_loadu_ps(sum + d), cv);
+      const __m256 mu = _mm256_mul_ps(_mm256_loadu_ps(sum + d), inverse);
       // max(v, 0) gives 0 for a NaN v, as std::max(0, v) does.
-      const __m256 var = _mm256_max_ps(_mm256_sub_ps(_mm256_div_ps(_mm256_loadu_ps(square + d), cv), _mm256_mul_ps(mu, mu)), zero);
+      const __m256 var =
+          _mm256_max_ps(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(square + d), inverse), _mm256_mul_ps(mu, mu)), zero);
       for (std::uint32_t h = 0; h < Heads; ++h) {
         const __m256 qv = _mm256_loadu_ps(q + std::size_t{h} * dim + d);
         mean[h] = _mm256_add_ps(mean[h], _mm256_mul_ps(qv, mu));

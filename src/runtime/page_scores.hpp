@@ -65,7 +65,8 @@ void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, 
 // The first half, page by page: e_h(p) for pages [first, first + count) into
 // log[h × log_stride + p] (−∞ for a page with no row). Each page's value depends only on its own
 // moments and q, so the pages may be cut into chunks run on any threads with the same bits.
-// μ_d = Σk_d / c and σ²_d = max(0, Σk²_d / c − μ_d²) once per page for all the heads; the two dot
+// μ_d = Σk_d × (1/c) and σ²_d = max(0, Σk²_d × (1/c) − μ_d²) once per page for all the heads (1/c
+// is exact for a full page of 16 or any power of two, so no division per dimension); the two dot
 // products summed in 8 lanes (term d into lane d mod 8, each product rounded, no FMA) and the lanes
 // as the bound's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), so MomentIsa::best
 // (AVX2 when dim is a multiple of 8) and MomentIsa::portable give the same bits.
