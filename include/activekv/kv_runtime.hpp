@@ -170,6 +170,7 @@ struct SparseSettings {
   bool layer_budget = false;
   LayerSignal layer_signal = LayerSignal::captured;  // with layer_budget: what the spread follows
   SparseScore score = SparseScore::bound;  // how a group ranks its pages
+  float mix_moments = 0.5f;  // score mixed: the moments' weight in [0, 1] (the bound's is 1 − it)
   // Per-group lists only: each query head ranks the pages by its own score and its group reads
   // the union of its heads' rankings, taken round-robin (rank 0 of each head, then rank 1, …)
   // within the budget, instead of one ranking by the group's score (docs/SPARSE.md).

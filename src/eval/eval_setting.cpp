@@ -64,6 +64,13 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     scores.push_back(score);
   }
   if (scores.empty()) scores.push_back(SparseScore::bound);
+  for (float w : request.mix_weights) {
+    if (!(w > 0.0f && w < 1.0f))
+      return make_error(ErrorCode::invalid_argument, "--sparse-mix",
+                        fmt::format("{} is not a weight in (0, 1): give the moments' share of the mixed score", w));
+  }
+  if (!request.mix_weights.empty() && std::find(scores.begin(), scores.end(), SparseScore::mixed) == scores.end())
+    return make_error(ErrorCode::invalid_argument, "--sparse-mix", "weighs the mixed score: add --sparse-score mixed");
   std::vector<LayerSignal> signals;
   for (const std::string& name : request.layer_signals) {
     LayerSignal signal = LayerSignal::captured;
@@ -121,6 +128,16 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   // Each score in turn, named with it unless it is the bound.
   const auto add = [&](const EvalSetting& s) {
     for (SparseScore score : scores) {
+      if (score == SparseScore::mixed && !request.mix_weights.empty()) {
+        for (float w : request.mix_weights) {
+          EvalSetting mixed = s;
+          mixed.sparse.score = score;
+          mixed.sparse.mix_moments = w;
+          mixed.name += fmt::format(" mixed {:g}", w);
+          add_scored(std::move(mixed));
+        }
+        continue;
+      }
       EvalSetting scored = s;
       scored.sparse.score = score;
       if (score != SparseScore::bound) scored.name += fmt::format(" {}", sparse_score_name(score));

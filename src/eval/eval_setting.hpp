@@ -57,6 +57,9 @@ struct SettingRequest {
   // --sparse-heavy: each fixed-budget setting (and its layered ones) also with the heavy hitters
   // kept (SparseSettings::heavy_hitters, named "… heavy").
   bool heavy = false;
+  // --sparse-mix: the mixed score once per moments' weight named here, in (0, 1), in the order given
+  // (named "… mixed 0.7"); empty: ½ only (named "… mixed").
+  std::vector<float> mix_weights;
 };
 
 // Exact first, then the requested settings (the default set when none was

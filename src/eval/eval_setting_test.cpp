@@ -115,6 +115,36 @@ TEST(EvalSettings, HeavyVariantsFollowEachFixedSetting) {
   EXPECT_FALSE((*s)[5].sparse.heavy_hitters);
 }
 
+// --sparse-mix: the mixed score once per weight, named with it; refused outside (0, 1) or
+// without the mixed score, naming the flag.
+TEST(EvalSettings, MixWeightsGiveOneMixedSettingEach) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.scores = {"bound", "mixed"};
+  r.mix_weights = {0.25f, 0.75f};
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 4u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8");
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 mixed 0.25");
+  EXPECT_EQ((*s)[2].sparse.score, SparseScore::mixed);
+  EXPECT_EQ((*s)[2].sparse.mix_moments, 0.25f);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 mixed 0.75");
+  EXPECT_EQ((*s)[3].sparse.mix_moments, 0.75f);
+  for (const std::vector<float>& bad : {std::vector<float>{0.0f}, std::vector<float>{1.0f}, std::vector<float>{-0.5f}}) {
+    SettingRequest q = r;
+    q.mix_weights = bad;
+    Result<std::vector<EvalSetting>> refused = make_settings(q);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().describe().find("--sparse-mix"), std::string::npos);
+  }
+  SettingRequest q = r;
+  q.scores = {"bound"};
+  Result<std::vector<EvalSetting>> refused = make_settings(q);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().describe().find("--sparse-score mixed"), std::string::npos);
+}
+
 TEST(EvalSettings, EachSettingRunsOncePerScoreNamedWithIt) {
   SettingRequest r;
   r.fractions = {0.125f};

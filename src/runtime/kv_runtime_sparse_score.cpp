@@ -99,7 +99,7 @@ void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const floa
       float* o = out + std::size_t{kh} * stride;
       if (score == SparseScore::moments) std::copy_n(mass, n, o);
       // mixed: o holds the group's bound, and becomes the mean of the two mass distributions.
-      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, mass, group, shape_.scale, n, o);
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, mass, group, shape_.scale, n, o, settings_.sparse.mix_moments);
       if (score == SparseScore::moments || score == SparseScore::mixed) unnan(o, n);
     }
     if (score != SparseScore::oracle) return;
@@ -159,7 +159,7 @@ void KvRuntimeImpl::head_scores(std::uint32_t layer, std::uint32_t e, const floa
                                   moments_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim,
                                   moments_->page_elements(), n, lp.length_tokens, P, score_scratch_.data(), head_mass_.data());
       if (score == SparseScore::moments) std::copy_n(head_mass_.data(), n, o);
-      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, head_mass_.data(), 1, shape_.scale, n, o);
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, head_mass_.data(), 1, shape_.scale, n, o, settings_.sparse.mix_moments);
     }
     unnan(o, n);
   }

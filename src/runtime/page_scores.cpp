@@ -196,7 +196,7 @@ void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, 
 }
 
 void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
-                    float* out) noexcept {
+                    float* out, float w) noexcept {
   const float top = *std::max_element(bound, bound + pages);
   double total = 0.0;
   for (std::uint32_t p = 0; p < pages; ++p) {
@@ -205,7 +205,7 @@ void mix_bound_mass(const float* bound, const float* moments, std::uint32_t head
     total += b;
   }
   for (std::uint32_t p = 0; p < pages; ++p) {
-    out[p] = static_cast<float>(0.5 * (static_cast<double>(moments[p]) + heads * (out[p] / total)));
+    out[p] = static_cast<float>(w * static_cast<double>(moments[p]) + (1.0 - w) * (heads * (out[p] / total)));
   }
 }
 

@@ -81,9 +81,10 @@ void moment_log_mass(const float* q, std::uint32_t heads, std::uint32_t dim, flo
 void moment_mass_from_log(float* log, std::uint32_t heads, std::size_t log_stride, std::uint32_t pages,
                           float* out) noexcept;
 
-// mixed: out[p] = ½ (moments[p] + heads · softmax_p(scale · bound[p])), for p < pages (out may be bound).
+// mixed: out[p] = w · moments[p] + (1 − w) · heads · softmax_p(scale · bound[p]), for p < pages
+// (out may be bound); w = ½ (the default) is the mean of the two.
 void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
-                    float* out) noexcept;
+                    float* out, float w = 0.5f) noexcept;
 
 // The share of a group's estimated mass that its selection holds: mass [pages] (moment_page_scores'
 // out), keep [pages] the selection's per-page KV head masks, `bit` the group's. Returns

@@ -215,6 +215,15 @@ TEST(MixedScores, AreTheMeanOfTheMomentsAndTheBoundsSoftmax) {
   std::vector<float> same = bound;  // in place, as the runtime calls it
   mix_bound_mass(same.data(), moments.data(), heads, scale, 4, same.data());
   for (std::size_t p = 0; p < bound.size(); ++p) EXPECT_EQ(same[p], out[p]);
+  // Another weight: w of the moments and 1 − w of the bound's softmax, still summing to the heads.
+  const float w = 0.75f;
+  mix_bound_mass(bound.data(), moments.data(), heads, scale, 4, out.data(), w);
+  total = 0.0;
+  for (std::size_t p = 0; p < bound.size(); ++p) {
+    EXPECT_NEAR(out[p], w * moments[p] + (1.0 - w) * heads * std::exp(scale * static_cast<double>(bound[p])) / z, 1e-6);
+    total += out[p];
+  }
+  EXPECT_NEAR(total, heads, 1e-5);
 }
 
 TEST(SelectedMassShare, IsTheSelectedPagesShareOfTheGroupsMass) {
