@@ -66,6 +66,7 @@ struct EvalOptions {
   bool per_head = false;
   bool heavy = false;
   std::vector<float> mix_weights;
+  std::uint32_t recent_pages = 0;
   std::string passkey_format = "plain";
   CLI::Option* passkey_format_given = nullptr;
   std::string model;
@@ -141,7 +142,7 @@ int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
   eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head,
-                                   o.heavy, o.mix_weights};
+                                   o.heavy, o.mix_weights, o.recent_pages};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -281,6 +282,8 @@ Action setup(CLI::App& sub) {
   sub.add_option("--sparse-mix", o->mix_weights,
                  "With --sparse-score mixed: the moments' weight in the mix, in (0, 1) (default 0.5); repeatable, one "
                  "mixed setting each");
+  sub.add_option("--sparse-recent", o->recent_pages,
+                 "Every sparse setting always reads this many newest pages (default 2), in [1, 64]");
   sub.add_option("--sparse-score", o->scores,
                  "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");

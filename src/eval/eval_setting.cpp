@@ -162,6 +162,15 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     add(pages_setting(p));
   }
   if (request.adaptive) add(sparse_setting("adaptive", SparseMode::adaptive));
+  if (request.recent_pages != 0) {
+    if (request.recent_pages > 64)
+      return make_error(ErrorCode::invalid_argument, "--sparse-recent",
+                        fmt::format("{} newest pages always read: give 1 to 64", request.recent_pages));
+    for (std::size_t i = 1; i < out.size(); ++i) {
+      out[i].sparse.recent_pages = request.recent_pages;
+      out[i].name += fmt::format(" recent {}", request.recent_pages);
+    }
+  }
   if (out.size() > settings_max)
     return make_error(ErrorCode::invalid_argument, "--sparse-fraction/--sparse-pages",
                       fmt::format("{} settings asked for; at most {} (exact included) run in one evaluation",

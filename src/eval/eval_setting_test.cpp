@@ -145,6 +145,28 @@ TEST(EvalSettings, MixWeightsGiveOneMixedSettingEach) {
   EXPECT_NE(refused.error().describe().find("--sparse-score mixed"), std::string::npos);
 }
 
+// --sparse-recent N: every sparse setting (not exact) reads the newest N pages, named with it;
+// refused above 64, naming the flag.
+TEST(EvalSettings, RecentPagesApplyToEverySparseSetting) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.layer_budget = true;
+  r.recent_pages = 6;
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 3u);
+  EXPECT_EQ((*s)[0].name, "exact");
+  EXPECT_EQ((*s)[0].sparse.recent_pages, SparseSettings{}.recent_pages);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8 recent 6");
+  EXPECT_EQ((*s)[1].sparse.recent_pages, 6u);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 layers recent 6");
+  EXPECT_EQ((*s)[2].sparse.recent_pages, 6u);
+  r.recent_pages = 65;
+  Result<std::vector<EvalSetting>> refused = make_settings(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().describe().find("--sparse-recent"), std::string::npos);
+}
+
 TEST(EvalSettings, EachSettingRunsOncePerScoreNamedWithIt) {
   SettingRequest r;
   r.fractions = {0.125f};
