@@ -170,6 +170,7 @@ struct SparseSettings {
   bool layer_budget = false;
   LayerSignal layer_signal = LayerSignal::captured;  // with layer_budget: what the spread follows
   SparseScore score = SparseScore::bound;  // how a group ranks its pages
+  float mix_moments = 0.5f;  // score mixed: the moments' weight in [0, 1] (the bound's is 1 − it)
   // Per-group lists only: each query head ranks the pages by its own score and its group reads
   // the union of its heads' rankings, taken round-robin (rank 0 of each head, then rank 1, …)
   // within the budget, instead of one ranking by the group's score (docs/SPARSE.md).
@@ -179,6 +180,9 @@ struct SparseSettings {
   float grow_below = 0.95f;         // grow fast when the captured mass estimate drops below this
   float shrink_above = 0.99f;       // shrink slowly when the slow average stays above this
   // Heavy hitters (H2O): pages whose decayed mass share stays above heavy_share are kept.
+  // Always in adaptive mode; with a fixed budget (pages, fraction) when heavy_hitters is set: the
+  // kept pages are forced, inside the budget (at most half of it), like the sink and the newest.
+  bool heavy_hitters = false;
   float heavy_decay = 0.9f;         // per decode step
   float heavy_share = 0.02f;
   // Measure mode: the kernel also runs over every page so that the mass recall

@@ -64,6 +64,9 @@ struct EvalOptions {
   std::vector<std::string> scores;
   std::vector<std::string> layer_signals;
   bool per_head = false;
+  bool heavy = false;
+  std::vector<float> mix_weights;
+  std::uint32_t recent_pages = 0;
   std::string passkey_format = "plain";
   CLI::Option* passkey_format_given = nullptr;
   std::string model;
@@ -138,7 +141,8 @@ void print_progress(void* user, std::uint32_t done, std::uint32_t total) {
 int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
-  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head};
+  eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head,
+                                   o.heavy, o.mix_weights, o.recent_pages};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -272,6 +276,14 @@ Action setup(CLI::App& sub) {
   sub.add_flag("--sparse-per-head", o->per_head,
                "Also run each sparse setting with per-query-head rankings (each group reads the union of its heads' "
                "own top pages within the budget)");
+  sub.add_flag("--sparse-heavy", o->heavy,
+               "Also run each fixed budget keeping the heavy hitters (pages whose decayed attention mass share "
+               "stays above 2%, at most half the budget; H2O)");
+  sub.add_option("--sparse-mix", o->mix_weights,
+                 "With --sparse-score mixed: the moments' weight in the mix, in (0, 1) (default 0.5); repeatable, one "
+                 "mixed setting each");
+  sub.add_option("--sparse-recent", o->recent_pages,
+                 "Every sparse setting always reads this many newest pages (default 2), in [1, 64]");
   sub.add_option("--sparse-score", o->scores,
                  "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");

@@ -64,6 +64,13 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     scores.push_back(score);
   }
   if (scores.empty()) scores.push_back(SparseScore::bound);
+  for (float w : request.mix_weights) {
+    if (!(w > 0.0f && w < 1.0f))
+      return make_error(ErrorCode::invalid_argument, "--sparse-mix",
+                        fmt::format("{} is not a weight in (0, 1): give the moments' share of the mixed score", w));
+  }
+  if (!request.mix_weights.empty() && std::find(scores.begin(), scores.end(), SparseScore::mixed) == scores.end())
+    return make_error(ErrorCode::invalid_argument, "--sparse-mix", "weighs the mixed score: add --sparse-score mixed");
   std::vector<LayerSignal> signals;
   for (const std::string& name : request.layer_signals) {
     LayerSignal signal = LayerSignal::captured;
@@ -84,15 +91,24 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   if (signals.empty()) signals.push_back(LayerSignal::captured);
   // --sparse-one-list: after each sparse setting, the same with one page list for all heads.
   // --sparse-layer-budget: after each fixed budget, the same spread over the layers.
-  const auto add_layered = [&](const EvalSetting& s) {
+  // --sparse-heavy: after each fixed budget, the same keeping the heavy hitters.
+  const auto add_heavy = [&](const EvalSetting& s) {
     out.push_back(s);
+    if (!request.heavy || s.sparse.mode == SparseMode::adaptive) return;
+    EvalSetting heavy = s;
+    heavy.name += " heavy";
+    heavy.sparse.heavy_hitters = true;
+    out.push_back(std::move(heavy));
+  };
+  const auto add_layered = [&](const EvalSetting& s) {
+    add_heavy(s);
     if (request.layer_budget && s.sparse.mode != SparseMode::adaptive) {
       for (LayerSignal signal : signals) {
         EvalSetting layered = s;
         layered.name += signal == LayerSignal::moments ? " layers by moments" : " layers";
         layered.sparse.layer_budget = true;
         layered.sparse.layer_signal = signal;
-        out.push_back(std::move(layered));
+        add_heavy(layered);
       }
     }
   };
@@ -112,6 +128,16 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   // Each score in turn, named with it unless it is the bound.
   const auto add = [&](const EvalSetting& s) {
     for (SparseScore score : scores) {
+      if (score == SparseScore::mixed && !request.mix_weights.empty()) {
+        for (float w : request.mix_weights) {
+          EvalSetting mixed = s;
+          mixed.sparse.score = score;
+          mixed.sparse.mix_moments = w;
+          mixed.name += fmt::format(" mixed {:g}", w);
+          add_scored(std::move(mixed));
+        }
+        continue;
+      }
       EvalSetting scored = s;
       scored.sparse.score = score;
       if (score != SparseScore::bound) scored.name += fmt::format(" {}", sparse_score_name(score));
@@ -136,6 +162,15 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
     add(pages_setting(p));
   }
   if (request.adaptive) add(sparse_setting("adaptive", SparseMode::adaptive));
+  if (request.recent_pages != 0) {
+    if (request.recent_pages > 64)
+      return make_error(ErrorCode::invalid_argument, "--sparse-recent",
+                        fmt::format("{} newest pages always read: give 1 to 64", request.recent_pages));
+    for (std::size_t i = 1; i < out.size(); ++i) {
+      out[i].sparse.recent_pages = request.recent_pages;
+      out[i].name += fmt::format(" recent {}", request.recent_pages);
+    }
+  }
   if (out.size() > settings_max)
     return make_error(ErrorCode::invalid_argument, "--sparse-fraction/--sparse-pages",
                       fmt::format("{} settings asked for; at most {} (exact included) run in one evaluation",

@@ -54,6 +54,15 @@ struct SettingRequest {
   // --sparse-per-head: each sparse setting (and its layered ones) also with per-query-head
   // rankings (SparseSettings::per_head, named "… heads").
   bool per_head = false;
+  // --sparse-heavy: each fixed-budget setting (and its layered ones) also with the heavy hitters
+  // kept (SparseSettings::heavy_hitters, named "… heavy").
+  bool heavy = false;
+  // --sparse-mix: the mixed score once per moments' weight named here, in (0, 1), in the order given
+  // (named "… mixed 0.7"); empty: ½ only (named "… mixed").
+  std::vector<float> mix_weights;
+  // --sparse-recent N: every sparse setting always reads the newest N pages (SparseSettings::
+  // recent_pages, in [1, 64]) instead of the default 2, named "… recent N"; 0: the default.
+  std::uint32_t recent_pages = 0;
 };
 
 // Exact first, then the requested settings (the default set when none was

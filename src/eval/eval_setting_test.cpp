@@ -89,6 +89,84 @@ TEST(EvalSettings, LayerSignalsGiveOneLayeredSettingEachAndAreRefusedAlone) {
   refused(q, "a signal without layer budgets");
 }
 
+// --sparse-heavy: each fixed budget, layered ones included, is followed by the same keeping the
+// heavy hitters; the adaptive budget (which always keeps them) gets no variant.
+TEST(EvalSettings, HeavyVariantsFollowEachFixedSetting) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.adaptive = true;
+  r.layer_budget = true;
+  r.layer_signals = {"moments"};
+  r.heavy = true;
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 6u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8");
+  EXPECT_FALSE((*s)[1].sparse.heavy_hitters);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 heavy");
+  EXPECT_TRUE((*s)[2].sparse.heavy_hitters);
+  EXPECT_FALSE((*s)[2].sparse.layer_budget);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 layers by moments");
+  EXPECT_FALSE((*s)[3].sparse.heavy_hitters);
+  EXPECT_EQ((*s)[4].name, "fraction 1/8 layers by moments heavy");
+  EXPECT_TRUE((*s)[4].sparse.heavy_hitters);
+  EXPECT_TRUE((*s)[4].sparse.layer_budget);
+  EXPECT_EQ((*s)[5].name, "adaptive");
+  EXPECT_FALSE((*s)[5].sparse.heavy_hitters);
+}
+
+// --sparse-mix: the mixed score once per weight, named with it; refused outside (0, 1) or
+// without the mixed score, naming the flag.
+TEST(EvalSettings, MixWeightsGiveOneMixedSettingEach) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.scores = {"bound", "mixed"};
+  r.mix_weights = {0.25f, 0.75f};
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 4u);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8");
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 mixed 0.25");
+  EXPECT_EQ((*s)[2].sparse.score, SparseScore::mixed);
+  EXPECT_EQ((*s)[2].sparse.mix_moments, 0.25f);
+  EXPECT_EQ((*s)[3].name, "fraction 1/8 mixed 0.75");
+  EXPECT_EQ((*s)[3].sparse.mix_moments, 0.75f);
+  for (const std::vector<float>& bad : {std::vector<float>{0.0f}, std::vector<float>{1.0f}, std::vector<float>{-0.5f}}) {
+    SettingRequest q = r;
+    q.mix_weights = bad;
+    Result<std::vector<EvalSetting>> refused = make_settings(q);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().describe().find("--sparse-mix"), std::string::npos);
+  }
+  SettingRequest q = r;
+  q.scores = {"bound"};
+  Result<std::vector<EvalSetting>> refused = make_settings(q);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().describe().find("--sparse-score mixed"), std::string::npos);
+}
+
+// --sparse-recent N: every sparse setting (not exact) reads the newest N pages, named with it;
+// refused above 64, naming the flag.
+TEST(EvalSettings, RecentPagesApplyToEverySparseSetting) {
+  SettingRequest r;
+  r.fractions = {0.125f};
+  r.layer_budget = true;
+  r.recent_pages = 6;
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->size(), 3u);
+  EXPECT_EQ((*s)[0].name, "exact");
+  EXPECT_EQ((*s)[0].sparse.recent_pages, SparseSettings{}.recent_pages);
+  EXPECT_EQ((*s)[1].name, "fraction 1/8 recent 6");
+  EXPECT_EQ((*s)[1].sparse.recent_pages, 6u);
+  EXPECT_EQ((*s)[2].name, "fraction 1/8 layers recent 6");
+  EXPECT_EQ((*s)[2].sparse.recent_pages, 6u);
+  r.recent_pages = 65;
+  Result<std::vector<EvalSetting>> refused = make_settings(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().describe().find("--sparse-recent"), std::string::npos);
+}
+
 TEST(EvalSettings, EachSettingRunsOncePerScoreNamedWithIt) {
   SettingRequest r;
   r.fractions = {0.125f};

@@ -428,7 +428,10 @@ class KvRuntimeImpl final : public KvRuntime {
   ParallelChunks parallel_;  // threads the selection's bound may borrow (set_parallel)
   // The bound of `n` pages of one entry and layer, all KV heads, cut into chunks of pages over
   // parallel_'s threads (one thread without them, or for few pages): the same bits either way.
-  void sparse_bounds(const std::uint16_t* pages, std::uint32_t n, float* out, std::size_t out_stride) noexcept;
+  // When the setting uses the moments, the same chunks also give each query head's moments'
+  // log-mass of the pages (into score_scratch_, [q_heads][pages_per_layer_max]).
+  void sparse_bounds(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n, float* out,
+                     std::size_t out_stride) noexcept;
   std::vector<Fence> summary_uploads_;  // [entries_max]: the layer's summary uploads (waited with its rows)
   // Scores other than the bound (kv_runtime_sparse_score.cpp): storage reserved for a setting,
   // a page emptied (summary and moments), a key's moments, and a decode entry's per-group
@@ -440,7 +443,7 @@ class KvRuntimeImpl final : public KvRuntime {
   void score_pages(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n, float* out,
                    std::size_t stride) noexcept;
   std::unique_ptr<runtime::PageMoments> moments_;  // score moments: per page and KV head, Σk and Σk²
-  std::vector<float> score_scratch_;           // score moments: [group heads × pages_per_layer_max]
+  std::vector<float> score_scratch_;           // the moments' log-mass: [q_heads × pages_per_layer_max]
   // per_head: each query head's own score of every page ([q_heads × pages_per_layer_max]) and
   // one head's moments' mass ([pages_per_layer_max]).
   void head_scores(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n) noexcept;
@@ -451,6 +454,9 @@ class KvRuntimeImpl final : public KvRuntime {
   // mean over the groups; per entry this layer's (moment_captured_, 1 when every page is read).
   static bool moment_signal(const SparseSettings& s) noexcept {
     return s.layer_budget && s.layer_signal == LayerSignal::moments;
+  }
+  static bool moments_wanted(const SparseSettings& s) noexcept {
+    return s.score == SparseScore::moments || s.score == SparseScore::mixed || moment_signal(s);
   }
   float moment_captured(const std::uint32_t* keep, std::uint32_t n, bool per_group) const noexcept;
   std::vector<float> moment_captured_;         // [entries_max]

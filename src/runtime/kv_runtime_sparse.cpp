@@ -164,6 +164,15 @@ struct BoundJob {
   std::size_t page_stride;         // elements from one page's summary to the next
   float* out;                      // [kv_heads][out_stride]
   std::size_t out_stride;
+  // The moments' log-mass per query head, when the score or the layer signal needs it (else
+  // moments is null): e_h(p) into log[h × log_stride + p] (moment_log_mass).
+  const float* q = nullptr;        // the entry's query, [q_heads][head_dim]
+  const float* moments = nullptr;  // page 0 of the layer's moments
+  std::size_t moment_stride = 0;
+  std::uint32_t tokens = 0, page_tokens = 0;
+  float scale = 0.0f;
+  float* log = nullptr;
+  std::size_t log_stride = 0;
 };
 
 // Pages [pages × c / chunks, pages × (c + 1) / chunks) of every KV head: page_bounds computes
@@ -178,18 +187,36 @@ void bound_chunk(void* context, std::uint32_t chunk) noexcept {
     runtime::page_bounds(j.format, j.positive + q_at, j.negative + q_at, j.group,
                          j.summaries + first * j.page_stride + std::size_t{kh} * 2u * j.head_dim, j.page_stride,
                          end - first, j.head_dim, j.out + kh * j.out_stride + first);
+    if (j.moments != nullptr) {
+      runtime::moment_log_mass(j.q + q_at, j.group, j.head_dim, j.scale,
+                               j.moments + std::size_t{kh} * 2u * j.head_dim, j.moment_stride, first, end - first,
+                               j.tokens, j.page_tokens, j.log + std::size_t{kh} * j.group * j.log_stride,
+                               j.log_stride);
+    }
   }
 }
 }  // namespace
 
-void KvRuntimeImpl::sparse_bounds(const std::uint16_t* pages, std::uint32_t n, float* out,
-                                  std::size_t out_stride) noexcept {
+void KvRuntimeImpl::sparse_bounds(std::uint32_t layer, std::uint32_t e, const float* qe, std::uint32_t n,
+                                  float* out, std::size_t out_stride) noexcept {
   const Geometry& g = plan_.geometry;
   const runtime::SummaryShape& shape = summaries_->shape();
+  const std::uint32_t slot = scheduled_[e].context.slot;
   const bool borrow = parallel_.run != nullptr && n >= parallel_.least;
   BoundJob job{shape.format, q_positive_.data(), q_negative_.data(), g.kv_heads, settings_.q_heads / g.kv_heads,
-               g.head_dim, n, borrow ? parallel_.threads * chunks_per_thread : 1u, pages, shape.page_stride(),
-               out, out_stride};
+               g.head_dim, n, borrow ? parallel_.threads * chunks_per_thread : 1u, summaries_->page(slot, layer, 0),
+               shape.page_stride(), out, out_stride};
+  if (moments_ != nullptr && moments_wanted(settings_.sparse) &&
+      score_scratch_.size() >= std::size_t{settings_.q_heads} * sizes_.pages_per_layer_max) {
+    job.q = qe;
+    job.moments = moments_->page(slot, layer, 0);
+    job.moment_stride = moments_->page_elements();
+    job.tokens = layer_plan(layer, e).length_tokens;
+    job.page_tokens = plan_.arena.page_tokens;
+    job.scale = shape_.scale;
+    job.log = score_scratch_.data();
+    job.log_stride = sizes_.pages_per_layer_max;
+  }
   if (!borrow) {
     bound_chunk(&job, 0);
     return;
@@ -205,7 +232,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
   const SparseSettings& s = settings_.sparse;
   const std::uint32_t P = plan_.arena.page_tokens;
   const std::uint32_t max = sizes_.pages_per_layer_max;
-  const bool heavy = s.mode == SparseMode::adaptive;
+  const bool heavy = s.mode == SparseMode::adaptive || s.heavy_hitters;
   per_group_ = s.per_group && !pick_group_rank_.empty();
   const std::uint32_t kv = g.kv_heads;
   bool any = false;
@@ -265,7 +292,7 @@ bool KvRuntimeImpl::select_sparse(std::uint32_t layer, const float* q) noexcept 
     // Per group, the bounds go straight where explain reads them ([group][max]); else [group][n].
     float* bound_out = per_group_ ? pick_group_bound_.data() + sl * kv * max : bounds_.data();
     const std::size_t bound_stride = per_group_ ? max : n;
-    sparse_bounds(summaries_->page(slot, layer, 0), n, bound_out, bound_stride);
+    sparse_bounds(layer, e, qe, n, bound_out, bound_stride);  // and the moments' log-mass, when asked
     score_pages(layer, e, qe, n, bound_out, bound_stride);  // another score, when the setting asks
     // Heavy hitters: pages whose decayed mass share stays high, at most half the budget.
     std::uint32_t heavy_count = 0;

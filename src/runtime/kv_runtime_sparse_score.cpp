@@ -16,18 +16,16 @@ namespace activekv::runtime_impl {
 
 Status KvRuntimeImpl::prepare_scores(const SparseSettings& sparse) {
   const Geometry& g = plan_.geometry;
-  const std::uint32_t group = settings_.q_heads / g.kv_heads;
   const std::uint32_t pages = sizes_.pages_per_layer_max;
   try {
-    const bool uses_moments = sparse.score == SparseScore::moments || sparse.score == SparseScore::mixed ||
-                              moment_signal(sparse);
+    const bool uses_moments = moments_wanted(sparse);
     if (uses_moments && moments_ == nullptr) {
       moments_ = std::make_unique<runtime::PageMoments>(budgets_.slots(), g.dense_layers, pages, g.kv_heads, g.head_dim);
       // No slot's moments are current: every context rebuilds its pages on its next write_kv.
       std::fill(summarized_generation_.begin(), summarized_generation_.end(), 0u);
     }
     if (uses_moments) {
-      score_scratch_.resize(std::size_t{group} * pages);
+      score_scratch_.resize(std::size_t{settings_.q_heads} * pages);
       moment_mass_.resize(std::size_t{g.kv_heads} * pages);
     }
     if (sparse.per_head) {
@@ -92,15 +90,16 @@ void KvRuntimeImpl::score_pages(std::uint32_t layer, std::uint32_t e, const floa
   // (moments, mixed) and the layer signal (select_sparse reads it after the selection).
   if (score == SparseScore::moments || score == SparseScore::mixed || signal) {
     if (moments_ == nullptr) return;
+    // sparse_bounds left each query head's log-mass in score_scratch_ (with the bounds, on the
+    // same chunks); here only the softmax over the pages per head, summed per group.
+    const std::size_t max = sizes_.pages_per_layer_max;
     for (std::uint32_t kh = 0; kh < g.kv_heads; ++kh) {
-      float* mass = moment_mass_.data() + std::size_t{kh} * sizes_.pages_per_layer_max;
-      runtime::moment_page_scores(qe + std::size_t{kh} * group * g.head_dim, group, g.head_dim, shape_.scale,
-                                  moments_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim,
-                                  moments_->page_elements(), n, tokens, P, score_scratch_.data(), mass);
+      float* mass = moment_mass_.data() + std::size_t{kh} * max;
+      runtime::moment_mass_from_log(score_scratch_.data() + std::size_t{kh} * group * max, group, max, n, mass);
       float* o = out + std::size_t{kh} * stride;
       if (score == SparseScore::moments) std::copy_n(mass, n, o);
       // mixed: o holds the group's bound, and becomes the mean of the two mass distributions.
-      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, mass, group, shape_.scale, n, o);
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, mass, group, shape_.scale, n, o, settings_.sparse.mix_moments);
       if (score == SparseScore::moments || score == SparseScore::mixed) unnan(o, n);
     }
     if (score != SparseScore::oracle) return;
@@ -160,7 +159,7 @@ void KvRuntimeImpl::head_scores(std::uint32_t layer, std::uint32_t e, const floa
                                   moments_->page(slot, layer, 0) + std::size_t{kh} * 2u * g.head_dim,
                                   moments_->page_elements(), n, lp.length_tokens, P, score_scratch_.data(), head_mass_.data());
       if (score == SparseScore::moments) std::copy_n(head_mass_.data(), n, o);
-      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, head_mass_.data(), 1, shape_.scale, n, o);
+      if (score == SparseScore::mixed) runtime::mix_bound_mass(o, head_mass_.data(), 1, shape_.scale, n, o, settings_.sparse.mix_moments);
     }
     unnan(o, n);
   }

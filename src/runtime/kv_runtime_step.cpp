@@ -345,7 +345,8 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
   const bool decode_only = total_new_ == entries();
   const bool hot = settings_.policy == ResidencyPolicyKind::hotness;
   const bool sparse_mass =
-      selective && (settings_.sparse.mode == SparseMode::adaptive || settings_.sparse.layer_budget);
+      selective && (settings_.sparse.mode == SparseMode::adaptive || settings_.sparse.layer_budget ||
+                    settings_.sparse.heavy_hitters);
   const bool scored = (hot || sparse_mass) && backend_.capabilities().page_mass && decode_only;
   if (sparse_mass) {
     for (std::uint32_t e = 0; e < entries(); ++e) {

@@ -56,14 +56,35 @@ void page_mass_from_scores(const float* scores, std::uint32_t heads, std::uint32
 // The moments' estimate for one group: q [heads][dim] (unscaled), the group's KV head's moments
 // of page p at moments[p × stride] ([2][dim]: sums, sums of squares), tokens in the layer (the last
 // page may be partial), scratch [heads × pages]. out[p] = Σ_h exp(e_h(p) − LSE_p' e_h(p')),
-// e_h(p) = log c_p + scale q_h·μ_p + ½ scale² Σ_d q_hd² σ²_pd.
+// e_h(p) = log c_p + scale q_h·μ_p + ½ scale² Σ_d q_hd² σ²_pd. It is moment_log_mass over every
+// page, then moment_mass_from_log.
 void moment_page_scores(const float* q, std::uint32_t heads, std::uint32_t dim, float scale, const float* moments,
                         std::size_t stride, std::uint32_t pages, std::uint32_t tokens, std::uint32_t page_tokens,
                         float* scratch, float* out) noexcept;
 
-// mixed: out[p] = ½ (moments[p] + heads · softmax_p(scale · bound[p])), for p < pages.
+// The first half, page by page: e_h(p) for pages [first, first + count) into
+// log[h × log_stride + p] (−∞ for a page with no row). Each page's value depends only on its own
+// moments and q, so the pages may be cut into chunks run on any threads with the same bits.
+// μ_d = Σk_d × (1/c) and σ²_d = max(0, Σk²_d × (1/c) − μ_d²) once per page for all the heads (1/c
+// is exact for a full page of 16 or any power of two, so no division per dimension); the two dot
+// products summed in 8 lanes (term d into lane d mod 8, each product rounded, no FMA) and the lanes
+// as the bound's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), so MomentIsa::best
+// (AVX2 when dim is a multiple of 8) and MomentIsa::portable give the same bits.
+enum class MomentIsa : std::uint8_t { best, portable };
+void moment_log_mass(const float* q, std::uint32_t heads, std::uint32_t dim, float scale, const float* moments,
+                     std::size_t stride, std::uint32_t first, std::uint32_t count, std::uint32_t tokens,
+                     std::uint32_t page_tokens, float* log, std::size_t log_stride,
+                     MomentIsa isa = MomentIsa::best) noexcept;
+
+// The second half: out[p] = Σ_h softmax over the pages of log[h × log_stride + ·] at p, for
+// p < pages (log is overwritten with the unnormalised weights).
+void moment_mass_from_log(float* log, std::uint32_t heads, std::size_t log_stride, std::uint32_t pages,
+                          float* out) noexcept;
+
+// mixed: out[p] = w · moments[p] + (1 − w) · heads · softmax_p(scale · bound[p]), for p < pages
+// (out may be bound); w = ½ (the default) is the mean of the two.
 void mix_bound_mass(const float* bound, const float* moments, std::uint32_t heads, float scale, std::uint32_t pages,
-                    float* out) noexcept;
+                    float* out, float w = 0.5f) noexcept;
 
 // The share of a group's estimated mass that its selection holds: mass [pages] (moment_page_scores'
 // out), keep [pages] the selection's per-page KV head masks, `bit` the group's. Returns

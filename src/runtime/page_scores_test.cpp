@@ -6,6 +6,8 @@
 //   - moment_page_scores is exact for pages whose keys are all equal (the estimate of a page of c
 //     copies of k is c·exp(s q·k)), sums to the heads, and ranks a page of keys aligned with q above
 //     one of keys opposed to it;
+//   - moment_log_mass (the estimate's first half, page by page) is the same bits on AVX2 and the
+//     portable path and in any cut of the pages into chunks, within rounding of a double reference;
 //   - mix_bound_mass is the mean of the moments' masses and the bound's softmax (in place too);
 //   - selected_mass_share is the selected pages' share of a group's mass, per head bit, 1 when
 //     there is no mass, and on synthetic Gaussian pages the moments' estimate of the captured mass
@@ -14,6 +16,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -130,6 +134,71 @@ TEST(MomentScores, AreExactForUniformPagesAndFollowTheKeys) {
   EXPECT_GT(out2[1], out2[0]);
 }
 
+// The moments' log-mass per page and head: AVX2 and portable give the same bits, any cut of the
+// pages into chunks gives the same bits as one call, the lanes' sum is within rounding of a
+// double reference, a page with no row is −∞, and pages outside the call are not written.
+TEST(MomentLogMass, IsTheSameBitsPortableVectorisedAndInAnyChunks) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (const std::uint32_t dim : {8u, 64u, 24u, 5u}) {
+    for (const std::uint32_t heads : {1u, 3u, 4u, 6u}) {
+      constexpr std::uint32_t page = 16, pages = 37, stride_pad = 3;
+      const std::uint32_t tokens = (pages - 2) * page + 5;  // one partial page, one page with no row
+      const std::size_t stride = 2 * dim + stride_pad;      // a table's stride: moments of several heads
+      std::vector<float> q(std::size_t{heads} * dim), moments(pages * stride, 0.0f);
+      for (float& v : q) v = normal(rng) * 2.0f;
+      for (std::uint32_t p = 0; p < pages; ++p) {
+        const std::uint32_t rows = std::min(page, tokens > p * page ? tokens - p * page : 0u);
+        for (std::uint32_t r = 0; r < rows; ++r) {
+          for (std::uint32_t d = 0; d < dim; ++d) {
+            const float k = normal(rng) + (d % 3 == 0 ? 1.5f : 0.0f);
+            moments[p * stride + d] += k;
+            moments[p * stride + dim + d] += k * k;
+          }
+        }
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+      const std::size_t ls = pages + 2;
+      const float sentinel = 12345.0f;
+      std::vector<float> best(heads * ls, sentinel), portable(heads * ls, sentinel), chunked(heads * ls, sentinel);
+      moment_log_mass(q.data(), heads, dim, scale, moments.data(), stride, 0, pages, tokens, page, best.data(), ls);
+      moment_log_mass(q.data(), heads, dim, scale, moments.data(), stride, 0, pages, tokens, page, portable.data(), ls,
+                      MomentIsa::portable);
+      for (std::uint32_t first = 0; first < pages; first += 5) {
+        moment_log_mass(q.data(), heads, dim, scale, moments.data(), stride, first, std::min(5u, pages - first), tokens,
+                        page, chunked.data(), ls);
+      }
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        for (std::uint32_t p = 0; p < ls; ++p) {
+          const float b = best[h * ls + p];
+          SCOPED_TRACE(::testing::Message() << "dim " << dim << " heads " << heads << " head " << h << " page " << p);
+          EXPECT_EQ(std::memcmp(&b, &portable[h * ls + p], sizeof b), 0);
+          EXPECT_EQ(std::memcmp(&b, &chunked[h * ls + p], sizeof b), 0);
+          if (p >= pages) {
+            EXPECT_EQ(b, sentinel);  // not written
+            continue;
+          }
+          const std::uint32_t rows = std::min(page, tokens > p * page ? tokens - p * page : 0u);
+          if (rows == 0) {
+            EXPECT_EQ(b, -std::numeric_limits<float>::infinity());
+            continue;
+          }
+          double mean = 0.0, spread = 0.0;
+          for (std::uint32_t d = 0; d < dim; ++d) {
+            const double mu = double{moments[p * stride + d]} / rows;
+            const double var = std::max(0.0, double{moments[p * stride + dim + d]} / rows - mu * mu);
+            const double qd = q[h * dim + d];
+            mean += qd * mu;
+            spread += qd * qd * var;
+          }
+          const double want = std::log(static_cast<double>(rows)) + scale * mean + 0.5 * scale * scale * spread;
+          EXPECT_NEAR(b, want, 1e-4 * (1.0 + std::abs(want)));
+        }
+      }
+    }
+  }
+}
+
 TEST(MixedScores, AreTheMeanOfTheMomentsAndTheBoundsSoftmax) {
   const std::vector<float> bound = {3.0f, -1.0f, 7.5f, 0.0f}, moments = {0.5f, 1.0f, 0.25f, 0.25f};
   constexpr std::uint32_t heads = 2;
@@ -146,6 +215,15 @@ TEST(MixedScores, AreTheMeanOfTheMomentsAndTheBoundsSoftmax) {
   std::vector<float> same = bound;  // in place, as the runtime calls it
   mix_bound_mass(same.data(), moments.data(), heads, scale, 4, same.data());
   for (std::size_t p = 0; p < bound.size(); ++p) EXPECT_EQ(same[p], out[p]);
+  // Another weight: w of the moments and 1 − w of the bound's softmax, still summing to the heads.
+  const float w = 0.75f;
+  mix_bound_mass(bound.data(), moments.data(), heads, scale, 4, out.data(), w);
+  total = 0.0;
+  for (std::size_t p = 0; p < bound.size(); ++p) {
+    EXPECT_NEAR(out[p], w * moments[p] + (1.0 - w) * heads * std::exp(scale * static_cast<double>(bound[p])) / z, 1e-6);
+    total += out[p];
+  }
+  EXPECT_NEAR(total, heads, 1e-5);
 }
 
 TEST(SelectedMassShare, IsTheSelectedPagesShareOfTheGroupsMass) {

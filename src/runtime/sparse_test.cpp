@@ -14,8 +14,9 @@
 //     budget runs, layer budgets keep the total and move pages between layers (also when the
 //     moments' estimate moves them: explain's budget per layer sums to the total and names the
 //     score and the signal), and no sparse step allocates;
-//   - the bound cut over borrowed threads (ParallelChunks) selects the same pages, bounds and
-//     ranks, and gives the same outputs, as one thread;
+//   - the bound cut over borrowed threads (ParallelChunks), with the moments' estimate when the
+//     mixed score and the moments' layer budgets ask, selects the same pages, bounds and ranks,
+//     and gives the same outputs, as one thread;
 //   - a runtime created exact refuses set_sparse with a sparse mode.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
@@ -720,13 +721,22 @@ class TwoThreads {
 };
 
 // The bound cut into chunks of pages over two threads selects exactly what one thread selects:
-// the same pages, bounds and ranks in explain, the same outputs bit for bit, nothing allocated.
+// the same pages, bounds and ranks in explain, the same outputs bit for bit, nothing allocated;
+// so does the mixed score with layer budgets by the moments (their estimate on the same chunks).
 TEST(SparseRuntime, BoundsOverBorrowedThreadsSelectTheSamePagesBitForBit) {
-  for (bool per_group : {true, false}) {
+  // The mixed score with layer budgets by the moments: the moments' log-mass runs on the same
+  // chunks as the bound (sparse_bounds), so its scores and budgets must not move either.
+  for (const bool moments : {false, true}) for (bool per_group : {true, false}) {
+    SCOPED_TRACE(moments ? "mixed, layer budgets by the moments" : "bound");
     SparseSettings s;
     s.mode = SparseMode::pages;
     s.pages = 6;
     s.per_group = per_group;
+    if (moments) {
+      s.score = SparseScore::mixed;
+      s.layer_budget = true;
+      s.layer_signal = LayerSignal::moments;
+    }
     const SparseRun one = run(s, 1.0);
     TwoThreads threads;
     const SparseRun two = run(s, 0.25, true, threads.chunks(1));
@@ -748,6 +758,35 @@ TEST(SparseRuntime, BoundsOverBorrowedThreadsSelectTheSamePagesBitForBit) {
     }
     EXPECT_EQ(two.allocations_after_first_decode, 0u);
     EXPECT_EQ(two.counters.heap_allocations_in_steps, 0u);
+  }
+}
+
+// Heavy hitters with a fixed budget (SparseSettings::heavy_hitters, H2O): pages that kept the
+// kernel's attention mass are forced (explain: rank UINT32_MAX), inside the budget — the pages
+// read per selection stay the budget's — so the selection changes; nothing allocates per step.
+TEST(SparseRuntime, HeavyHittersWithAFixedBudgetAreForcedWithinTheBudget) {
+  for (const SparseScore score : {SparseScore::bound, SparseScore::mixed}) {
+    SCOPED_TRACE(sparse_score_name(score));
+    SparseSettings s;
+    s.mode = SparseMode::pages;
+    s.pages = 8;
+    s.measure = true;
+    s.score = score;
+    const SparseRun plain = run(s, 1.0);
+    s.heavy_hitters = true;
+    const SparseRun heavy = run(s, 1.0);
+    ASSERT_EQ(heavy.stats.selections, plain.stats.selections);
+    EXPECT_EQ(heavy.stats.pages_read, heavy.stats.selections * 8u) << "the budget per selection";
+    EXPECT_EQ(plain.stats.pages_read, heavy.stats.pages_read);
+    const auto forced = [](const SparseRun& r) {
+      std::size_t n = 0;
+      for (const SparsePick& p : r.explanation.sparse_picks) n += p.rank == UINT32_MAX ? 1u : 0u;
+      return n;
+    };
+    EXPECT_GT(forced(heavy), forced(plain)) << "some heavy hitter was forced besides the sink and the newest";
+    EXPECT_FALSE(identical(heavy.decode_outputs, plain.decode_outputs));
+    EXPECT_EQ(heavy.allocations_after_first_decode, 0u);
+    EXPECT_EQ(heavy.counters.heap_allocations_in_steps, 0u);
   }
 }
 
