@@ -129,6 +129,21 @@ Status check_passkey_request(const PasskeyRequest& r) {
   return Status::success();
 }
 
+Result<std::vector<PasskeyCase>> make_passkey_prompts(const tokenizer::Tokenizer& tok, const PasskeyRequest& request) {
+  if (Status st = check_passkey_request(request); !st) return st.error();
+  std::vector<PasskeyCase> cases;
+  std::mt19937_64 keys(request.seed);
+  for (double depth : request.depths) {
+    for (std::uint32_t trial = 0; trial < request.trials; ++trial) {
+      const auto key = static_cast<std::uint32_t>(10000 + keys() % 90000);
+      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, depth, key, request.format);
+      if (!prompt) return prompt.error();
+      cases.push_back(PasskeyCase{depth, std::move(prompt).value()});
+    }
+  }
+  return cases;
+}
+
 Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer& tok, std::span<const EvalSetting> settings,
                                        const PasskeyRequest& request, TrialProgress progress, void* user) {
   if (Status st = check_passkey_request(request); !st) return st.error();
@@ -139,16 +154,15 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
   result.depths = request.depths;
   result.trials = request.trials;
   result.correct.assign(settings.size(), std::vector<std::uint32_t>(request.depths.size(), 0));
-  std::mt19937_64 keys(request.seed);
+  Result<std::vector<PasskeyCase>> cases = make_passkey_prompts(tok, request);
+  if (!cases) return cases.error();
   SettingContexts contexts(rig.forward(), rig.runtime(), settings);
   const std::uint32_t total = static_cast<std::uint32_t>(request.depths.size()) * request.trials;
   std::uint32_t done = 0;
   std::string piece;
   for (std::size_t d = 0; d < request.depths.size(); ++d) {
     for (std::uint32_t trial = 0; trial < request.trials; ++trial) {
-      const auto key = static_cast<std::uint32_t>(10000 + keys() % 90000);
-      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key, request.format);
-      if (!prompt) return prompt.error();
+      const PasskeyPrompt* prompt = &(*cases)[d * request.trials + trial].prompt;
       if (Status st = contexts.open(prompt->prefix, request.context); !st) return st.error();
       PasskeyTrial entry{request.depths[d], prompt->key, {}, {}, {}, {}};
       for (std::uint32_t s = 0; s < settings.size(); ++s) {

@@ -91,6 +91,15 @@ struct PasskeyResult {
 // Refused, naming the flag: a depth outside [0, 1] (--depths), trials 0 or past passkey_trials_max (--trials).
 Status check_passkey_request(const PasskeyRequest& request);
 
+// Every trial's prompt, in the order evaluate_passkey runs them (depth by depth, trial by trial),
+// with the keys it draws: what `activekv eval --passkey --dump-prompt FILE` writes, so that a
+// peer can be fed the very same token ids.
+struct PasskeyCase {
+  double depth = 0.0;
+  PasskeyPrompt prompt;
+};
+Result<std::vector<PasskeyCase>> make_passkey_prompts(const tokenizer::Tokenizer& tok, const PasskeyRequest& request);
+
 using TrialProgress = void (*)(void* user, std::uint32_t done, std::uint32_t total);
 
 Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer& tok, std::span<const EvalSetting> settings,
