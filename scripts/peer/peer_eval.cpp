@@ -4,6 +4,7 @@
 //
 //   peer_eval passkey MODEL.gguf DUMP.json [THREADS]   DUMP from `activekv eval --passkey --dump-prompt`
 //   peer_eval text    MODEL.gguf DUMP.json [THREADS]   DUMP from `activekv eval --text … --dump-prompt`
+//   peer_eval tokens  MODEL.gguf DUMP.json             only the tokenization check (below), no model pass
 //
 // It reads the ids ActiveKV fed (never re-tokenizes), runs them in one llama.cpp context of the
 // dump's `context` tokens (f16 KV, llama.cpp's defaults otherwise), and prints JSON lines:
@@ -207,10 +208,28 @@ void run_text(Peer& peer, const json& dump) {
                           .c_str());
 }
 
+void run_tokens(const Peer& peer, const json& dump) {
+  if (dump.contains("prompts")) {
+    for (const json& p : dump.at("prompts")) {
+      const auto ids = p.at("tokens").get<std::vector<llama_token>>();
+      std::printf("%s\n", json{{"depth", p.at("depth")}, {"key", p.at("key")}, {"tokens", ids.size()},
+                               {"tokenize_first_difference", peer.first_difference(p.at("text").get<std::string>(), ids)}}
+                              .dump()
+                              .c_str());
+    }
+    return;
+  }
+  const auto ids = dump.at("tokens").get<std::vector<llama_token>>();
+  std::printf("%s\n", json{{"tokens", ids.size()},
+                           {"tokenize_first_difference", peer.first_difference(dump.at("text_decoded").get<std::string>(), ids)}}
+                          .dump()
+                          .c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) die("usage: peer_eval passkey|text MODEL.gguf DUMP.json [THREADS]");
+  if (argc < 4) die("usage: peer_eval passkey|text|tokens MODEL.gguf DUMP.json [THREADS]");
   const std::string mode = argv[1];
   std::ifstream in(argv[3]);
   if (!in) die(std::string("cannot read ") + argv[3]);
@@ -219,6 +238,7 @@ int main(int argc, char** argv) {
   Peer peer(argv[2], dump.at("context").get<std::uint32_t>(), threads);
   if (mode == "passkey") run_passkey(peer, dump);
   else if (mode == "text") run_text(peer, dump);
-  else die("mode is passkey or text");
+  else if (mode == "tokens") run_tokens(peer, dump);
+  else die("mode is passkey, text or tokens");
   return 0;
 }
