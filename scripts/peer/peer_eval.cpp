@@ -10,7 +10,7 @@
 // dump's `context` tokens (f16 KV, llama.cpp's defaults otherwise), and prints JSON lines:
 // passkey: per prompt, the greedy answer (at most 8 tokens, stopping as ActiveKV's eval stops:
 // at the first token after the digits began that is not part of the number) and the top 5 of
-// the logits that give its first token; text: per window, the scored tokens' summed negative
+// the logits at each of its steps (`top5_by_step`: what decided each token, and by how much); text: per window, the scored tokens' summed negative
 // log-likelihood (natural log, in double, as ActiveKV's eval) and their argmax ids, then the
 // perplexity over every scored token. Windows restart at position 0, as ActiveKV's do. Both also
 // give `tokenize_first_difference`: where llama.cpp's own tokenization of the dump's text first
@@ -143,6 +143,18 @@ bool answer_done(const std::string& answer) {
   return answer.find(digits) + digits.size() < answer.size();
 }
 
+// The five highest logits of a row (ties: lowest id first), with their pieces.
+json top5(const Peer& peer, const std::vector<float>& row) {
+  std::vector<int> order(static_cast<std::size_t>(peer.n_vocab));
+  std::iota(order.begin(), order.end(), 0);
+  auto at = [&](int i) { return row[static_cast<std::size_t>(i)]; };
+  std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                    [&](int a, int b) { return at(a) > at(b) || (at(a) == at(b) && a < b); });
+  json top = json::array();
+  for (std::size_t k = 0; k < 5; ++k) top.push_back({{"id", order[k]}, {"piece", peer.piece(order[k])}, {"logit", at(order[k])}});
+  return top;
+}
+
 void run_passkey(Peer& peer, const json& dump) {
   for (const json& p : dump.at("prompts")) {
     const auto ids = p.at("tokens").get<std::vector<llama_token>>();
@@ -150,16 +162,11 @@ void run_passkey(Peer& peer, const json& dump) {
     std::vector<float> last;
     peer.feed(ids, 0, [&](std::size_t i) { return i + 1 == ids.size(); },
               [&](std::size_t, const float* row) { last.assign(row, row + peer.n_vocab); });
-    std::vector<int> order(static_cast<std::size_t>(peer.n_vocab));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + 5, order.end(), [&](int a, int b) {
-      return last[static_cast<std::size_t>(a)] > last[static_cast<std::size_t>(b)] || (last[static_cast<std::size_t>(a)] == last[static_cast<std::size_t>(b)] && a < b);
-    });
-    json top = json::array();
-    for (int k = 0; k < 5; ++k) top.push_back({{"id", order[static_cast<std::size_t>(k)]}, {"piece", peer.piece(order[static_cast<std::size_t>(k)])}, {"logit", last[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])]}});
     std::string answer;
+    json by_step = json::array();
     auto pos = static_cast<llama_pos>(ids.size());
     for (int a = 0; a < 8; ++a) {
+      by_step.push_back(top5(peer, last));
       const int next = argmax(last.data(), peer.n_vocab);
       answer += peer.piece(next);
       if (answer_done(answer) || a + 1 == 8) break;
@@ -169,7 +176,7 @@ void run_passkey(Peer& peer, const json& dump) {
     const std::string digits = leading_digits(answer);
     json out = {{"depth", p.at("depth")}, {"key", p.at("key")}, {"answer", answer}, {"digits", digits},
                 {"tokenize_first_difference", peer.first_difference(p.at("text").get<std::string>(), ids)},
-                {"retrieved", digits == p.at("key").get<std::string>()}, {"top5_first_token", top}};
+                {"retrieved", digits == p.at("key").get<std::string>()}, {"top5_by_step", by_step}};
     std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     std::fflush(stdout);
   }
