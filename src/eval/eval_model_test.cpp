@@ -154,6 +154,12 @@ TEST_F(EvalOnModel, PasskeyPromptPlacesTheNeedleAndExactRetrievesIt) {
   for (const PasskeyTrial& t : result->log) {
     EXPECT_EQ(t.key.size(), 5u);
     EXPECT_EQ(t.answers.at(0), t.key) << "depth " << t.depth;
+    ASSERT_EQ(t.top2.size(), 1u);
+    EXPECT_GE(t.top2[0].size(), t.key.size());  // a step per token, at least one per digit here
+    for (const std::array<float, 4>& step : t.top2[0]) {
+      EXPECT_NE(step[0], step[2]);
+      EXPECT_GE(step[1], step[3]);  // the greedy choice first
+    }
   }
   EXPECT_EQ(leading_digits(" 48213."), "48213");
   EXPECT_EQ(leading_digits("no"), "");

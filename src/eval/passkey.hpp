@@ -23,6 +23,7 @@
 // spaces dropped, are the key.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -71,6 +72,9 @@ struct PasskeyTrial {
   std::string key;
   std::vector<std::string> answers;  // per setting, the digits it gave (may be empty)
   std::vector<std::string> texts;    // per setting, the answer as decoded (what the digits came from)
+  // Per setting, per answer step: the two highest logits, {id, logit, id, logit} (ties: lowest id
+  // first) — how close each greedy choice was, to hold against a peer's (scripts/peer-passkey.sh).
+  std::vector<std::vector<std::array<float, 4>>> top2;
   // Per setting, at the step of the question's last token (the one whose logits give the
   // answer's first token): per dense layer and KV head group, the best rank of the needle's
   // pages among every page by the setting's score (sparse settings with per-group lists; empty
