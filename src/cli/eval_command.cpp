@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "eval/eval_rig.hpp"
 #include "eval/eval_setting.hpp"
 #include "eval/passkey.hpp"
+#include "eval/prompt_dump.hpp"
 #include "eval/sliding_windows.hpp"
 #include "eval/text_eval.hpp"
 #include "serve/input_file.hpp"
@@ -78,6 +80,8 @@ struct EvalOptions {
   std::uint32_t threads = 2;
   bool json = false;
   bool quiet = false;
+  std::string dump_prompt;  // --dump-prompt FILE: the token ids fed, as JSON (eval/prompt_dump.hpp)
+  bool dump_only = false;
   CLI::Option* stride_given = nullptr;
   CLI::Option* max_windows_given = nullptr;
   CLI::Option* text_given = nullptr;
@@ -109,6 +113,8 @@ Status check_flags(const EvalOptions& o) {
   for (std::uint32_t p : o.pages) {  // the bound generate, run and serve apply (run_overrides.hpp)
     if (Status s = range("--sparse-pages", p, 1, sparse_pages_max); !s) return s;
   }
+  if (o.dump_only && o.dump_prompt.empty())
+    return flag_error("--dump-only", "there is nothing to dump: give --dump-prompt FILE with it");
   if (o.passkey) {
     if (o.text_given->count() > 0) return flag_error("--text", "a passkey run makes its own text: give --text or --passkey, not both");
     if (o.stride_given->count() > 0 || o.max_windows_given->count() > 0)
@@ -209,6 +215,30 @@ int run(EvalOptions& o) {
     windows = std::move(w).value();
   }
 
+  eval::ReportHeader header;
+  header.model = path;
+  header.text = o.text;
+  header.context = o.context;
+  header.stride = o.stride;
+  header.seed = o.seed;
+  header.text_tokens = tokens.size();
+  if (!o.dump_prompt.empty()) {
+    nlohmann::json dump;
+    if (o.passkey) {
+      Result<std::vector<eval::PasskeyCase>> cases = eval::make_passkey_prompts(*tok, passkey);
+      if (!cases) return fail(cases.error());
+      dump = eval::passkey_prompts_json(header, o.passkey_format, *tok, *cases);
+    } else {
+      dump = eval::text_tokens_json(header, *tok, tokens, windows);
+    }
+    std::ofstream out(o.dump_prompt, std::ios::binary | std::ios::trunc);
+    out << json_text(dump) << '\n';
+    out.close();
+    if (!out)
+      return fail(make_error(ErrorCode::io, "--dump-prompt", fmt::format("cannot write {}", o.dump_prompt)));
+    if (o.dump_only) return 0;
+  }
+
   AllocationScope warm_up("the host pool (one history per setting), the device arena and the engine's buffers "
                           "(--context, --host-pool, --device-pool, --chunk-tokens)");
   engine::ThreadPool pool(o.threads);
@@ -224,13 +254,6 @@ int run(EvalOptions& o) {
   Result<std::unique_ptr<eval::EvalRig>> rig = eval::EvalRig::create(*model, pool, *settings, rig_settings);
   if (!rig) return fail(rig.error());
 
-  eval::ReportHeader header;
-  header.model = path;
-  header.text = o.text;
-  header.context = o.context;
-  header.stride = o.stride;
-  header.seed = o.seed;
-  header.text_tokens = tokens.size();
   bool quiet = o.quiet || o.json;
   if (o.passkey) {
     Result<eval::PasskeyResult> r = eval::evaluate_passkey(**rig, *tok, *settings, passkey, print_progress, &quiet);
@@ -296,6 +319,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--threads", o->threads, "Compute threads")->capture_default_str();
   sub.add_flag("--json", o->json, "Print JSON (per setting: perplexity, top1_agreement, mass_recall, pages_read_per_step)");
   sub.add_flag("--quiet", o->quiet, "No progress lines on stderr");
+  sub.add_option("--dump-prompt", o->dump_prompt,
+                 "Write the token ids fed (passkey: every trial's prompt; text: the text's) and their text to FILE as JSON");
+  sub.add_flag("--dump-only", o->dump_only, "With --dump-prompt: write FILE and stop, evaluating nothing");
   return [o] { return run(*o); };
 }
 

@@ -3,6 +3,7 @@
 // contexts, a sparse setting covering every page equals exact, a real sparse
 // setting reads fewer pages, the JSON carries the documented keys, and the
 // passkey is found at a short context.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "eval/eval_report.hpp"
 #include "eval/eval_rig.hpp"
 #include "eval/passkey.hpp"
+#include "eval/prompt_dump.hpp"
 #include "eval/text_eval.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -152,9 +154,64 @@ TEST_F(EvalOnModel, PasskeyPromptPlacesTheNeedleAndExactRetrievesIt) {
   for (const PasskeyTrial& t : result->log) {
     EXPECT_EQ(t.key.size(), 5u);
     EXPECT_EQ(t.answers.at(0), t.key) << "depth " << t.depth;
+    ASSERT_EQ(t.top2.size(), 1u);
+    EXPECT_GE(t.top2[0].size(), t.key.size());  // a step per token, at least one per digit here
+    for (const std::array<float, 4>& step : t.top2[0]) {
+      EXPECT_NE(step[0], step[2]);
+      EXPECT_GE(step[1], step[3]);  // the greedy choice first
+    }
   }
   EXPECT_EQ(leading_digits(" 48213."), "48213");
   EXPECT_EQ(leading_digits("no"), "");
+
+  // --dump-prompt writes the prompts this run fed: the same keys in the same order.
+  Result<std::vector<PasskeyCase>> cases = make_passkey_prompts(tok, request);
+  ASSERT_TRUE(cases.ok()) << cases.error().describe();
+  ASSERT_EQ(cases->size(), result->log.size());
+  for (std::size_t i = 0; i < cases->size(); ++i) {
+    EXPECT_EQ((*cases)[i].prompt.key, result->log[i].key);
+    EXPECT_EQ((*cases)[i].depth, result->log[i].depth);
+  }
+}
+
+TEST_F(EvalOnModel, PromptDumpHoldsTheIdsFedAndTheirText) {
+  const tokenizer::Tokenizer tok = tokenizer();
+  PasskeyRequest request{200, {0.0, 0.5}, 2, 3, PasskeyFormat::chat};
+  Result<std::vector<PasskeyCase>> cases = make_passkey_prompts(tok, request);
+  ASSERT_TRUE(cases.ok()) << cases.error().describe();
+  ASSERT_EQ(cases->size(), 4u);
+  EXPECT_NE((*cases)[0].prompt.key, (*cases)[1].prompt.key);  // one key per trial
+  // The same request draws the same prompts (the keys' generator is the standard's).
+  Result<std::vector<PasskeyCase>> again = make_passkey_prompts(tok, request);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[3].prompt.prefix, (*cases)[3].prompt.prefix);
+
+  ReportHeader h;
+  h.context = 200;
+  h.seed = 3;
+  const nlohmann::json j = passkey_prompts_json(h, "chat", tok, *cases);
+  ASSERT_EQ(j.at("prompts").size(), 4u);
+  for (std::size_t i = 0; i < cases->size(); ++i) {
+    const PasskeyPrompt& p = (*cases)[i].prompt;
+    const nlohmann::json& d = j.at("prompts")[i];
+    std::vector<engine::TokenId> fed = p.prefix;
+    fed.insert(fed.end(), p.question.begin(), p.question.end());
+    EXPECT_EQ(d.at("tokens").get<std::vector<engine::TokenId>>(), fed);
+    EXPECT_EQ(d.at("question_token").get<std::size_t>(), p.prefix.size());
+    EXPECT_EQ(d.at("key").get<std::string>(), p.key);
+    const std::string text = d.at("text").get<std::string>();
+    EXPECT_EQ(text.rfind("<|im_start|>user\n", 0), 0u) << "control tokens are spelled out";
+    EXPECT_NE(text.find(fmt::format("The pass key is {}.", p.key)), std::string::npos);
+    const std::vector<tokenizer::TokenId> ids(fed.begin(), fed.end());
+    EXPECT_EQ(text, tok.decode(ids, false));
+  }
+
+  const std::vector<engine::TokenId> tokens = text_tokens(tok, 100);
+  const std::vector<Window> windows{{0, 60, 100}};
+  h.stride = 40;
+  const nlohmann::json t = text_tokens_json(h, tok, tokens, windows);
+  EXPECT_EQ(t.at("tokens").get<std::vector<engine::TokenId>>(), tokens);
+  EXPECT_EQ(t.at("windows"), nlohmann::json::parse("[[0, 60, 100]]"));
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ nlohmann::json passkey_report_json(const ReportHeader& h, const PasskeyResult& r
   }
   nlohmann::json log = nlohmann::json::array();
   for (const PasskeyTrial& t : r.log) {
-    log.push_back({{"depth", t.depth}, {"key", t.key}, {"answers", t.answers}, {"answer_texts", t.texts},
+    log.push_back({{"depth", t.depth}, {"key", t.key}, {"answers", t.answers}, {"answer_texts", t.texts}, {"answer_top2", t.top2},
                    {"needle_rank_by_layer", t.needle_ranks}, {"budget_by_layer", t.budgets}});
   }
   return {{"mode", "passkey"}, {"model", h.model},   {"context", h.context}, {"trials", r.trials},

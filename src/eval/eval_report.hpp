@@ -10,7 +10,8 @@
 //   {"mode": "passkey", "context": N, "trials": K, "seed": …, "depths": [...],
 //    "settings": [{"name", "accuracy" (all depths), "accuracy_by_depth": [...],
 //                  "mass_recall", "pages_read_per_step", "pages_held_per_step"}, …],
-//    "trials_log": [{"depth", "key", "answers": [digits per setting], "answer_texts": [decoded]}, …]}
+//    "trials_log": [{"depth", "key", "answers": [digits per setting], "answer_texts": [decoded],
+//                    "answer_top2": per setting, per answer step [id, logit, id, logit]}, …]}
 // pages_*_per_step are summed over the model's layers for one context's decode step.
 #pragma once
 

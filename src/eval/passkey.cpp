@@ -44,6 +44,21 @@ bool answer_done(const std::string& answer) {
   return lead + digits.size() < answer.size();  // something followed the digits
 }
 
+// {id, logit, id, logit} of the two highest logits, ties to the lowest id (as argmax).
+std::array<float, 4> two_highest(std::span<const float> logits) {
+  std::size_t first = 0, second = logits.size() > 1 ? 1 : 0;
+  if (logits.size() > 1 && logits[1] > logits[0]) std::swap(first, second);
+  for (std::size_t i = 2; i < logits.size(); ++i) {
+    if (logits[i] > logits[first]) {
+      second = first;
+      first = i;
+    } else if (logits[i] > logits[second]) {
+      second = i;
+    }
+  }
+  return {static_cast<float>(first), logits[first], static_cast<float>(second), logits[second]};
+}
+
 // The needle's best rank per layer and group in the step just taken (see PasskeyTrial).
 void note_needle_ranks(const KvRuntime& runtime, ContextId context, const PasskeyPrompt& prompt, bool sparse,
                        PasskeyTrial& entry) {
@@ -129,6 +144,21 @@ Status check_passkey_request(const PasskeyRequest& r) {
   return Status::success();
 }
 
+Result<std::vector<PasskeyCase>> make_passkey_prompts(const tokenizer::Tokenizer& tok, const PasskeyRequest& request) {
+  if (Status st = check_passkey_request(request); !st) return st.error();
+  std::vector<PasskeyCase> cases;
+  std::mt19937_64 keys(request.seed);
+  for (double depth : request.depths) {
+    for (std::uint32_t trial = 0; trial < request.trials; ++trial) {
+      const auto key = static_cast<std::uint32_t>(10000 + keys() % 90000);
+      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, depth, key, request.format);
+      if (!prompt) return prompt.error();
+      cases.push_back(PasskeyCase{depth, std::move(prompt).value()});
+    }
+  }
+  return cases;
+}
+
 Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer& tok, std::span<const EvalSetting> settings,
                                        const PasskeyRequest& request, TrialProgress progress, void* user) {
   if (Status st = check_passkey_request(request); !st) return st.error();
@@ -139,18 +169,17 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
   result.depths = request.depths;
   result.trials = request.trials;
   result.correct.assign(settings.size(), std::vector<std::uint32_t>(request.depths.size(), 0));
-  std::mt19937_64 keys(request.seed);
+  Result<std::vector<PasskeyCase>> cases = make_passkey_prompts(tok, request);
+  if (!cases) return cases.error();
   SettingContexts contexts(rig.forward(), rig.runtime(), settings);
   const std::uint32_t total = static_cast<std::uint32_t>(request.depths.size()) * request.trials;
   std::uint32_t done = 0;
   std::string piece;
   for (std::size_t d = 0; d < request.depths.size(); ++d) {
     for (std::uint32_t trial = 0; trial < request.trials; ++trial) {
-      const auto key = static_cast<std::uint32_t>(10000 + keys() % 90000);
-      Result<PasskeyPrompt> prompt = make_passkey_prompt(tok, request.context, request.depths[d], key, request.format);
-      if (!prompt) return prompt.error();
+      const PasskeyPrompt* prompt = &(*cases)[d * request.trials + trial].prompt;
       if (Status st = contexts.open(prompt->prefix, request.context); !st) return st.error();
-      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}, {}, {}};
+      PasskeyTrial entry{request.depths[d], prompt->key, {}, {}, {}, {}, {}};
       for (std::uint32_t s = 0; s < settings.size(); ++s) {
         std::span<const float> logits;
         for (engine::TokenId t : prompt->question) {
@@ -160,8 +189,10 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
         }
         note_needle_ranks(rig.runtime(), contexts.context(s), *prompt, settings[s].sparse.enabled(), entry);
         std::string answer;
+        std::vector<std::array<float, 4>> top2;
         for (std::uint32_t a = 0; a < passkey_answer_tokens_max; ++a) {
           const engine::TokenId next = argmax(logits);
+          top2.push_back(two_highest(logits));
           piece.clear();
           tok.decode_token(static_cast<tokenizer::TokenId>(next), true, piece);
           answer += piece;
@@ -174,6 +205,7 @@ Result<PasskeyResult> evaluate_passkey(EvalRig& rig, const tokenizer::Tokenizer&
         if (digits == prompt->key) ++result.correct[s][d];
         entry.answers.push_back(digits);
         entry.texts.push_back(answer);
+        entry.top2.push_back(std::move(top2));
       }
       contexts.close();
       result.log.push_back(std::move(entry));

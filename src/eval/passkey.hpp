@@ -23,6 +23,7 @@
 // spaces dropped, are the key.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -71,6 +72,9 @@ struct PasskeyTrial {
   std::string key;
   std::vector<std::string> answers;  // per setting, the digits it gave (may be empty)
   std::vector<std::string> texts;    // per setting, the answer as decoded (what the digits came from)
+  // Per setting, per answer step: the two highest logits, {id, logit, id, logit} (ties: lowest id
+  // first) — how close each greedy choice was, to hold against a peer's (scripts/peer-passkey.sh).
+  std::vector<std::vector<std::array<float, 4>>> top2;
   // Per setting, at the step of the question's last token (the one whose logits give the
   // answer's first token): per dense layer and KV head group, the best rank of the needle's
   // pages among every page by the setting's score (sparse settings with per-group lists; empty
@@ -90,6 +94,15 @@ struct PasskeyResult {
 
 // Refused, naming the flag: a depth outside [0, 1] (--depths), trials 0 or past passkey_trials_max (--trials).
 Status check_passkey_request(const PasskeyRequest& request);
+
+// Every trial's prompt, in the order evaluate_passkey runs them (depth by depth, trial by trial),
+// with the keys it draws: what `activekv eval --passkey --dump-prompt FILE` writes, so that a
+// peer can be fed the very same token ids.
+struct PasskeyCase {
+  double depth = 0.0;
+  PasskeyPrompt prompt;
+};
+Result<std::vector<PasskeyCase>> make_passkey_prompts(const tokenizer::Tokenizer& tok, const PasskeyRequest& request);
 
 using TrialProgress = void (*)(void* user, std::uint32_t done, std::uint32_t total);
 

@@ -465,6 +465,8 @@ def cases(p):
         bad(5, "--passkey-format with --text", ev + ["--passkey-format", "chat"], "--passkey-format", "--passkey"),
         bad(5, "--passkey --context too short for the prompt", ["eval", "--model", tiny, "--passkey", "--context", "16"],
             "--context", "passkey"),
+        bad(5, "--dump-only without --dump-prompt", ev + ["--dump-only"], "--dump-only", "--dump-prompt"),
+        bad(2, "directory as --dump-prompt", ev + ["--dump-prompt", p["dir"], "--dump-only"], "--dump-prompt"),
         bad(1, "block_count 2^32-1", ev[:2] + [p["layers_huge"]] + ev[3:], "llama.block_count"),
         bad(6, "directory as --model", ["eval", "--model", p["dir"], "--text", p["eval_text"]], "--model"),
     ]
