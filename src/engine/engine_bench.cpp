@@ -6,6 +6,7 @@
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
 //                [--sparse-fraction F] [--sparse-lists group|one] [--sparse-score bound|moments|mixed]
 //                [--sparse-layer-budget captured|moments] [--rounds R] [--staging auto|copy|in-place]
+//                [--suffix H,S]
 //
 // --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
 // engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
