@@ -6,6 +6,7 @@
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
 //                [--sparse-fraction F] [--sparse-lists group|one] [--sparse-score bound|moments|mixed]
 //                [--sparse-layer-budget captured|moments] [--rounds R] [--staging auto|copy|in-place]
+//                [--suffix H,S]
 //
 // --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
 // engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
@@ -19,6 +20,12 @@
 // --sparse-score: how the pages are ranked; --sparse-layer-budget SIGNAL: the budget spread over the
 // layers by the missed mass as SIGNAL gives it (captured: the kernel's extrapolation; moments).
 //
+// --suffix H,S (runtime KV only; --context is then H + S): the follow-up's first step. Each of
+// --rounds R rounds opens a fresh context and prefills the whole H + S prompt in --chunk chunks
+// (timed), then opens another, prefills H tokens (untimed) and times one S-token step on top of
+// that history, as a reusing follow-up's suffix step is. Prints each round's two rates with
+// their per-phase milliseconds per token, then medians and the median same-round ratio.
+//
 // Prints: prefill tokens/s over the N-token prompt, decode tokens/s over M
 // steps after it, the decode step's time shares (matmul, attention, copies,
 // planning, other), bytes staged, and the weights' memory-traffic floor:
@@ -29,6 +36,7 @@
 #include <chrono>
 #include <ctime>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -90,6 +98,7 @@ struct Figures {
 };
 
 bool sparse_one_list = false;  // --sparse-lists one
+std::uint32_t suffix_history = 0, suffix_tokens = 0;  // --suffix H,S
 std::uint32_t sparse_rounds = 1;  // --rounds
 
 double median_of(std::vector<double> v) {
@@ -100,6 +109,87 @@ double median_of(std::vector<double> v) {
 SparseScore sparse_score = SparseScore::bound;  // --sparse-score
 bool sparse_layer_budget = false;               // --sparse-layer-budget SIGNAL
 LayerSignal sparse_layer_signal = LayerSignal::captured;
+
+// Per-phase milliseconds per token of the steps in `t` (over `tokens` tokens).
+std::string phases_per_token(const PhaseTimes& t, double tokens) {
+  const auto ms = [&](std::uint64_t ns) { return static_cast<double>(ns) / 1e6 / tokens; };
+  return fmt::format("matmul {:.3f} (logits {:.3f}) attention {:.3f} copies {:.3f} planning {:.3f} other {:.3f}",
+                     ms(t.matmul_ns), ms(t.logits_ns), ms(t.attention_ns), ms(t.copies_ns), ms(t.planning_ns),
+                     ms(t.other_ns));
+}
+
+// --suffix H,S: see the file's opening.
+int run_suffix(Engine& eng, KvRuntime& runtime, ContextId ctx, const std::vector<TokenId>& prompt, std::uint32_t chunk,
+               std::uint32_t final_length) {
+  const std::uint32_t h = suffix_history, n = static_cast<std::uint32_t>(prompt.size());
+  const auto feed = [&](ContextId c, std::uint32_t from, std::uint32_t to, std::uint32_t step_max) -> bool {
+    for (std::uint32_t fed = from; fed < to; fed += step_max) {
+      const std::uint32_t k = std::min(step_max, to - fed);
+      const StepInput in{c, std::span<const TokenId>(prompt).subspan(fed, k), fed + k == to};
+      if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), false;
+    }
+    return true;
+  };
+  const auto reopen = [&](std::uint64_t id) -> bool {
+    runtime.finish(ctx);
+    Result<AdmitResult> a = runtime.open_context(id, final_length);
+    if (!a || a->outcome != AdmitOutcome::admitted) return fmt::print(stderr, "not admitted\n"), false;
+    ctx = a->handle;
+    return true;
+  };
+  std::vector<double> full_rates, suffix_rates, ratios, suffix_ms, cpu_ratios;
+  PhaseTimes full_sum, suffix_sum;
+  const auto add = [](PhaseTimes& to, const PhaseTimes& t) {
+    to.matmul_ns += t.matmul_ns;
+    to.logits_ns += t.logits_ns;
+    to.attention_ns += t.attention_ns;
+    to.copies_ns += t.copies_ns;
+    to.planning_ns += t.planning_ns;
+    to.other_ns += t.other_ns;
+  };
+  std::uint64_t id = 100;
+  for (std::uint32_t round = 0; round <= sparse_rounds; ++round) {  // round 0 warms up, untimed
+    if (round > 0 && !reopen(++id)) return 1;
+    eng.reset_times();
+    double c0 = cpu_seconds();
+    auto t0 = std::chrono::steady_clock::now();
+    if (!feed(ctx, 0, n, chunk)) return 1;
+    const double full_s = seconds_since(t0);
+    const double full_cpu = cpu_seconds() - c0;
+    const PhaseTimes full = eng.times();
+    if (!reopen(++id) || !feed(ctx, 0, h, chunk)) return 1;
+    eng.reset_times();
+    c0 = cpu_seconds();
+    t0 = std::chrono::steady_clock::now();
+    if (!feed(ctx, h, n, n - h)) return 1;
+    const double suffix_s = seconds_since(t0);
+    const double suffix_cpu = cpu_seconds() - c0;
+    const PhaseTimes suffix = eng.times();
+    if (round == 0) continue;
+    const double full_rate = n / full_s, suffix_rate = (n - h) / suffix_s;
+    full_rates.push_back(full_rate);
+    suffix_rates.push_back(suffix_rate);
+    ratios.push_back(suffix_rate / full_rate);
+    suffix_ms.push_back(1e3 * suffix_s);
+    add(full_sum, full);
+    add(suffix_sum, suffix);
+    cpu_ratios.push_back((n - h) / suffix_cpu / (n / full_cpu));
+    fmt::print("round {}: prefill {} in chunks of {}: {:.3f} s, {:.1f} tok/s | {} after {}: {:.3f} s, {:.1f} tok/s | ratio {:.3f}"
+               " (CPU: {:.2f} / {:.3f} s, ratio {:.3f})\n",
+               round, n, chunk, full_s, full_rate, n - h, h, suffix_s, suffix_rate, suffix_rate / full_rate, full_cpu,
+               suffix_cpu, cpu_ratios.back());
+    fmt::print("  ms/token  prefill: {}\n  ms/token  suffix:  {}\n", phases_per_token(full, n),
+               phases_per_token(suffix, n - h));
+  }
+  const double rounds = sparse_rounds;
+  fmt::print("median over {} rounds: prefill {:.1f} tok/s, suffix step {:.1f} tok/s ({:.1f} ms), suffix / prefill {:.3f}"
+             " (per CPU second: {:.3f})\n",
+             sparse_rounds, median_of(full_rates), median_of(suffix_rates), median_of(suffix_ms), median_of(ratios),
+             median_of(cpu_ratios));
+  fmt::print("mean ms/token  prefill: {}\nmean ms/token  suffix:  {}\n", phases_per_token(full_sum, rounds * n),
+             phases_per_token(suffix_sum, rounds * (n - h)));
+  return 0;
+}
 
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
         const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0, const std::string& staging = "auto") {
@@ -183,6 +273,10 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   for (TokenId& t : prompt) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     t = static_cast<TokenId>(200 + (x >> 33) % 20000);
+  }
+  if (suffix_tokens > 0) {
+    if (!runtime) return fmt::print(stderr, "--suffix needs --kv runtime\n"), 2;
+    return run_suffix(eng, *runtime, ctx, prompt, chunk, final_length);
   }
   double cpu0 = cpu_seconds();
   auto t0 = std::chrono::steady_clock::now();
@@ -320,6 +414,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       sparse_layer_budget = true;
+    }
+    else if (k == "--suffix") {
+      if (std::sscanf(v, "%u,%u", &suffix_history, &suffix_tokens) != 2 || suffix_tokens == 0) {
+        fmt::print(stderr, "--suffix {}: give H,S (history tokens, suffix tokens ≥ 1)\n", v);
+        return 2;
+      }
+      context = suffix_history + suffix_tokens;
     }
     else if (k == "--staging") {
       staging = v;

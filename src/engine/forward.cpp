@@ -308,8 +308,10 @@ void Forward::final_logits(std::span<const StepInput> inputs) {
   }
   lap.to(times_.other_ns);
   const Product out[] = {{&model_.output(), h_.data(), logits_.data()}};
+  const std::uint64_t before = lap.start;
   matmul(logit_count_, out);
   lap.to(times_.matmul_ns);
+  times_.logits_ns += lap.start - before;
 }
 
 }  // namespace activekv::engine

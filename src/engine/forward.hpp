@@ -52,6 +52,7 @@ struct StepInput {
 // Time spent per phase, accumulated over steps (nanoseconds).
 struct PhaseTimes {
   std::uint64_t matmul_ns = 0;     // weight products, logits included
+  std::uint64_t logits_ns = 0;     // of matmul_ns: the final norm and the output product (not in total_ns)
   std::uint64_t attention_ns = 0;  // kv.attend
   std::uint64_t copies_ns = 0;     // kv.write_kv and kv.end_step (rows in, tail write-back)
   std::uint64_t planning_ns = 0;   // kv.begin_step (plan, reclamation, staging issue)

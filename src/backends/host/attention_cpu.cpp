@@ -116,10 +116,29 @@ void AttentionJob::assign(const AttentionBatch& batch) {
   page_parts = 1;
 }
 
+void AttentionJob::balance_tiles(std::uint32_t threads) noexcept {
+  if (threads == 0 || page_mass != nullptr || page_parts > 1) return;
+  tiles.clear();
+  for (std::uint32_t t = 0; t < tasks.size(); ++t) {
+    const std::uint32_t q = tasks[t].query_count;
+    std::uint32_t k = 1;
+    if (q > 1) {
+      k = (q + attention_tile_max - 1) / attention_tile_max;
+      k = (k + threads - 1) / threads * threads;
+      k = std::min(k, q);
+    }
+    for (std::uint32_t i = 0; i < k; ++i) {
+      const std::uint32_t begin = static_cast<std::uint32_t>(std::uint64_t{q} * i / k);
+      const std::uint32_t end = static_cast<std::uint32_t>(std::uint64_t{q} * (i + 1) / k);
+      if (end > begin) tiles.push_back(AttentionTile{t, tasks[t].query_begin + begin, end - begin});
+    }
+  }
+}
+
 void AttentionScratch::reserve(const MemoryRequest& limits) {
   const std::size_t heads = limits.q_heads_max;
   const std::size_t head_elements = heads * limits.head_dim_max;
-  const std::size_t tile = 8;  // queries per prefill tile (query_block in the kernel)
+  const std::size_t tile = attention_tile_max;  // queries per prefill tile at most (query_block in the kernel)
   run_m.assign(tile * heads, 0.0f);
   run_s.assign(tile * heads, 0.0f);
   run_acc.assign(tile * head_elements, 0.0f);

@@ -14,7 +14,12 @@
 //   - prefill: a unit is a tile of up to 8 consecutive queries of one task over
 //     all its pages. Each 16-row tile of a page is widened to fp32 once and
 //     used by every query of the tile; each K/V row is loaded once for every
-//     query head of its kv head's group (GQA).
+//     query head of its kv head's group (GQA). With several threads a task's
+//     queries are cut instead into a multiple of the thread count of tiles of
+//     nearly equal size, up to 16 queries each (balance_tiles): a short chunk
+//     over a long history (a follow-up's suffix, 37 queries after 704 tokens)
+//     then splits evenly over the threads (19 and 18 queries, not 21 and 16)
+//     and reads its history 4 times instead of 5.
 //   - decode (fewer queries than threads): a query's page list is cut into
 //     parts, one per thread. Part 0 merges its pages into the running state;
 //     the other parts store each page's partial, and finish_split merges them
@@ -42,6 +47,9 @@
 #include "activekv/backend.hpp"
 
 namespace activekv::host {
+
+// Most queries of one prefill tile (balance_tiles; assign cuts tiles of 8).
+constexpr std::uint32_t attention_tile_max = 16;
 
 // One prefill unit: queries [query_begin, query_begin + query_count) of tasks[task].
 struct AttentionTile {
@@ -76,6 +84,11 @@ struct AttentionJob {
   void reserve(const MemoryRequest& limits);
   // Copies `batch` in (sizes within the reserved limits; no allocation).
   void assign(const AttentionBatch& batch);
+  // Recuts each task of more than one query into k tiles, k the smallest multiple of `threads`
+  // with tiles of at most attention_tile_max queries, sizes differing by at most one (the first
+  // ones larger), so the interleaved split gives each thread the same queries of every task to
+  // within one per tile. Jobs with page mass keep their tiles of 1. Outputs do not depend on it.
+  void balance_tiles(std::uint32_t threads) noexcept;
   // The KV heads that read page p (bit k: KV head k); every head without page_heads.
   std::uint32_t heads_of(std::uint32_t p) const noexcept { return page_heads.empty() ? UINT32_MAX : page_heads[p]; }
   std::uint32_t units() const noexcept {
@@ -90,10 +103,10 @@ struct AttentionJob {
 
 // Scratch one thread needs, sized at warm-up for the limits (no allocation later).
 struct AttentionScratch {
-  std::vector<float> run_m, run_s;    // [8 queries][q_heads_max]: the unit's running state
-  std::vector<float> run_acc;         // [8][q_heads_max][head_dim_max]
-  std::vector<float> page_m, page_s;  // [8][q_heads_max]: the current page's partials
-  std::vector<float> page_acc;        // [8][q_heads_max][head_dim_max]
+  std::vector<float> run_m, run_s;    // [attention_tile_max queries][q_heads_max]: the unit's running state
+  std::vector<float> run_acc;         // [attention_tile_max][q_heads_max][head_dim_max]
+  std::vector<float> page_m, page_s;  // [attention_tile_max][q_heads_max]: the current page's partials
+  std::vector<float> page_acc;        // [attention_tile_max][q_heads_max][head_dim_max]
   std::vector<float> scores;          // [q_heads_max][16 rows]
   std::vector<float> kt;              // [16 rows][q_heads_max × head_dim_max]: K widened
   std::vector<float> row;             // [16 rows][q_heads_max × head_dim_max]: V widened

@@ -31,7 +31,7 @@
 // attention_cpu.hpp.
 
 constexpr std::uint32_t block_rows = 16;   // rows per tile inside a page
-constexpr std::uint32_t query_block = 8;   // queries per prefill tile
+constexpr std::uint32_t query_block = attention_tile_max;  // queries per prefill tile at most
 constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
 inline std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t position) {

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/host/attention_cpu.hpp"
@@ -100,7 +101,7 @@ class Fixture {
   // heads: empty, or per page of the table the KV heads that read it (page_heads).
   std::vector<float> run(std::uint32_t q0, std::uint32_t n, std::uint32_t parts, std::uint32_t p0, std::uint32_t p1,
                          float* state = nullptr, bool load = false, bool write_output = true,
-                         const std::vector<std::uint32_t>& heads = {}) {
+                         const std::vector<std::uint32_t>& heads = {}, std::uint32_t balance_threads = 0) {
     std::vector<float> out(n * row_floats(), -1.0f);
     std::vector<std::uint32_t> positions(n);
     for (std::uint32_t i = 0; i < n; ++i) positions[i] = c_.first + q0 + i;
@@ -129,6 +130,7 @@ class Fixture {
       batch.store_state = true;
     }
     job_.assign(batch);
+    if (balance_threads > 0) job_.balance_tiles(balance_threads);
     if (parts > 1) {
       EXPECT_TRUE(job_.can_split(parts, split_));
       job_.page_parts = parts;
@@ -155,6 +157,7 @@ class Fixture {
   }
 
   std::uint32_t pages() const { return static_cast<std::uint32_t>(table_.size()); }
+  const std::vector<AttentionTile>& tiles() const { return job_.tiles; }
 
  private:
   Case c_;
@@ -265,6 +268,40 @@ TEST_P(AttentionCpuKernel, PerHeadPagesGiveTheSameBitsSplitOrWhole) {
     for (const std::uint32_t parts : {2u, 3u}) {
       const std::vector<float> step = f.run(q, 1, parts, 0, f.pages(), nullptr, false, true, heads);
       EXPECT_TRUE(same_bits(step, whole.data() + q * row, row)) << "query " << q << " split in " << parts;
+    }
+  }
+}
+
+// Tiles recut for the threads (balance_tiles: a multiple of the thread count, at most
+// attention_tile_max queries, sizes within one of each other) cover every query once, in order,
+// and give the bits of the tiles of 8.
+TEST_P(AttentionCpuKernel, TilesBalancedOverThreadsGiveTheSameBits) {
+  const Case& c = GetParam();
+  Fixture f(c);
+  const std::vector<float> whole = f.run(0, c.queries, 1, 0, f.pages());
+  const std::size_t row = f.row_floats();
+  // (threads, queries): more threads than queries gives one query a tile.
+  const std::pair<std::uint32_t, std::uint32_t> runs[] = {{1, c.queries}, {2, 1},  {2, 17}, {2, c.queries},
+                                                          {3, c.queries}, {64, 2}};
+  for (const auto& [threads, n] : runs) {
+    {
+      const std::uint32_t q0 = c.queries - n;
+      const std::vector<float> balanced = f.run(q0, n, 1, 0, f.pages(), nullptr, false, true, {}, threads);
+      EXPECT_TRUE(same_bits(balanced, whole.data() + q0 * row, n * row)) << n << " queries, " << threads << " threads";
+      const std::vector<AttentionTile>& tiles = f.tiles();
+      const std::uint32_t k = static_cast<std::uint32_t>(tiles.size());
+      EXPECT_TRUE(n == 1 ? k == 1 : k % threads == 0 || k == n) << k << " tiles of " << n << " queries, " << threads << " threads";
+      EXPECT_GE(k * attention_tile_max, n);
+      std::uint32_t next = 0, smallest = UINT32_MAX, largest = 0;
+      for (const AttentionTile& t : tiles) {
+        EXPECT_EQ(t.query_begin, next);
+        next += t.query_count;
+        smallest = std::min(smallest, t.query_count);
+        largest = std::max(largest, t.query_count);
+      }
+      EXPECT_EQ(next, n) << "every query in one tile";
+      EXPECT_LE(largest, attention_tile_max);
+      EXPECT_LE(largest - smallest, 1u) << n << " queries, " << threads << " threads";
     }
   }
 }

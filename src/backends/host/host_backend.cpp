@@ -125,6 +125,8 @@ HostBackend::HostBackend(const BackendOptions& options)
   // Its "device" memory is host memory: the kernel can read the host pool in place (docs/IN_PLACE.md).
   capabilities_.kernel_reads_host_pool = options.host_pool_reads;
   capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
+  const char* tiles = std::getenv("ACTIVEKV_HOST_TILES");
+  balance_tiles_ = tiles == nullptr || std::strcmp(tiles, "fixed") != 0;
   for (std::size_t i = 0; i < queue_kind_count; ++i) queues_[i].kind = static_cast<QueueKind>(i);
 }
 
@@ -477,6 +479,7 @@ void HostBackend::apply_attention(const Command& command, bool threaded) {
     const std::uint32_t parts = threads / queries;
     if (job.can_split(parts, split_)) job.page_parts = parts;
   }
+  if (balance_tiles_) job.balance_tiles(threads);
   const std::uint32_t units = job.units();
   if (units <= 1) threads = 1;  // one unit: no helper to wake (its page mass would be zeros)
   const std::size_t pages = job.pages.size();

@@ -171,6 +171,9 @@ class HostBackend final : public Backend {
   Queue queues_[queue_kind_count];
   mutable std::mutex mutex_;
   bool stop_ = false;
+  // Prefill tiles balanced over the compute threads (AttentionJob::balance_tiles); false keeps
+  // assign's tiles of 8: ACTIVEKV_HOST_TILES=fixed, for benchmarks comparing the two in one run.
+  bool balance_tiles_ = true;
   std::uint64_t seq_ = 0;
 
   // The arena and an unpinned pool start on a 4 KiB boundary, as a device allocation does (see

@@ -35,7 +35,7 @@ std::unique_ptr<HostBackend> make(std::uint64_t arena, std::uint64_t pool, std::
   request.host_pool_bytes = pool;
   request.pin_host_pool = false;  // the benchmark measures copies, not the memlock limit
   request.batch_pages_max = 8192;
-  request.batch_queries_max = 16;
+  request.batch_queries_max = 256;
   request.q_heads_max = 32;
   request.head_dim_max = 128;
   request.copy_regions_max = 1024;
@@ -134,6 +134,48 @@ void attention(benchmark::State& state, std::uint32_t kv_heads, std::uint32_t q_
 }
 
 void attention_smollm2(benchmark::State& state) { attention(state, 3, 9, 64, DType::f16); }
+
+// A prefill chunk's attention: the last `queries` positions of a `tokens`-token context (the last
+// page may be partial) over one layer's pages, SmolLM2's shape: a follow-up's suffix step (37
+// queries after 704 tokens) against a prefill chunk (256 queries). items/s counts query rows.
+void attention_chunk(benchmark::State& state) {
+  const auto tokens = static_cast<std::uint32_t>(state.range(0));
+  const auto queries = static_cast<std::uint32_t>(state.range(1));
+  const auto threads = static_cast<std::uint32_t>(state.range(2));
+  constexpr std::uint32_t page_tokens = 16, q_heads = 9, kv_heads = 3, head_dim = 64;
+  AttentionShape shape{q_heads, kv_heads, head_dim, DType::f16, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+  const std::uint32_t pages = (tokens + page_tokens - 1) / page_tokens;
+  const std::uint64_t bytes = std::uint64_t{pages} * page_tokens * shape.row_bytes();
+  auto backend = make(bytes, 4096, threads);
+  std::byte* arena = backend->arena_host_view().data();
+  std::uint32_t lcg = 1;
+  for (std::uint64_t i = 0; i < bytes; i += 2) {
+    lcg = lcg * 1664525u + 1013904223u;
+    const auto h = static_cast<std::uint16_t>(0x3000 + (lcg >> 16) % 0x0c00);
+    std::memcpy(arena + i, &h, 2);
+  }
+  std::vector<AttentionPage> table(pages);
+  for (std::uint32_t k = 0; k < pages; ++k)
+    table[k] = {std::uint64_t{k} * page_tokens * shape.row_bytes(), k * page_tokens, std::min(page_tokens, tokens - k * page_tokens)};
+  std::vector<float> q(std::size_t{queries} * q_heads * head_dim), out(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * static_cast<float>(i % 17);
+  std::vector<std::uint32_t> positions(queries);
+  for (std::uint32_t i = 0; i < queries; ++i) positions[i] = tokens - queries + i;
+  const AttentionTask task{0, pages, 0, queries};
+  AttentionBatch batch;
+  batch.shape = shape;
+  batch.tasks = std::span<const AttentionTask>(&task, 1);
+  batch.pages = table;
+  batch.query_positions = positions;
+  batch.queries = q;
+  batch.output = out;
+  for (auto _ : state) {
+    const Fence fence = backend->attention(batch).value();
+    benchmark::DoNotOptimize(backend->wait_host(fence, 10s).value());
+    backend->release_fence(fence);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * queries));
+}
 void attention_llama8b(benchmark::State& state) { attention(state, 8, 32, 128, DType::bf16); }
 
 void fence_roundtrip(benchmark::State& state) {
@@ -166,6 +208,8 @@ BENCHMARK(copy_batched)->Arg(16)->Arg(256)->MeasureProcessCPUTime();
 BENCHMARK(attention_smollm2)->Args({2048, 1, 1})->Args({8192, 1, 1})->Args({8192, 2, 1})->MeasureProcessCPUTime();
 // 30 layers of 8K (180 MiB): the kernel streaming from memory, as in a decode step; wall time for the 2-thread split.
 BENCHMARK(attention_smollm2)->Name("attention_smollm2_30_layers")->Args({8192, 1, 30})->Args({8192, 2, 30})->MeasureProcessCPUTime()->UseRealTime();
+// The follow-up's suffix (37 queries after 704 tokens) and the last prefill chunk of the same prompt.
+BENCHMARK(attention_chunk)->Args({741, 37, 1})->Args({741, 37, 2})->Args({741, 229, 1})->Args({741, 229, 2})->MeasureProcessCPUTime()->UseRealTime();
 BENCHMARK(attention_llama8b)->Args({8192, 1, 1})->Args({8192, 2, 1})->MeasureProcessCPUTime();
 BENCHMARK(plain_memcpy)->Name("memcpy_kv")->Arg(8192 * 768)->Arg(8192 * 4096)->MeasureProcessCPUTime();
 // memcpy of a 180 MiB buffer (what 30 layers of 8K context hold): the machine's streaming rate, same run.
