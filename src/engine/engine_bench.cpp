@@ -301,36 +301,36 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     sparse.layer_budget = sparse_layer_budget;
     sparse.layer_signal = sparse_layer_signal;
     for (std::uint32_t round = 0; round < sparse_rounds; ++round) {
-    double seconds[2] = {0, 0}, cpu[2] = {0, 0};
-    for (int phase = 0; phase < 2; ++phase) {
-      if (Status s = runtime->set_sparse(phase == 0 ? SparseSettings{} : sparse); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
-      runtime->reset_sparse_stats();
-      eng.reset_times();
-      const double c0 = cpu_seconds();
-      const auto w0 = std::chrono::steady_clock::now();
-      for (std::uint32_t i = 0; i < decode; ++i) {
-        const TokenId t = Sampler::argmax(eng.logits(0));
-        const StepInput in{ctx, {&t, 1}, true};
-        if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+      double seconds[2] = {0, 0}, cpu[2] = {0, 0};
+      for (int phase = 0; phase < 2; ++phase) {
+        if (Status s = runtime->set_sparse(phase == 0 ? SparseSettings{} : sparse); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+        runtime->reset_sparse_stats();
+        eng.reset_times();
+        const double c0 = cpu_seconds();
+        const auto w0 = std::chrono::steady_clock::now();
+        for (std::uint32_t i = 0; i < decode; ++i) {
+          const TokenId t = Sampler::argmax(eng.logits(0));
+          const StepInput in{ctx, {&t, 1}, true};
+          if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+        }
+        seconds[phase] = seconds_since(w0);
+        cpu[phase] = cpu_seconds() - c0;
+        const SparseStats& ss = runtime->sparse_stats();
+        fmt::print("decode {} tokens, {}: {:.2f} s, {:.2f} ms/token; {:.2f} CPU s; pages read per layer {:.1f} of {:.1f}\n",
+                   decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages ({}, score {}{})", sparse_fraction, sparse_one_list ? "one list" : "a list per group", sparse_score_name(sparse_score), sparse_layer_budget ? fmt::format(", layer budgets by {}", layer_signal_name(sparse_layer_signal)) : std::string()), seconds[phase],
+                   1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
+                   ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
+        if (ss.decode_steps != 0) {
+          fmt::print("selection {:.0f} us/token (wall), {:.0f} us/token (its thread's CPU)\n",
+                     static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps),
+                     static_cast<double>(ss.select_cpu_ns) / 1e3 / static_cast<double>(ss.decode_steps));
+        }
+        print_shares(phase == 0 ? "decode (exact)" : "decode (sparse)", eng.times());
       }
-      seconds[phase] = seconds_since(w0);
-      cpu[phase] = cpu_seconds() - c0;
-      const SparseStats& ss = runtime->sparse_stats();
-      fmt::print("decode {} tokens, {}: {:.2f} s, {:.2f} ms/token; {:.2f} CPU s; pages read per layer {:.1f} of {:.1f}\n",
-                 decode, phase == 0 ? "exact" : fmt::format("sparse {:.4g} of the pages ({}, score {}{})", sparse_fraction, sparse_one_list ? "one list" : "a list per group", sparse_score_name(sparse_score), sparse_layer_budget ? fmt::format(", layer budgets by {}", layer_signal_name(sparse_layer_signal)) : std::string()), seconds[phase],
-                 1e3 * seconds[phase] / decode, cpu[phase], ss.pages_read_per_selection(),
-                 ss.selections == 0 ? 0.0 : static_cast<double>(ss.pages_context) / static_cast<double>(ss.selections));
-      if (ss.decode_steps != 0) {
-        fmt::print("selection {:.0f} us/token (wall), {:.0f} us/token (its thread's CPU)\n",
-                   static_cast<double>(ss.select_ns) / 1e3 / static_cast<double>(ss.decode_steps),
-                   static_cast<double>(ss.select_cpu_ns) / 1e3 / static_cast<double>(ss.decode_steps));
-      }
-      print_shares(phase == 0 ? "decode (exact)" : "decode (sparse)", eng.times());
-    }
-    fmt::print("sparse decode speed / exact decode speed at context {}: {:.3f} (wall), {:.3f} (CPU time)\n", context,
-               seconds[0] / seconds[1], cpu[0] / cpu[1]);
-    wall_ratios.push_back(seconds[0] / seconds[1]);
-    cpu_ratios.push_back(cpu[0] / cpu[1]);
+      fmt::print("sparse decode speed / exact decode speed at context {}: {:.3f} (wall), {:.3f} (CPU time)\n", context,
+                 seconds[0] / seconds[1], cpu[0] / cpu[1]);
+      wall_ratios.push_back(seconds[0] / seconds[1]);
+      cpu_ratios.push_back(cpu[0] / cpu[1]);
     }
     if (sparse_rounds > 1) {
       fmt::print("median over {} rounds of sparse / exact decode speed: {:.3f} (wall), {:.3f} (CPU time); wall", sparse_rounds,
