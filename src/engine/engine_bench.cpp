@@ -30,9 +30,11 @@
 // steps after it, the decode step's time shares (matmul, attention, copies,
 // planning, other), bytes staged, and the weights' memory-traffic floor:
 // weight bytes read per token ÷ measured memcpy bandwidth.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -250,7 +252,11 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     choose_history_reads(settings, *backend);
     if (staging != "auto") settings.read_in_place = staging == "in-place";
     Result<std::unique_ptr<KvRuntime>> r = KvRuntime::create(settings, *backend);
-    if (!r) return fmt::print(stderr, "{}\n", r.error().describe()), 1;
+    if (!r) {
+      fmt::print(stderr, "--pool {} at --context {} sizes a device pool of {} pages, too small for this runtime: {}; raise --pool or --context\n",
+                 pool, context, pages, r.error().describe());
+      return 2;
+    }
     runtime = std::move(r).value();
     Result<AdmitResult> a = runtime->open_context(1, final_length);
     if (!a || a->outcome != AdmitOutcome::admitted) return fmt::print(stderr, "not admitted\n"), 1;
@@ -372,74 +378,71 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   return 0;
 }
 
+// "H,S": two whole numbers and nothing else, H ≥ 1 and S ≥ 1, H + S at most max_context.
+bool parse_suffix(const std::string& text, std::uint32_t max_context) {
+  const std::size_t comma = text.find(',');
+  if (comma == std::string::npos) return false;
+  std::uint32_t h = 0, n = 0;
+  const char* const end = text.data() + text.size();
+  const auto [hp, he] = std::from_chars(text.data(), text.data() + comma, h);
+  const auto [sp, se] = std::from_chars(text.data() + comma + 1, end, n);
+  if (he != std::errc{} || hp != text.data() + comma || se != std::errc{} || sp != end) return false;
+  if (h == 0 || n == 0 || h > max_context || n > max_context - h) return false;
+  suffix_history = h;
+  suffix_tokens = n;
+  return true;
+}
+
 int main(int argc, char** argv) {
   std::uint32_t context = 512, decode = 32, threads = 2, chunk = 128;
   double sparse_fraction = 0.0;
-  std::string pools = "1";
+  std::vector<double> fractions{1.0};
   std::string kv_kind = "runtime";
   std::string staging = "auto";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const char* v = argv[i + 1];
-    if (k == "--context") context = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--decode") decode = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--pool") pools = v;
-    else if (k == "--threads") threads = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--chunk") chunk = static_cast<std::uint32_t>(std::atoi(v));
-    else if (k == "--kv") kv_kind = v;
-    else if (k == "--sparse-fraction") sparse_fraction = std::atof(v);
-    else if (k == "--sparse-lists") {
-      if (std::string(v) != "group" && std::string(v) != "one") {
-        fmt::print(stderr, "--sparse-lists {}: give group or one\n", v);
-        return 2;
-      }
-      sparse_one_list = std::string(v) == "one";
-    }
-    else if (k == "--rounds") {
-      sparse_rounds = static_cast<std::uint32_t>(std::atoi(v));
-      if (sparse_rounds < 1 || sparse_rounds > 64) {
-        fmt::print(stderr, "--rounds {}: give 1 to 64\n", v);
-        return 2;
-      }
-    }
-    else if (k == "--sparse-score") {
-      if (!sparse_score_from_name(v, sparse_score) || sparse_score == SparseScore::oracle) {
-        fmt::print(stderr, "--sparse-score {}: give bound, moments or mixed\n", v);
-        return 2;
-      }
-    }
-    else if (k == "--sparse-layer-budget") {
-      if (!layer_signal_from_name(v, sparse_layer_signal)) {
-        fmt::print(stderr, "--sparse-layer-budget {}: give the signal that spreads it, captured or moments\n", v);
-        return 2;
-      }
-      sparse_layer_budget = true;
-    }
-    else if (k == "--suffix") {
-      if (std::sscanf(v, "%u,%u", &suffix_history, &suffix_tokens) != 2 || suffix_tokens == 0) {
-        fmt::print(stderr, "--suffix {}: give H,S (history tokens, suffix tokens ≥ 1)\n", v);
-        return 2;
-      }
-      context = suffix_history + suffix_tokens;
-    }
-    else if (k == "--staging") {
-      staging = v;
-      if (staging != "auto" && staging != "copy" && staging != "in-place") {
-        fmt::print(stderr, "--staging {}: give auto, copy or in-place\n", staging);
-        return 2;
-      }
-    }
-    else {
-      fmt::print(stderr, "unknown option {}\n", k);
+  std::string lists = "group", score, layer_budget, suffix;
+  constexpr std::uint32_t max_context = 1u << 20;  // the model's own limit is checked when the context opens
+  CLI::App app{"engine_bench: prefill and decode speed of the reference engine (see the source's opening)"};
+  app.add_option("--context", context, "prompt tokens")->check(CLI::Range(2u, max_context));
+  app.add_option("--decode", decode, "decode steps")->check(CLI::Range(1u, 1u << 16));
+  app.add_option("--pool", fractions, "device pool as fractions of the context's pages, comma-separated")
+      ->delimiter(',')->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1u, 64u));
+  app.add_option("--chunk", chunk, "prefill chunk tokens")->check(CLI::Range(1u, 1u << 16));
+  app.add_option("--kv", kv_kind, "where the KV lives")->check(CLI::IsMember({"runtime", "reference"}));
+  app.add_option("--sparse-fraction", sparse_fraction, "fraction of the pages sparse decode reads")
+      ->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--sparse-lists", lists, "a page list per KV-head group or one per layer")
+      ->check(CLI::IsMember({"group", "one"}));
+  app.add_option("--rounds", sparse_rounds, "rounds of exact and sparse decode")->check(CLI::Range(1u, 64u));
+  app.add_option("--sparse-score", score, "how pages are ranked: bound, moments or mixed");
+  app.add_option("--sparse-layer-budget", layer_budget, "spread the budget over layers by captured or moments");
+  app.add_option("--staging", staging, "how history below the pool reaches the kernel")
+      ->check(CLI::IsMember({"auto", "copy", "in-place"}));
+  app.add_option("--suffix", suffix, "H,S: one S-token step on an H-token history");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  chunk = std::min(chunk, context);  // a chunk longer than the prompt is the prompt
+  sparse_one_list = lists == "one";
+  if (!score.empty() && (!sparse_score_from_name(score.c_str(), sparse_score) || sparse_score == SparseScore::oracle)) {
+    fmt::print(stderr, "--sparse-score {}: give bound, moments or mixed\n", score);
+    return 2;
+  }
+  if (!layer_budget.empty()) {
+    if (!layer_signal_from_name(layer_budget.c_str(), sparse_layer_signal)) {
+      fmt::print(stderr, "--sparse-layer-budget {}: give the signal that spreads it, captured or moments\n", layer_budget);
       return 2;
     }
+    sparse_layer_budget = true;
   }
-  // --pool 0.25,1: the same benchmark at each device-pool fraction, one after the other in this process.
-  std::vector<double> fractions;
-  for (std::size_t at = 0; at <= pools.size();) {
-    const std::size_t comma = std::min(pools.find(',', at), pools.size());
-    fractions.push_back(std::atof(pools.substr(at, comma - at).c_str()));
-    at = comma + 1;
+  if (!suffix.empty()) {
+    if (!parse_suffix(suffix, max_context)) {
+      fmt::print(stderr, "--suffix {}: give H,S, two whole numbers (history tokens ≥ 1, suffix tokens ≥ 1)\n", suffix);
+      return 2;
+    }
+    context = suffix_history + suffix_tokens;
   }
   std::vector<Figures> figures(fractions.size());
   for (std::size_t i = 0; i < fractions.size(); ++i)
