@@ -141,14 +141,6 @@ int run_suffix(Engine& eng, KvRuntime& runtime, ContextId ctx, const std::vector
   };
   std::vector<double> full_rates, suffix_rates, ratios, suffix_ms, cpu_ratios;
   PhaseTimes full_sum, suffix_sum;
-  const auto add = [](PhaseTimes& to, const PhaseTimes& t) {
-    to.matmul_ns += t.matmul_ns;
-    to.logits_ns += t.logits_ns;
-    to.attention_ns += t.attention_ns;
-    to.copies_ns += t.copies_ns;
-    to.planning_ns += t.planning_ns;
-    to.other_ns += t.other_ns;
-  };
   std::uint64_t id = 100;
   for (std::uint32_t round = 0; round <= sparse_rounds; ++round) {  // round 0 warms up, untimed
     if (round > 0 && !reopen(++id)) return 1;
@@ -173,8 +165,8 @@ int run_suffix(Engine& eng, KvRuntime& runtime, ContextId ctx, const std::vector
     suffix_rates.push_back(suffix_rate);
     ratios.push_back(suffix_rate / full_rate);
     suffix_ms.push_back(1e3 * suffix_s);
-    add(full_sum, full);
-    add(suffix_sum, suffix);
+    full_sum += full;
+    suffix_sum += suffix;
     cpu_ratios.push_back((n - h) / suffix_cpu / (n / full_cpu));
     fmt::print("round {}: prefill {} in chunks of {}: {:.3f} s, {:.1f} tok/s | {} after {}: {:.3f} s, {:.1f} tok/s | ratio {:.3f}"
                " (CPU: {:.2f} / {:.3f} s, ratio {:.3f})\n",

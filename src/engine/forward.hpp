@@ -60,6 +60,17 @@ struct PhaseTimes {
   std::uint64_t steps = 0;
   std::uint64_t tokens = 0;
   std::uint64_t total_ns() const noexcept { return matmul_ns + attention_ns + copies_ns + planning_ns + other_ns; }
+  PhaseTimes& operator+=(const PhaseTimes& t) noexcept {
+    matmul_ns += t.matmul_ns;
+    logits_ns += t.logits_ns;
+    attention_ns += t.attention_ns;
+    copies_ns += t.copies_ns;
+    planning_ns += t.planning_ns;
+    other_ns += t.other_ns;
+    steps += t.steps;
+    tokens += t.tokens;
+    return *this;
+  }
 };
 
 struct ForwardLimits {

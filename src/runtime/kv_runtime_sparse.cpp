@@ -206,8 +206,9 @@ void KvRuntimeImpl::sparse_bounds(std::uint32_t layer, std::uint32_t e, const fl
   BoundJob job{shape.format, q_positive_.data(), q_negative_.data(), g.kv_heads, settings_.q_heads / g.kv_heads,
                g.head_dim, n, borrow ? parallel_.threads * chunks_per_thread : 1u, summaries_->page(slot, layer, 0),
                shape.page_stride(), out, out_stride};
-  if (moments_ != nullptr && moments_wanted(settings_.sparse) &&
-      score_scratch_.size() >= std::size_t{settings_.q_heads} * sizes_.pages_per_layer_max) {
+  if (moments_ != nullptr && moments_wanted(settings_.sparse)) {
+    AK_ASSERT(score_scratch_.size() >= std::size_t{settings_.q_heads} * sizes_.pages_per_layer_max,
+              "sparse bounds: prepare_scores sizes the moments' log-mass for every query head");
     job.q = qe;
     job.moments = moments_->page(slot, layer, 0);
     job.moment_stride = moments_->page_elements();
