@@ -306,7 +306,8 @@ Action setup(CLI::App& sub) {
                  "With --sparse-score mixed: the moments' weight in the mix, in (0, 1) (default 0.5); repeatable, one "
                  "mixed setting each");
   sub.add_option("--sparse-recent", o->recent_pages,
-                 "Every sparse setting always reads this many newest pages (default 2), in [1, 64]");
+                 "Every sparse setting always reads this many newest pages (default 2), in [1, 64]")
+      ->check(CLI::Range(1u, 64u));
   sub.add_option("--sparse-score", o->scores,
                  "Rank pages by: bound (default), moments, mixed, or oracle (analysis only: the true mass from an exact "
                  "pass); repeatable, each sparse setting runs once per score");

@@ -467,6 +467,12 @@ def cases(p):
             "--context", "passkey"),
         bad(5, "--dump-only without --dump-prompt", ev + ["--dump-only"], "--dump-only", "--dump-prompt"),
         bad(2, "directory as --dump-prompt", ev + ["--dump-prompt", p["dir"], "--dump-only"], "--dump-prompt"),
+        bad(5, "--sparse-mix nan", ev + ["--sparse-score", "mixed", "--sparse-fraction", "0.5", "--sparse-mix", "nan"],
+            "--sparse-mix", "(0, 1)"),
+        bad(5, "--sparse-mix without the mixed score", ev + ["--sparse-fraction", "0.5", "--sparse-mix", "0.5"],
+            "--sparse-mix", "mixed"),
+        bad(5, "--sparse-recent 0", ev + ["--sparse-fraction", "0.5", "--sparse-recent", "0"], "--sparse-recent"),
+        bad(5, "--sparse-recent 65", ev + ["--sparse-fraction", "0.5", "--sparse-recent", "65"], "--sparse-recent"),
         bad(1, "block_count 2^32-1", ev[:2] + [p["layers_huge"]] + ev[3:], "llama.block_count"),
         bad(6, "directory as --model", ["eval", "--model", p["dir"], "--text", p["eval_text"]], "--model"),
     ]
