@@ -31,6 +31,15 @@
 // most its burst. Invariant 1 is the page pool's. validate() walks both, plus the
 // page tables, and is asserted in expensive-assert builds after every mutation.
 //
+// What the floor protects (docs/CORE.md, "The floor covers the tail"): a context's pages that
+// reclamation and eviction may never take — the sink, the pages at or above tail_first_logical,
+// the run's newest page — number at most floor_pages_per_layer in each layer, so at most its floor.
+// Hence a context holding more than its floor always has a page reclamation may take, and
+// free_one_assigned() asserts that it found one. tail_first_logical is what keeps the bound: the
+// planner sets it to the first page a step writes; a context that starts after rows its history
+// already holds (pages handed over or copied on adopt, rows restored from the KV tier) is started
+// there with start_at(), and an adopting admission starts its tail past the pages it takes over.
+//
 // The per-layer page table is kept as runs, maintained incrementally (so a step's
 // cost depends on what changed, not on history length):
 //   sink      logical page 0, one pool page
@@ -149,6 +158,12 @@ class BudgetManager {
   void cancel(ContextHandle context, bool retire = false) noexcept;
   // Removes a waiting request; false if it is not queued.
   bool cancel_queued(std::uint64_t request_id) noexcept;
+  // A context whose history already holds rows [0, tokens) (an adopted prefix, rows restored from
+  // the KV tier) starts after them: its length becomes `tokens` and its tail its next step's first
+  // page, tokens / page_tokens, so every page it took over lies below its tail and may give way
+  // like any other (the sink and the run's newest page excepted). Between steps; never backwards;
+  // it holds no page past its rows.
+  void start_at(ContextHandle context, std::uint32_t tokens) noexcept;
   // Contexts admitted from the queue since the last call (copied into out; returns count copied).
   std::uint32_t take_admitted(std::span<AdmitResult> out) noexcept;
 
@@ -233,6 +248,8 @@ class BudgetManager {
   bool slide_run(std::uint32_t slot, std::uint32_t layer, Reason reason) noexcept;
   // Pages of `layer` that reclamation or eviction may take (promoted + run pages below the tail).
   std::uint32_t evictable(std::uint32_t slot, std::uint32_t layer) const noexcept;
+  // One past the highest logical page the context's tables hold in any layer (0 when none).
+  std::uint32_t held_end_logical(std::uint32_t slot) const noexcept;
   // A fence that touched `page` failed or its outcome is unknown: the page is quarantined for
   // good and leaves its context's page table (a promoted page, the sink, or a run page below the
   // tail — the older part of the run goes with it, to keep the run contiguous); the history is

@@ -191,6 +191,10 @@ AdmitResult BudgetManager::admit(const Waiting& request, Reason reason, bool ado
   if (!adopting) {
     for (std::uint32_t l = 0; l < dense_layers_; ++l) layer(slot, l) = LayerResidency{};
   }
+  // The adopted pages hold rows this context will not write (its first step writes past them): its
+  // tail starts after them, so none counts against the floor's sink-and-tail bound and reclamation
+  // may take them before that first step (start_at() then names the exact length).
+  c.tail_first_logical = held_end_logical(slot);
   ++running_;
   floors_committed_ += request.budget.floor_pages;
   // Adopted pages sit above the floor (which is reserved in full, so the tail pages can always be
@@ -524,6 +528,8 @@ void BudgetManager::free_one_assigned(std::uint32_t slot, Reason reason, std::ui
       best_count = n;
     }
   }
+  // Unreachable while the floor covers the tail (check(): a running context's sink and tail pages
+  // are at most its floor): the caller holds more than the floor, all of it assigned.
   AK_ASSERT(best != UINT32_MAX, "a context above its floor has a page that is neither sink nor tail");
   if (layer(slot, best).promoted_count > 0) {
     drop_promoted_lowest(slot, best, DecisionKind::reclaim, reason, for_slot);

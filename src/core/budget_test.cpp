@@ -335,7 +335,7 @@ TEST(Budget, AnAdoptedHistoryGivesWayBeforeItsFirstStep) {
   EXPECT_EQ(f.budgets.context(e.handle.slot).pages_held(), s.target_pages) << "its borrowed pages went back";
   EXPECT_EQ(f.budgets.check(), nullptr);
   // The adopter then runs from its adopted rows (the runtime starts it after them).
-  f.budgets.context(e.handle.slot).length_tokens = 20;
+  f.budgets.start_at(e.handle, 20);
   f.step(e.handle, 4);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   EXPECT_EQ(f.budgets.check(), nullptr);
@@ -626,7 +626,7 @@ const char* run_seed(std::uint64_t seed, std::uint64_t* allocations_after_warmup
     for (std::uint32_t i = 0; i < n; ++i) taken(admitted[i].handle);
   };
   // The runtime starts an adopting context after the rows its history holds.
-  auto start_at = [&](ContextHandle h, std::uint32_t tokens) { budgets.context(h.slot).length_tokens = tokens; };
+  auto start_at = [&](ContextHandle h, std::uint32_t tokens) { budgets.start_at(h, tokens); };
   // Copy on adopt on the device (device_retention.cpp): the sink and a run ending at the prefix's
   // last page, as many pages as the budget allows, filled by a copy that lands before the next step.
   auto copy_on_adopt = [&](ContextHandle h, std::uint32_t pages) {

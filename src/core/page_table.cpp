@@ -126,6 +126,29 @@ std::uint32_t BudgetManager::evictable(std::uint32_t slot, std::uint32_t l) cons
   return r.promoted_count + run_below_tail;
 }
 
+std::uint32_t BudgetManager::held_end_logical(std::uint32_t slot) const noexcept {
+  std::uint32_t end = 0;
+  for (std::uint32_t l = 0; l < dense_layers_; ++l) {
+    const LayerResidency& r = layer(slot, l);
+    if (r.sink_page != page_none) end = std::max(end, 1u);
+    if (r.run_count > 0) end = std::max(end, r.run_first + r.run_count);
+    if (r.promoted_count > 0) end = std::max(end, promoted_logical(slot, l)[r.promoted_count - 1] + 1);
+  }
+  return end;
+}
+
+void BudgetManager::start_at(ContextHandle context, std::uint32_t tokens) noexcept {
+  AK_ASSERT(current(context), "start_at of a stale or unknown context handle");
+  ContextState& c = contexts_[context.slot];
+  const std::uint32_t P = plan_.arena.page_tokens;
+  AK_ASSERT(tokens >= c.length_tokens, "a context starts at or after the rows it holds");
+  AK_ASSERT(tokens <= c.tokens_max, "a context starts within its tokens_max");
+  AK_ASSERT(held_end_logical(context.slot) <= (tokens + P - 1) / P, "a context holds no page past its rows");
+  c.length_tokens = tokens;
+  c.tail_first_logical = tokens / P;
+  AK_EXPENSIVE_ASSERT(check() == nullptr, "budgets consistent after start_at");
+}
+
 void BudgetManager::drop_run_oldest(std::uint32_t slot, std::uint32_t l, DecisionKind kind, Reason reason,
                                     std::uint32_t other_slot) noexcept {
   LayerResidency& r = layer(slot, l);
@@ -288,6 +311,12 @@ const char* BudgetManager::check() const noexcept {
       }
     }
     if (in_tables != c.pages_assigned) return "a context's assigned count differs from its page tables";
+    if (c.running) {
+      // The floor covers the tail: what may never be taken (sink, tail, the run's newest) fits the floor.
+      std::uint64_t kept = 0;
+      for (std::uint32_t l = 0; l < dense_layers_; ++l) kept += layer(s, l).pages_held() - evictable(s, l);
+      if (kept > c.budget.floor_pages) return "a running context's sink and tail pages exceed its floor";
+    }
   }
   if (running != running_) return "the running count differs from the slots";
   if (running_ > running_max_) return "more contexts run than the concurrency";

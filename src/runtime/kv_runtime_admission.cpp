@@ -121,7 +121,8 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
     }
   }
   if (match.pages == 0) return 0;
-  c.length_tokens = match.pages * P;
+  // It starts after the adopted rows: every page it took over or had copied lies below its tail.
+  budgets_.start_at(context, match.pages * P);
   retained_request_[slot] = retained_request_[match.slot];
   ++counters_.prefix_adoptions;
   counters_.prefix_reused_tokens += c.length_tokens;

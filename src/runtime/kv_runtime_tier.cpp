@@ -137,8 +137,7 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
   // a run is contiguous up to its tail: the run's pages give way (logged), the sink and promoted stay.
   const std::uint32_t given_up = budgets_.release_runs(slot, Reason::run_behind_tier);
   adoption_[slot].device_pages -= std::min(adoption_[slot].device_pages, given_up);
-  ContextState& c = budgets_.context(slot);
-  c.length_tokens = length;
+  budgets_.start_at(ContextHandle{slot, budgets_.context(slot).generation}, length);
   adoption_[slot].tier_pages_first = reused / P;
   adoption_[slot].tier_pages_end = length / P;
   ++counters_.tier_restores;
