@@ -20,6 +20,9 @@
 //     device every surviving request then runs to its full length;
 //   - invariant 7: zero device allocations after warm-up and zero heap
 //     allocations inside a good step;
+//   - the server's pattern (issue 24, in about one seed of two): small targets under a
+//     whole-pool burst, serve's step token budget, repeated prompts (copy on adopt),
+//     turns sent as their predecessors end, admission only when it can adopt;
 //   - conversations (prefix reuse, in two seeds of three): a follow-up turn
 //     inherits a completed predecessor's tokens and rows; when its admission
 //     adopts a retained history, every adopted row must equal the

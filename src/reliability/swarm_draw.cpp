@@ -101,9 +101,43 @@ void SeedRun::draw() {
     r.v.resize(g.dense_layers);
     r.sums.resize(g.dense_layers);
   }
-  report_.requests = n;
+  draw_serve_pattern(floor_pages, pages);
+  report_.requests = requests_.size();
   trace(g.dense_layers), trace(g.kv_heads), trace(g.head_dim), trace(m.page_tokens), trace(m.tile_tokens);
   trace(m.max_seqs), trace(m.device_pool_bytes), trace(n);
+}
+
+// The server's pattern (issue 24) in about one seed of two, from its own generator so that every
+// other draw of the seed is what it was before: the operator's budget shape that lets a long history
+// borrow most of the pool (a target near the floor, the burst the whole pool), a step token budget
+// (one decode per context and up to a chunk of prefill, like serve's step_tokens), and repeated
+// prompts — requests that share a drawn part of an earlier request's history and then diverge, so
+// their admission copies the retained prefix's pages (or, sharing all of it, adopts them in place).
+void SeedRun::draw_serve_pattern(std::uint64_t floor_pages, std::uint64_t pages) {
+  std::mt19937_64 serve_rng(report_.seed ^ 0x15C0A7E24ull);
+  auto pick = [&](std::uint32_t lo, std::uint32_t hi) { return std::uniform_int_distribution<std::uint32_t>(lo, hi)(serve_rng); };
+  if (pick(0, 1) != 0) return;
+  serve_pattern_ = true;
+  MemorySettings& m = settings_.memory;
+  const std::uint64_t usable = std::uint64_t{m.geometry.dense_layers} * (m.max_context_tokens / m.page_tokens);
+  m.target_pages = std::min({floor_pages + pick(0, static_cast<std::uint32_t>(floor_pages) * 4), pages, usable});
+  step_tokens_ = m.max_seqs + pick(1, m.chunk_tokens);
+  const std::uint32_t first_repeat = static_cast<std::uint32_t>(requests_.size());
+  const std::uint32_t repeats = pick(2, 6);
+  for (std::uint32_t i = 0; i < repeats; ++i) {
+    Request r;
+    r.id = requests_.size() + 1;
+    r.tokens_max = pick(4, m.max_context_tokens);
+    r.prompt_tokens = pick(1, r.tokens_max);
+    r.cancel_at = pick(0, 4) == 0 ? pick(1, r.tokens_max) : 0;  // mid-prefill as often as mid-decode
+    r.follows = static_cast<std::int32_t>(pick(0, first_repeat + i - 1));
+    r.repeats = pick(0, 2) != 0;
+    r.arrival_step = requests_[static_cast<std::size_t>(r.follows)].arrival_step + pick(3, 40);
+    r.k.resize(m.geometry.dense_layers);
+    r.v.resize(m.geometry.dense_layers);
+    r.sums.resize(m.geometry.dense_layers);
+    requests_.push_back(std::move(r));
+  }
 }
 
 }  // namespace activekv::reliability::detail

@@ -31,7 +31,8 @@ bool SeedRun::verify_rows(Request& r, std::uint32_t first, std::uint32_t last) {
 }
 
 // At its first admission: a follow-up whose predecessor completed inherits its rows and tokens
-// as its prompt's start; every request draws its own tokens for the rest.
+// as its prompt's start (a repeated prompt only part of them); every request draws its own tokens
+// for the rest.
 void SeedRun::prepare(Request& r) {
   r.prepared = true;
   const Geometry& g = settings_.memory.geometry;
@@ -39,7 +40,9 @@ void SeedRun::prepare(Request& r) {
   if (r.follows >= 0) {
     const Request& p = requests_[static_cast<std::size_t>(r.follows)];
     if (p.completed && p.length + 2 <= max_context) {
-      r.pre_len = p.length;
+      // A repeated prompt shares a drawn part (at least a page, when the history has one more token).
+      const std::uint32_t page = settings_.memory.page_tokens;
+      r.pre_len = r.repeats ? uniform(std::min(p.length, page + 1), p.length) : p.length;
       r.pre_k = p.k;
       r.pre_v = p.v;
       r.pre_sums = p.sums;

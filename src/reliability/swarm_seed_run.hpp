@@ -63,6 +63,8 @@ struct Request {
   // the predecessor's tokens; every later token is this request's own. A row is thus a function of
   // the tokens before it, as in a model, and an adopted history must hold exactly these rows.
   std::int32_t follows = -1;                      // index of the predecessor in requests_, or -1
+  bool repeats = false;                           // shares only a drawn part of the predecessor's history
+                                                  //   (a repeated prompt that then diverges: copy on adopt)
   bool prepared = false;                          // tokens (and the prefix) drawn at first admission
   bool completed = false;                         // ran to tokens_max (a predecessor must have)
   std::vector<std::int32_t> tokens;               // tokens_max token ids
@@ -102,6 +104,7 @@ class SeedRun {
 
   // ---- the seed's draw (swarm_draw.cpp)
   void draw();
+  void draw_serve_pattern(std::uint64_t floor_pages, std::uint64_t pages);
 
   // ---- devices (swarm_devices.cpp)
   bool open_device(bool faulty);
@@ -124,6 +127,7 @@ class SeedRun {
 
   // ---- steps and the run (swarm_step.cpp)
   bool step_once();
+  void compose_serve_step();
   void between_steps();
   void drive();
   SeedReport finish_report();
@@ -145,6 +149,11 @@ class SeedRun {
   std::uint64_t lose_device_at_ = 0;
   std::uint32_t lose_device_layer_ = 0;
   bool refuse_warmup_ = false;
+  // The server's pattern (issue 24): a small target under a whole-pool burst, repeated prompts, a
+  // step token budget that keeps later prefills waiting (decodes first, then chunks in arrival
+  // order), admission only when a request can adopt (may_admit_now), more cancels inside a step.
+  bool serve_pattern_ = false;
+  std::uint32_t step_tokens_ = 0;
 
   std::vector<Request> requests_;
   std::vector<std::uint32_t> request_of_;  // runtime request key − 1 → index in requests_

@@ -15,16 +15,20 @@ bool SeedRun::step_once() {
   KvRuntime& rt = *device_.runtime;
   entries_.clear();
   chosen_.clear();
-  for (std::uint32_t i = 0; i < requests_.size(); ++i) {
-    Request& r = requests_[i];
-    if (r.state != Request::State::running || r.needs_replay || r.length >= r.tokens_max) continue;
-    if (!chance(75)) continue;
-    const std::uint32_t room = r.tokens_max - r.length;
-    const std::uint32_t n = r.length < r.prompt_tokens
-                                ? std::min({room, r.prompt_tokens - r.length, uniform(1, settings_.memory.chunk_tokens)})
-                                : 1u;
-    entries_.push_back(StepEntry{r.handle, n});
-    chosen_.push_back(i);
+  if (serve_pattern_) {
+    compose_serve_step();
+  } else {
+    for (std::uint32_t i = 0; i < requests_.size(); ++i) {
+      Request& r = requests_[i];
+      if (r.state != Request::State::running || r.needs_replay || r.length >= r.tokens_max) continue;
+      if (!chance(75)) continue;
+      const std::uint32_t room = r.tokens_max - r.length;
+      const std::uint32_t n = r.length < r.prompt_tokens
+                                  ? std::min({room, r.prompt_tokens - r.length, uniform(1, settings_.memory.chunk_tokens)})
+                                  : 1u;
+      entries_.push_back(StepEntry{r.handle, n});
+      chosen_.push_back(i);
+    }
   }
   if (entries_.empty()) return true;
   std::uint32_t total = 0;
@@ -50,7 +54,8 @@ bool SeedRun::step_once() {
   // the damage test turns these off so that the damaged row is always read.)
   // (Sparse seeds: the output check reads the step's selection from explain(), which a context
   // cancelled in the step no longer has.)
-  const bool cancel_mid_step = chance(2) && hooks_.corrupt_host_row_after_step == 0 && !settings_.sparse.enabled();
+  const bool cancel_mid_step =
+      chance(serve_pattern_ ? 8 : 2) && hooks_.corrupt_host_row_after_step == 0 && !settings_.sparse.enabled();
   const std::uint32_t cancel_layer = uniform(0, g.dense_layers - 1);
 
   if (exhausted()) {  // nothing more runs here: the fault phase ends before this step
@@ -183,11 +188,40 @@ bool SeedRun::step_once() {
   return true;
 }
 
+// The server's step (serve's compose_batch): one decode token per context past its prompt, then
+// prefill chunks in arrival order while the step's token budget lasts — a context admitted later
+// (a follow-up that adopted its prefix) waits while earlier prompts prefill and grow.
+void SeedRun::compose_serve_step() {
+  std::uint32_t budget = step_tokens_;
+  for (int prefill = 0; prefill < 2; ++prefill) {
+    for (std::uint32_t i = 0; i < requests_.size() && budget > 0; ++i) {
+      Request& r = requests_[i];
+      if (r.state != Request::State::running || r.needs_replay || r.length >= r.tokens_max) continue;
+      if ((r.length < r.prompt_tokens) != (prefill == 1)) continue;
+      const std::uint32_t n =
+          prefill == 1 ? std::min({r.prompt_tokens - r.length, settings_.memory.chunk_tokens, budget}) : 1u;
+      entries_.push_back(StepEntry{r.handle, n});
+      chosen_.push_back(i);
+      budget -= n;
+    }
+  }
+}
+
 // Between steps: arrivals, recoveries' re-admissions, replays, cancellations, completions.
 void SeedRun::between_steps() {
   KvRuntime& rt = *device_.runtime;
+  // The server's admission: a request waits (unsubmitted) while another runs and no history and
+  // concurrency are free to admit it at once, so that it can still adopt its prefix when admitted;
+  // a conversation's next turn is sent when the turn before it ended.
+  const bool any_running = std::any_of(requests_.begin(), requests_.end(),
+                                       [](const Request& r) { return r.state == Request::State::running; });
   for (Request& r : requests_) {
     if (r.state == Request::State::pending && r.arrival_step <= step_) {
+      if (serve_pattern_ && any_running && !rt.may_admit_now()) continue;
+      // A conversation's next turn (serve's waiting_session): sent once its predecessor ended.
+      if (serve_pattern_ && r.follows >= 0 && requests_[static_cast<std::size_t>(r.follows)].state != Request::State::done) {
+        continue;
+      }
       if (!r.needs_replay && r.length == 0) r.reference = reference_->open();
       open(r);
     }

@@ -94,6 +94,16 @@ TEST(Swarm, ACorruptedHostRowIsCaught) {
   EXPECT_GT(caught, 0u);
 }
 
+// Issue 24: on the code before its fix, seed 7 (the server's pattern: a follow-up adopts its
+// retained history's device pages in place) failed at step 54 with "a running context's sink and
+// tail pages exceed its floor" — the state in which reclamation aborted the server.
+TEST(Swarm, Issue24SeedHoldsEveryInvariant) {
+  const SeedReport report = run_seed(7);
+  ASSERT_TRUE(report.ok()) << report.violation << "\nreplay: " << replay_command(7);
+  EXPECT_GT(report.adoptions, 0u);
+  EXPECT_GT(report.device_pages_handed_over + report.device_pages_copied, 0u);
+}
+
 TEST(Swarm, ReplayCommandNamesTheSeed) {
   EXPECT_EQ(replay_command(4242), "build/release/src/cli/activekv swarm --seed 4242");
 }
