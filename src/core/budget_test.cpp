@@ -5,7 +5,8 @@
 // admissions that adopt them in place or fill pages by a copy on adopt, a tier restore giving up
 // the run, contexts left unscheduled for steps while others grow, steps of a whole chunk, queue churn.
 //
-// ACTIVEKV_PROPERTY_SEEDS raises the seed count (default 2000, a few seconds in release).
+// ACTIVEKV_PROPERTY_SEEDS raises the seed count (default 2000, a few seconds in release);
+// ACTIVEKV_PROPERTY_FIRST_SEED starts elsewhere (with ACTIVEKV_PROPERTY_SEEDS=1: one seed alone).
 #include "activekv/budget.hpp"
 
 #include <gtest/gtest.h>
