@@ -163,7 +163,8 @@ void ConnectionGate::watch(std::unique_ptr<Connection> c) {
   const Frame f = frame_request(c->bytes, settings_.frame);
   if (f.state == Frame::State::complete) {
     c->request_bytes = f.bytes;
-    return dispatch(std::move(c), is_probe(c->bytes));
+    const bool probe = is_probe(c->bytes);
+    return dispatch(std::move(c), probe);
   }
   if (f.state == Frame::State::refused) {
     ++counters_.refused_framing;
