@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <mutex>
@@ -55,6 +56,9 @@ class GatedServer final : public httplib::Server {
  public:
   void set_gate(ConnectionGate* gate) { gate_ = gate; }
   bool answer(httplib::Stream& stream, bool close, bool& closed) { return process_request(stream, close, closed, nullptr); }
+  // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections
+  // beyond it has its SYNs dropped and retried a second later. Listening again widens the queue.
+  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
@@ -465,6 +469,7 @@ HttpServer::~HttpServer() = default;
 Result<int> HttpServer::bind() {
   const int port = settings_.port == 0 ? http_->bind_to_any_port(settings_.host)
                                        : (http_->bind_to_port(settings_.host, settings_.port) ? settings_.port : -1);
+  if (port >= 0) static_cast<GatedServer&>(*http_).widen_backlog();
   if (port < 0) {
     return make_error(ErrorCode::io, "--port", fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                                                            settings_.host, settings_.port));
