@@ -33,6 +33,7 @@ struct ConnectionGate::Connection {
   Clock::time_point since{};    // arrival, or the end of the previous answer
   std::uint32_t answered = 0;
   bool continue_sent = false;   // "100 Continue" written for the request being read
+  bool client_done = false;     // the client closed its side after its last request
 };
 
 namespace {
@@ -215,8 +216,9 @@ void ConnectionGate::on_readable(int fd) {
   std::unique_ptr<Connection> owned = std::move(it->second);
   waiting_.erase(it);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  if (gone) return close_connection(std::move(owned));  // a client that left mid-request has nothing to answer
   const Frame f = frame_request(owned->bytes, settings_.frame);
+  if (gone && f.state != Frame::State::complete) return close_connection(std::move(owned));  // left mid-request
+  owned->client_done = gone;  // a whole request, then a half-close: answered, then closed
   if (f.state == Frame::State::partial && f.expects_continue && !owned->continue_sent) {
     static constexpr char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     owned->continue_sent = ::send(fd, cont, sizeof(cont) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) > 0;
@@ -259,7 +261,7 @@ void ConnectionGate::dispatch(std::unique_ptr<Connection> c, bool probe) {
 }
 
 void ConnectionGate::serve(std::unique_ptr<Connection> c) {
-  const bool last = stopping_.load() || c->answered + 1 >= settings_.requests_per_connection;
+  const bool last = stopping_.load() || c->client_done || c->answered + 1 >= settings_.requests_per_connection;
   bool closed = false;
   bool ok = false;
   {
@@ -272,7 +274,7 @@ void ConnectionGate::serve(std::unique_ptr<Connection> c) {
   c->continue_sent = false;
   c->since = Clock::now();
   std::lock_guard lock(mu_);
-  if (!ok || closed || last) return close_connection(std::move(c));
+  if (!ok || closed || last || c->client_done) return close_connection(std::move(c));
   watch(std::move(c));
 }
 

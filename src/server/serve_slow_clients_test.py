@@ -13,7 +13,8 @@ Against `activekv serve --engine fake` (the connection gate, src/server/connecti
 3. The total cap: with --max-connections 120 and 64 connections held from
    one address, a second address gets 56 and a 503 naming --max-connections beyond.
 4. A body sent slowly in pieces still makes a whole request (answered once
-   its last byte is in), and a kept-alive connection serves several requests.
+   its last byte is in), a kept-alive connection serves several requests, and
+   a request followed by a half-close is answered.
 5. SIGTERM with connections still half-sent: exit 0, every page back.
 """
 import json
@@ -112,6 +113,14 @@ def slow_body(server):
     return status, payload
 
 
+def half_closed(server):
+    """A whole request, then the client closes its side: still answered (then the connection closes)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        return answer_of(s, 5)[0]
+
+
 def keep_alive(server, n=3):
     """n requests on one connection, one after another: each answered."""
     answered = 0
@@ -190,6 +199,7 @@ def main():
         check(status == "HTTP/1.1 200 OK" and json.loads(payload)["usage"]["completion_tokens"] == 3,
               f"a body sent in pieces: {status} {payload[:200]}")
         check(keep_alive(server) == 3, "three requests on one kept-alive connection")
+        check(half_closed(server) == "HTTP/1.1 200 OK", "a request followed by a half-close was not answered")
         m = metrics(server)
         check(m["activekv_requests_total[('outcome', 'finished')]"] == 3, "finished count")
         check(m["activekv_heap_allocations_after_warmup[]"] == 0, "heap allocations after warm-up")
