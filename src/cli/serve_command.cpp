@@ -12,6 +12,7 @@
 // step allocated; 2 for bad settings or a port that cannot be bound).
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -46,6 +47,9 @@ struct ServeOptions : RunOverrides {
   std::int64_t max_queue = 0;
   double grace_s = 0;
   std::uint32_t http_threads = 64;
+  std::uint32_t max_connections = 256;
+  std::uint32_t max_connections_per_client = 64;
+  double request_timeout_s = 10;
   double fake_step_ms = 0;
   CLI::Option* max_queue_given = nullptr;
   CLI::Option* grace_given = nullptr;
@@ -135,6 +139,33 @@ Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
 #endif
 }
 
+// The connection gate's limits (server/connection_gate.hpp): each open connection is a descriptor,
+// so the cap must fit the process's open-file limit with room for the model and the listener.
+Status check_connection_limits(const ServeOptions& o) {
+  constexpr std::uint32_t descriptors_reserved = 64;
+  if (o.max_connections < 1 || o.max_connections > 65536) {
+    return make_error(ErrorCode::invalid_argument, "--max-connections", fmt::format("{} is out of range: give 1 to 65536", o.max_connections));
+  }
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+      o.max_connections + descriptors_reserved > nofile.rlim_cur) {
+    return make_error(ErrorCode::invalid_argument, "--max-connections",
+                      fmt::format("{} connections need {} open files, but this process may open {} (ulimit -n): lower "
+                                  "--max-connections or raise ulimit -n",
+                                  o.max_connections, o.max_connections + descriptors_reserved, nofile.rlim_cur));
+  }
+  if (o.max_connections_per_client < 1 || o.max_connections_per_client > o.max_connections) {
+    return make_error(ErrorCode::invalid_argument, "--max-connections-per-client",
+                      fmt::format("{} is out of range: give 1 to --max-connections ({})", o.max_connections_per_client,
+                                  o.max_connections));
+  }
+  if (!(o.request_timeout_s >= 0.1 && o.request_timeout_s <= 3600)) {
+    return make_error(ErrorCode::invalid_argument, "--request-timeout",
+                      fmt::format("{} is out of range: give a finite number of seconds from 0.1 to 3600", o.request_timeout_s));
+  }
+  return {};
+}
+
 int serve_main(const ServeOptions& o) {
   // SIGINT and SIGTERM go to one watcher thread (sigwait), never to a handler thread.
   sigset_t signals;
@@ -152,13 +183,17 @@ int serve_main(const ServeOptions& o) {
   if (o.http_threads < 2 || o.http_threads > 1024) {
     return fail(make_error(ErrorCode::invalid_argument, "--http-threads", "must be from 2 to 1024"), 2);
   }
+  if (Status s = check_connection_limits(o); !s) return fail(s.error(), 2);
   if (!(o.fake_step_ms >= 0 && o.fake_step_ms <= 1000)) {
     return fail(make_error(ErrorCode::invalid_argument, "--fake-step-ms", "must be from 0 to 1000"), 2);
   }
   server::HttpSettings hs;
   hs.host = o.host;
   hs.port = o.port;
-  hs.threads = o.http_threads;
+  hs.gate.workers = o.http_threads;
+  hs.gate.max_connections = o.max_connections;
+  hs.gate.max_connections_per_client = o.max_connections_per_client;
+  hs.gate.request_timeout_s = o.request_timeout_s;
   hs.limits.max_tokens_max = config->max_context_tokens != 0 ? config->max_context_tokens : 8192;
   server::HttpServer http(hs);
   auto port = http.bind();
@@ -236,7 +271,12 @@ Action setup(CLI::App& sub) {
       sub.add_option("--max-queue", o->max_queue, "Override max_queue: requests that may wait beyond the running ones");
   o->grace_given =
       sub.add_option("--grace", o->grace_s, "Override shutdown_grace_s: seconds to finish running requests on SIGINT/SIGTERM");
-  sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open connection holds one)")->capture_default_str();
+  sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each request being answered holds one; a stream for its whole length)")->capture_default_str();
+  sub.add_option("--max-connections", o->max_connections, "Open client connections in all; one more gets 503 and is closed")->capture_default_str();
+  sub.add_option("--max-connections-per-client", o->max_connections_per_client,
+                 "Open connections from one client address; one more gets 503 and is closed")->capture_default_str();
+  sub.add_option("--request-timeout", o->request_timeout_s,
+                 "Seconds to read a request whole (header and body) from a connection's arrival; then 408")->capture_default_str();
   sub.add_option("--fake-step-ms", o->fake_step_ms, "With --engine fake: milliseconds each step takes (paces load tests)");
   return [o] { return serve_main(*o); };
 }

@@ -3,13 +3,13 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "server/io_thread_pool.hpp"
 #include "server/peer_socket.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -49,10 +49,41 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// httplib's accept loop hands each socket to process_and_close_socket on a task queue. Here the
+// queue runs it at once on the accept thread, and the override passes the socket to the gate,
+// which reads the request whole and then lets a worker answer it with process_request.
+class GatedServer final : public httplib::Server {
+ public:
+  void set_gate(ConnectionGate* gate) { gate_ = gate; }
+  bool answer(httplib::Stream& stream, bool close, bool& closed) { return process_request(stream, close, closed, nullptr); }
+  // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections
+  // beyond it has its SYNs dropped and retried a second later. Listening again widens the queue.
+  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    gate_->admit(sock);
+    return true;
+  }
+  ConnectionGate* gate_ = nullptr;
+};
+
+// The "task queue" httplib makes per listen(): runs the hand-over inline; shutdown shuts the gate.
+class GateQueue final : public httplib::TaskQueue {
+ public:
+  explicit GateQueue(ConnectionGate* gate) : gate_(gate) {}
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override { gate_->shutdown(); }
+
+ private:
+  ConnectionGate* gate_;
+};
+
 }  // namespace
 
 struct HttpServer::State {
   std::atomic<bool> ready{false};
+  ConnectionGate* gate = nullptr;
   serve::StepEngine* engine = nullptr;
   ServeCore* core = nullptr;
   Frontend frontend;
@@ -315,13 +346,26 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
 }  // namespace
 
 HttpServer::HttpServer(const HttpSettings& settings)
-    : http_(std::make_unique<httplib::Server>()), state_(std::make_shared<State>()), settings_(settings) {
+    : state_(std::make_shared<State>()), settings_(settings) {
+  auto server = std::make_unique<GatedServer>();
+  GatedServer* gated = server.get();
+  GateSettings gs = settings.gate;
+  // The gate reads a body up to 4x the parser's limit, so a body just above it gets the parser's
+  // 413 naming the limit (counted as a bad request); a larger one gets the gate's 413.
+  gs.frame.body_bytes_max = settings.limits.body_bytes_max * 4;
+  gate_ = std::make_unique<ConnectionGate>(
+      gs, [gated](httplib::Stream& stream, bool close, bool& closed) { return gated->answer(stream, close, closed); });
+  gated->set_gate(gate_.get());
+  http_ = std::move(server);
   state_->limits = settings.limits;
+  state_->gate = gate_.get();
   httplib::Server& s = *http_;
-  const std::uint32_t threads = settings.threads;
-  s.new_task_queue = [threads] { return new IoThreadPool(threads); };
-  s.set_payload_max_length(settings.limits.body_bytes_max * 4);
-  s.set_keep_alive_timeout(2);
+  ConnectionGate* gate = gate_.get();
+  s.new_task_queue = [gate] { return new GateQueue(gate); };
+  s.set_payload_max_length(gs.frame.body_bytes_max);
+  s.set_keep_alive_timeout(static_cast<time_t>(gs.idle_timeout_s));
+  s.set_keep_alive_max_count(gs.requests_per_connection);
+  s.set_write_timeout(static_cast<time_t>(gs.write_timeout_s));
   // Small SSE chunks go out at once: without TCP_NODELAY, Nagle holds a token chunk until the
   // client acknowledges the previous chunk, which a delayed ACK can put off by up to 40 ms.
   // Linux copies the option from the listening socket to every accepted one.
@@ -353,10 +397,11 @@ HttpServer::HttpServer(const HttpSettings& settings)
   s.Get("/metrics", [st](const httplib::Request&, httplib::Response& res) {
     if (!st->ready.load()) {
       MetricsSnapshot loading;
-      res.set_content(render_metrics(loading), "text/plain; version=0.0.4");
+      res.set_content(render_metrics(loading) + render_connection_metrics(st->gate->counters()), "text/plain; version=0.0.4");
       return;
     }
-    res.set_content(render_metrics(st->core->metrics()), "text/plain; version=0.0.4");
+    res.set_content(render_metrics(st->core->metrics()) + render_connection_metrics(st->gate->counters()),
+                    "text/plain; version=0.0.4");
   });
   s.Get("/v1/activekv/plan", [st](const httplib::Request&, httplib::Response& res) {
     if (!st->ready.load()) return send_error(res, 503, "server_error", "", "the model is still loading; retry shortly");
@@ -424,6 +469,7 @@ HttpServer::~HttpServer() = default;
 Result<int> HttpServer::bind() {
   const int port = settings_.port == 0 ? http_->bind_to_any_port(settings_.host)
                                        : (http_->bind_to_port(settings_.host, settings_.port) ? settings_.port : -1);
+  if (port >= 0) static_cast<GatedServer&>(*http_).widen_backlog();
   if (port < 0) {
     return make_error(ErrorCode::io, "--port", fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                                                            settings_.host, settings_.port));
@@ -433,6 +479,7 @@ Result<int> HttpServer::bind() {
 
 void HttpServer::listen() {
   testing::mark_io_thread();
+  gate_->start();
   http_->listen_after_bind();
 }
 

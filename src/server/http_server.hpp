@@ -10,8 +10,10 @@
 //
 // The server binds before the model loads, so /health answers 503 while it
 // loads; attach() hands it the engine and core once warm-up is done.
-// HTTP worker threads are marked as I/O threads (testing/alloc_counter.hpp) so
-// their allocations are not counted as the step path's.
+// Connections wait in a ConnectionGate until a whole request has arrived, so
+// a slow or idle client holds no worker thread; /health and /metrics have
+// threads of their own. HTTP threads are marked as I/O threads
+// (testing/alloc_counter.hpp) so their allocations are not counted as the step path's.
 #pragma once
 
 #include <array>
@@ -25,6 +27,7 @@
 #include "activekv/result.hpp"
 #include "serve/step_engine.hpp"
 #include "server/api_request.hpp"
+#include "server/connection_gate.hpp"
 #include "server/serve_core.hpp"
 
 namespace httplib {
@@ -45,7 +48,7 @@ struct Frontend {
 struct HttpSettings {
   std::string host = "127.0.0.1";
   int port = 8080;                 // 0: any free port
-  std::uint32_t threads = 64;      // HTTP worker threads (each open connection holds one)
+  GateSettings gate{};             // worker threads, connection caps, read time-outs (connection_gate.hpp)
   ApiLimits limits{};
 };
 
@@ -67,6 +70,7 @@ class HttpServer {
 
  private:
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ConnectionGate> gate_;
   std::shared_ptr<State> state_;
   HttpSettings settings_;
 };

@@ -1,6 +1,7 @@
-// io_thread_pool.hpp — cpp-httplib's task queue with every worker marked as an I/O thread.
+// io_thread_pool.hpp — a fixed pool of HTTP worker threads, every one marked as an I/O thread.
 //
-// httplib runs each connection on a task-queue thread. These workers mark
+// The connection gate (connection_gate.hpp) hands each whole request to one of
+// these pools (a cpp-httplib TaskQueue, so its interface). The workers mark
 // themselves (testing::mark_io_thread) before taking work, so what they
 // allocate — reading requests, building JSON — is left out of the engine
 // thread's step-path allocation count. A fixed number of threads, made at

@@ -89,4 +89,22 @@ std::string render_metrics(const MetricsSnapshot& m) {
   return out;
 }
 
+std::string render_connection_metrics(const GateCounters& g) {
+  std::string out;
+  const auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  gauge(out, "http_connections_open", "Client connections open (waiting for a request, or being answered)", g.open);
+  gauge(out, "http_connections_accepted_total", "Client connections accepted", d(g.accepted), "counter");
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP activekv_http_connections_refused_total Connections answered 503 and closed at once, by the cap "
+                 "they met\n# TYPE activekv_http_connections_refused_total counter\n"
+                 "activekv_http_connections_refused_total{{cap=\"max_connections\"}} {}\n"
+                 "activekv_http_connections_refused_total{{cap=\"max_connections_per_client\"}} {}\n",
+                 g.refused_total, g.refused_per_client);
+  gauge(out, "http_requests_timed_out_total", "Requests not read whole within --request-timeout (408)", d(g.timed_out),
+        "counter");
+  gauge(out, "http_requests_unframed_total", "Requests refused before parsing: header too large, body too large, bad framing",
+        d(g.refused_framing), "counter");
+  return out;
+}
+
 }  // namespace activekv::server

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "serve/step_engine.hpp"
+#include "server/connection_gate.hpp"
 
 namespace activekv::server {
 
@@ -44,5 +45,7 @@ struct MetricsSnapshot {
 };
 
 std::string render_metrics(const MetricsSnapshot& m);
+// The connection gate's counts (connections open, refused by which cap, requests timed out), appended to the page.
+std::string render_connection_metrics(const GateCounters& g);
 
 }  // namespace activekv::server

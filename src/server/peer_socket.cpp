@@ -15,10 +15,7 @@
 
 namespace activekv::server {
 
-namespace {
-
-// The numeric host (getnameinfo, as cpp-httplib formats it) and port of a socket's local or peer end.
-bool address_of(int fd, bool peer, std::string* host, int* port) {
+bool socket_address(int fd, bool peer, std::string* host, int* port) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   auto* sa = reinterpret_cast<sockaddr*>(&a);
@@ -36,8 +33,6 @@ bool address_of(int fd, bool peer, std::string* host, int* port) {
   return true;
 }
 
-}  // namespace
-
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port) {
   DIR* dir = opendir("/proc/self/fd");
@@ -51,8 +46,8 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
     if (end == e->d_name || *end != '\0' || fd < 0 || fd == dirfd(dir)) continue;
     struct stat st {};
     if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (!address_of(static_cast<int>(fd), false, &host, &port) || port != local_port || host != local_addr) continue;
-    if (!address_of(static_cast<int>(fd), true, &host, &port) || port != remote_port || host != remote_addr) continue;
+    if (!socket_address(static_cast<int>(fd), false, &host, &port) || port != local_port || host != local_addr) continue;
+    if (!socket_address(static_cast<int>(fd), true, &host, &port) || port != remote_port || host != remote_addr) continue;
     found = static_cast<int>(fd);
     break;
   }

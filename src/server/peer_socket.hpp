@@ -23,4 +23,8 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
 // included, or a reset); false while it is open, including when it has sent more to read.
 bool peer_closed(int fd);
 
+// The numeric host (as cpp-httplib writes it) and port of a socket's local end, or its peer's with
+// `peer`; false when the socket has no such address (closed, or not IPv4/IPv6).
+bool socket_address(int fd, bool peer, std::string* host, int* port);
+
 }  // namespace activekv::server
