@@ -21,7 +21,8 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   const bool in_place =
       match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
   // A history the tier's reader wrote this prompt's blocks into is taken instead (kv_runtime_tier.cpp).
-  const std::uint32_t tier_slot = tier_ != nullptr ? tier_ready_history(prompt, match) : UINT32_MAX;
+  const std::uint32_t tier_slot =
+      tier_ != nullptr ? tier_ready_history(prompt, host_prefix_tokens(prompt, match)) : UINT32_MAX;
   const std::uint32_t preferred = tier_slot != UINT32_MAX ? tier_slot : in_place ? match.slot : UINT32_MAX;
   const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, preferred,
                                              /*adopt=*/in_place && preferred == match.slot && settings_.prefix_reuse_device);
@@ -35,6 +36,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   if (result.outcome == AdmitOutcome::admitted) {
     slot_faulted_[result.handle.slot] = 0;
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
+    if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
   }
   return result;
@@ -189,6 +191,7 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
     leave(context, /*finished=*/true);
     return;
   }
+  offer_to_cache(slot, tokens.first(usable));
   // Indexed before the history is freed: an admission from the queue inside finish() then sees it
   // as retained and prefers another free history.
   prefix_->retain(slot, tokens.first(usable), ++retain_stamp_);
@@ -267,6 +270,9 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.adopted_from_request = a.from_request;
   e.tier_pages_first = a.tier_pages_first;
   e.tier_pages_end = a.tier_pages_end;
+  e.cache_pages_first = a.cache_pages_first;
+  e.cache_pages_end = a.cache_pages_end;
+  e.cache_shared_prefixes = a.cache_shared;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
   e.adopted_device_promoted = a.device_promoted;
@@ -309,6 +315,9 @@ const char* KvRuntimeImpl::check() const {
     }
   } else if (budgets_.retained_pages_total() != 0) {
     return "prefix reuse: device pages retained with reuse off";
+  }
+  if (cache_ != nullptr && cache_->pages_used() != counters_.prefix_cache_pages) {
+    return "prefix cache: the pages counter disagrees with the cache";
   }
   if (!leases_.validate()) return "staging leases: counts, free list or fences disagree";
   if (!tickets_.validate()) return "copy tickets: counts or fences disagree";
