@@ -58,6 +58,7 @@
 #include <string_view>
 
 #include "activekv/budget.hpp"
+#include "activekv/decision_log.hpp"
 #include "activekv/explain.hpp"
 #include "activekv/geometry.hpp"
 #include "activekv/kv_tier.hpp"
@@ -447,6 +448,9 @@ class KvRuntime {
   // They must outlive their use: whoever hands them takes them back before they go.
   virtual void set_parallel(const ParallelChunks& parallel) { (void)parallel; }
   virtual Explanation explain(ContextId context) const = 0;
+  // Every decision held in the log (a fixed ring): what explain() draws on, including decisions
+  // about no running context (a history stored in the prefix cache, its evictions).
+  virtual const DecisionLog& decision_log() const = 0;
   // Diagnostics (activekv eval --passkey): the rank of a logical page among every page of the
   // context's layer by the score the group ranked them by in the last decode step that selected
   // (0 = ranked first; ties to the lower page), whether or not it was read; UINT32_MAX when there

@@ -200,6 +200,7 @@ class KvRuntimeImpl final : public KvRuntime {
   Status set_sparse(const SparseSettings& sparse) override;
   void set_parallel(const ParallelChunks& parallel) override;
   Explanation explain(ContextId context) const override;
+  const DecisionLog& decision_log() const override { return log_; }
   std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
                             std::uint32_t logical) const override;
   const char* check() const override;
