@@ -165,13 +165,9 @@ Result<serve::RunConfig> load_run_config(const RunOverrides& o, const std::funct
     c.host_pool_bytes = *bytes;
   }
   if (!o.prefix_cache.empty()) {
-    if (o.prefix_cache == "0") {
-      c.prefix_cache_bytes = 0;
-    } else {
-      auto bytes = parse_size(o.prefix_cache, "--prefix-cache");
-      if (!bytes) return bytes.error();
-      c.prefix_cache_bytes = *bytes;
-    }
+    auto bytes = parse_size(o.prefix_cache, "--prefix-cache", /*zero_allowed=*/true);
+    if (!bytes) return bytes.error();
+    c.prefix_cache_bytes = *bytes;
   }
   if (!o.device_pool.empty()) {
     // The core's parser: an automatic size ("auto", 0, a fraction, "max") is refused with the reason.
