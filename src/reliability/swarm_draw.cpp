@@ -77,8 +77,8 @@ void SeedRun::draw() {
     // evicts), from its own generator too; carved off the host pool.
     std::mt19937_64 cache_rng(report_.seed ^ 0xCAC4Eull);
     if (cache_rng() % 2 == 1) {
-      const std::uint64_t pages = std::uniform_int_distribution<std::uint64_t>(2, 48)(cache_rng);
-      m.prefix_cache_bytes = pages * m.page_tokens * g.row_bytes() * g.dense_layers;
+      const std::uint64_t cache_pages = std::uniform_int_distribution<std::uint64_t>(2, 48)(cache_rng);
+      m.prefix_cache_bytes = cache_pages * m.page_tokens * g.row_bytes() * g.dense_layers;
       m.host_pool_bytes += m.prefix_cache_bytes;
     }
   }
