@@ -13,9 +13,11 @@ tokens/s, TTFT p50 and p99 (client side, first streamed text), prompt tokens and
 (activekv_prefix_cache_bytes, _pages, _pages_capacity, _hits_total, _evictions_total). The
 outputs of pass 2 are checked equal to pass 1's, byte for byte (exit 1 if not).
 
---distinct N (N > --requests) runs a third phase: N distinct prompts once each then again in
-the same order (more than a small cache holds), and prints the hit rate of the second round
-(requests with cached_tokens > 0 over requests).
+--distinct N runs a third phase: N distinct prompts once each, then again in a seeded shuffled
+order (choose N and --prefix-cache so they do not all fit), and prints the hit rate of the second
+round (requests with cached_tokens > 0 over requests; every prompt shares the chat template's
+first page, so a hit of one page is counted apart as "stem only"). --words-min/--words-max set
+the prompts' length in words (default 40 to 900).
 
 --llama-server PATH (with --llama-model) runs the same two passes against llama-server
 (`-np 4 -c 32768`, its default --cache-ram), alone, after activekv, and prints its table too.
@@ -37,6 +39,9 @@ from serve_harness import Server, free_port  # noqa: E402
 
 WORDS = ("river mountain lantern bridge winter library clock harbour meadow engine signal garden "
          "window letter market forest island valley station story market candle paper stone").split()
+
+
+STEM_TOKENS = 16  # one page: the chat template's start, shared by every prompt (a hit of it alone is not counted)
 
 
 def make_prompts(n, seed, lo=40, hi=900):
@@ -105,7 +110,7 @@ def run_pass(port, texts, clients, max_tokens, model=None):
     ttfts = sorted(r[2] for r in results if r[2] is not None)
     prompt_tokens = sum((r[4].get("prompt_tokens") or 0) for r in results)
     cached = sum(((r[4].get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for r in results)
-    hits = sum(1 for r in results if ((r[4].get("prompt_tokens_details") or {}).get("cached_tokens") or 0) > 0)
+    hits = sum(1 for r in results if ((r[4].get("prompt_tokens_details") or {}).get("cached_tokens") or 0) > STEM_TOKENS)
     p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else float("nan")
     return {"wall_s": wall, "tok_s": tokens / wall if wall > 0 else 0.0, "tokens": tokens,
             "ttft_p50_s": statistics.median(ttfts) if ttfts else float("nan"), "ttft_p99_s": p99,
@@ -133,7 +138,7 @@ def row(name, p):
 
 def print_table(title, passes):
     print(f"\n{title}")
-    print("| pass | wall | output tok/s | TTFT p50 | TTFT p99 | prompt tokens | cached tokens | requests with a hit |")
+    print("| pass | wall | output tok/s | TTFT p50 | TTFT p99 | prompt tokens | cached tokens | requests with a hit beyond the template's page |")
     print("|---|---|---|---|---|---|---|---|")
     for name, p in passes:
         print(row(name, p))
@@ -163,11 +168,13 @@ def activekv(args, texts):
         print("metrics after pass 2: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(m.items())))
         ok = same == len(texts)
         if args.distinct > 0:
-            many = make_prompts(args.distinct, args.seed + 1)
+            many = make_prompts(args.distinct, args.seed + 1, args.words_min, args.words_max)
+            order = list(range(len(many)))
+            random.Random(args.seed + 2).shuffle(order)
             cold = run_pass(server.port, many, args.clients, args.max_tokens)
-            warm = run_pass(server.port, many, args.clients, args.max_tokens)
+            warm = run_pass(server.port, [many[i] for i in order], args.clients, args.max_tokens)
             m2 = metrics(server.port)
-            print_table(f"{args.distinct} distinct prompts, twice in the same order",
+            print_table(f"{args.distinct} distinct prompts, then again shuffled",
                         [("round 1", cold), ("round 2", warm)])
             print(f"round 2 hit rate: {warm['hits']}/{warm['requests']} requests = {warm['hits'] / warm['requests']:.0%}; "
                   f"cached tokens {warm['cached_tokens']} of {warm['prompt_tokens']} prompt tokens "
@@ -211,12 +218,14 @@ def main():
     ap.add_argument("--host-pool", default="")
     ap.add_argument("--prefix-cache", default="")
     ap.add_argument("--distinct", type=int, default=0)
+    ap.add_argument("--words-min", type=int, default=40)
+    ap.add_argument("--words-max", type=int, default=900)
     ap.add_argument("--llama-server", default="")
     ap.add_argument("--llama-model", default="")
     args = ap.parse_args()
     if args.llama_server and not args.llama_model:
         ap.error("--llama-server needs --llama-model (the GGUF it serves)")
-    texts = make_prompts(args.requests, args.seed)
+    texts = make_prompts(args.requests, args.seed, args.words_min, args.words_max)
     ok = activekv(args, texts)
     if args.llama_server:
         llama(args, texts)

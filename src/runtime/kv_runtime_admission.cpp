@@ -14,12 +14,18 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   reused_tokens = 0;
   if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
   if (tier_ != nullptr) release_tier_leases();
-  const runtime::PrefixMatch match = local_prefix(prompt);
+  runtime::PrefixMatch match = local_prefix(prompt);
   // In place only when the prompt takes the whole retained prefix (a conversation's follow-up):
   // adopting a shorter part in place would cut the rest of that history. Otherwise admission takes
   // another free history and the matched pages are copied (from a free or a running history).
   const bool in_place =
       match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
+  // A copy whose source holds fewer pages than the host prefix cache (a shared template page held by
+  // a running context) gives way to the cache, which then supplies the whole prefix: a copy on adopt
+  // with its device-to-device part in flight would end the adoption at the shorter match.
+  if (!in_place && match.pages > 0 && cache_ != nullptr && cache_prefix_pages(prompt) > match.pages) {
+    match = runtime::PrefixMatch{};
+  }
   // A history the tier's reader wrote this prompt's blocks into is taken instead (kv_runtime_tier.cpp).
   const std::uint32_t tier_slot =
       tier_ != nullptr ? tier_ready_history(prompt, host_prefix_tokens(prompt, match)) : UINT32_MAX;

@@ -949,6 +949,46 @@ TEST(PrefixCacheRuntime, ASharedSystemPromptIsStoredOnceEvictionIsLoggedAndNever
   EXPECT_EQ(sm.rt->check(), nullptr);
 }
 
+TEST(PrefixCacheRuntime, AShorterCopyFromARunningContextGivesWayToTheWholePrefixInTheCache) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, /*cache_pages=*/32);
+  ASSERT_NE(sm.rt, nullptr);
+  const Sequence stem = sequence_of(8, 70);  // a 2-page template every prompt starts with
+  auto with_stem = [&](std::uint64_t seed, std::uint32_t n) {
+    Sequence s = stem;
+    for (std::int32_t t : sequence_of(n, seed).tokens) s.push(t);
+    return s;
+  };
+  const Sequence y = with_stem(71, 15);  // 23 tokens: 5 full pages
+  const Sequence z = with_stem(72, 9);
+  const Sequence w = sequence_of(10, 73);
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, y.tokens, reused);
+  run_rest(sm, a->handle, y, 0);
+  sm.rt->finish_retaining(a->handle, y.tokens);  // y: retained and cached
+  auto b = sm.rt->open_context(2, 64, w.tokens, reused);  // a stranger in the other history
+  run_rest(sm, b->handle, w, 0);
+  auto c = sm.rt->open_context(3, 64, z.tokens, reused);  // the only free history: y's, cut to the stem
+  ASSERT_EQ(c->handle.slot, a->handle.slot);
+  EXPECT_EQ(reused, 8u);
+  run_rest(sm, c->handle, z, 8);
+  sm.rt->finish(b->handle);
+  // y again: the running z holds its 2-page stem, the cache all 5 pages. The cache wins.
+  auto d = sm.rt->open_context(4, 64, y.tokens, reused);
+  ASSERT_EQ(d->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 20u) << "the whole prefix from the cache, not the stem copied from the running context";
+  expect_rows(sm, d->handle, y, 20, "rows from the cache");
+  const Explanation x = sm.rt->explain(d->handle);
+  EXPECT_EQ(x.cache_pages_first, 0u);
+  EXPECT_EQ(x.cache_pages_end, 5u);
+  EXPECT_EQ(x.cache_shared_prefixes, 1u);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(c->handle);
+  sm.rt->finish(d->handle);
+  sm.rt->release_retained();
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+}
+
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
                 queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
