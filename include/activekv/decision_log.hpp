@@ -49,6 +49,10 @@ enum class Reason : std::uint8_t {
   device_pages_copied,   // adopt: a prefix's device-resident pages copied device to device into the adopting context
   retained_shutdown,     // reclaim: shutdown returns the retained histories' device pages to the pool
   run_behind_tier,       // evict: a tier restore moved the history's end past the adopted run: its pages give way
+  prefix_cached,         // retain: a finished history's full pages stored in the host prefix cache (new pages only)
+  prefix_cache_adopted,  // adopt: the prompt's next full pages copied from the host prefix cache into the history
+  prefix_cache_lru,      // evict: the prefix cache's least recently used leaf pages gave way to new ones
+  run_behind_cache,      // evict: a prefix cache adoption moved the history's end past the adopted run: its pages give way
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

@@ -68,6 +68,12 @@ struct Explanation {
   // of every layer were restored from the tier (docs/TIER.md); equal when none were.
   std::uint32_t tier_pages_first = 0;
   std::uint32_t tier_pages_end = 0;
+  // The host prefix cache (filled by the KV runtime): logical pages [cache_pages_first,
+  // cache_pages_end) of every layer were copied from it; its first page is shared by
+  // cache_shared_prefixes cached prefixes.
+  std::uint32_t cache_pages_first = 0;
+  std::uint32_t cache_pages_end = 0;
+  std::uint32_t cache_shared_prefixes = 0;
   std::uint32_t adopted_device_copied = 0;  // of the adopted pages, pool pages copied device to device from the source's resident pages
   std::uint32_t adopted_device_promoted = 0;  // of those, the source's promoted pages below its run, promoted here too
   std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history

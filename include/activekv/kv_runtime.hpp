@@ -58,6 +58,7 @@
 #include <string_view>
 
 #include "activekv/budget.hpp"
+#include "activekv/decision_log.hpp"
 #include "activekv/explain.hpp"
 #include "activekv/geometry.hpp"
 #include "activekv/kv_tier.hpp"
@@ -326,6 +327,16 @@ struct KvCounters {
   std::uint64_t retained_kept = 0;            // finished histories kept as retained prefixes
   std::uint64_t retained_dropped = 0;         // retained prefixes dropped or cut short (admission needed the history, cancel, retire)
   std::uint64_t retained_histories = 0;       // a level: histories holding a retained prefix now
+  // The host prefix cache (docs/PREFIX.md, "The host prefix cache"; all 0 without one):
+  std::uint64_t prefix_cache_lookups = 0;     // admissions with a prompt that looked in the cache
+  std::uint64_t prefix_cache_hits = 0;        // of them, admissions that copied at least one page from it
+  std::uint64_t prefix_cache_hit_tokens = 0;  // prompt tokens copied from the cache instead of prefilled
+  std::uint64_t prefix_cache_pages_stored = 0;  // pages written into the cache by finished histories
+  std::uint64_t prefix_cache_pages_shared = 0;  // pages a finished history found already stored (shared, not copied)
+  std::uint64_t prefix_cache_evictions = 0;   // pages evicted (least recently used leaves first)
+  std::uint64_t prefix_cache_pages = 0;       // a level: pages the cache holds now
+  std::uint64_t prefix_cache_bytes = 0;       // a level: bytes those pages hold
+  std::uint64_t prefix_cache_pages_total = 0; // the cache's capacity in pages (the plan's prefix_cache_pages)
   // The shared KV tier (docs/TIER.md):
   std::uint64_t tier_restores = 0;            // admissions that restored blocks from the tier
   std::uint64_t tier_leases = 0;              // finished histories held while the tier's writer read them
@@ -437,6 +448,9 @@ class KvRuntime {
   // They must outlive their use: whoever hands them takes them back before they go.
   virtual void set_parallel(const ParallelChunks& parallel) { (void)parallel; }
   virtual Explanation explain(ContextId context) const = 0;
+  // Every decision held in the log (a fixed ring): what explain() draws on, including decisions
+  // about no running context (a history stored in the prefix cache, its evictions).
+  virtual const DecisionLog& decision_log() const = 0;
   // Diagnostics (activekv eval --passkey): the rank of a logical page among every page of the
   // context's layer by the score the group ranked them by in the last decode step that selected
   // (0 = ranked first; ties to the lower page), whether or not it was read; UINT32_MAX when there

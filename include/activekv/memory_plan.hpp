@@ -5,13 +5,17 @@
 // arena's layout with byte offsets, and the per-context budgets in pages.
 //
 // Host pool (DESIGN.md "The memory plan"):
+//   prefix_cache_pages = floor(prefix_cache_bytes / (page_tokens × row_bytes × dense_layers))
+//                       (the host prefix cache, docs/PREFIX.md: carved off first; 0 when off)
 //   segment_bytes     = max_context_tokens × row_bytes
-//   segments          = floor(host_pool_bytes / segment_bytes)
+//   segments          = floor((host_pool_bytes − prefix_cache_bytes) / segment_bytes)
 //   histories         = floor(segments / dense_layers)
 //   leftover_segments = segments − histories × dense_layers
 //   concurrency       = min(max_seqs, histories − retained_histories)
 //   history_slots     = concurrency + retained_histories   (the histories mapped; the extra ones
 //                       never run a context, they only keep retained prefixes: docs/PREFIX.md)
+//   pinned            = history_slots × history_bytes + prefix_cache_pages × prefix_cache_page_bytes
+//                       (the cache's pages lie after the histories)
 //
 // Device arena, one allocation, parts in this order, each non-empty part aligned to arena_alignment_bytes:
 //   staging tiles   tiles × tile_tokens × row_bytes
@@ -68,6 +72,8 @@ struct MemorySettings {
   bool sparse_summaries = false;            // sparse attention keeps page summaries (docs/SPARSE.md; plan --sparse)
   std::uint32_t retained_histories = 0;     // retained_histories: host histories beyond the concurrency, kept
                                             // only for retained prefixes (docs/PREFIX.md)
+  std::uint64_t prefix_cache_bytes = 0;     // prefix_cache / --prefix-cache: the host prefix cache's part of the
+                                            // host pool (docs/PREFIX.md); 0: no cache
 };
 
 struct HostPoolPlan {
@@ -84,7 +90,11 @@ struct HostPoolPlan {
   std::uint32_t retained_histories = 0; // histories kept only for retained prefixes (never run a context)
   std::uint32_t concurrency = 0;        // min(max_seqs, histories − retained_histories): contexts that may run
   std::uint32_t history_slots = 0;      // concurrency + retained_histories: the histories mapped
-  std::uint64_t used_bytes = 0;         // history_slots × history_bytes (what is mapped and pinned)
+  std::uint64_t prefix_cache_bytes = 0;       // stated: the host prefix cache's part of the pool (0: none)
+  std::uint64_t prefix_cache_page_bytes = 0;  // page_tokens × row_bytes × dense_layers: one page index, every layer
+  std::uint32_t prefix_cache_pages = 0;       // floor(prefix_cache_bytes / prefix_cache_page_bytes)
+  std::uint64_t prefix_cache_offset = 0;      // history_slots × history_bytes: the cache's pages follow the histories
+  std::uint64_t used_bytes = 0;         // history_slots × history_bytes + the cache's pages (what is mapped and pinned)
 
   // Byte offset of history h, dense layer l, token t (DESIGN "Shared data layout").
   std::uint64_t segment_offset(std::uint32_t history, std::uint32_t layer) const noexcept {

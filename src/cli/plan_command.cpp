@@ -31,6 +31,7 @@ struct PlanOptions {
   std::string page_tokens, tile_tokens, tiles, max_context, max_seqs, chunk_tokens;
   std::string floor_pages, target_pages, burst_pages, promoted_pages, queue_max;
   std::string retained_histories;
+  std::string prefix_cache;
   bool json = false;
   bool sparse = false;
 };
@@ -110,6 +111,11 @@ Result<MemorySettings> settings_from(const PlanOptions& o) {
     }
     s.retained_histories = static_cast<std::uint32_t>(*retained);
   }
+  if (!o.prefix_cache.empty()) {
+    Result<std::uint64_t> bytes = parse_size(o.prefix_cache, "--prefix-cache", /*zero_allowed=*/true);
+    if (!bytes) return bytes.error();
+    s.prefix_cache_bytes = *bytes;
+  }
   if (!o.headroom.empty()) {
     Result<std::uint64_t> bytes = parse_size(o.headroom, "--headroom", /*zero_allowed=*/true);
     if (!bytes) return bytes.error();
@@ -144,6 +150,8 @@ Action setup(CLI::App& sub) {
                  fmt::format("host histories beyond the concurrency that only keep retained prefixes (0 to {}, default 0; "
                              "docs/PREFIX.md)",
                              serve::retained_histories_max));
+  sub.add_option("--prefix-cache", o->prefix_cache,
+                 "the host prefix cache's part of the host pool (default 0: none; docs/PREFIX_CACHE.md)");
   sub.add_option("--page-tokens", o->page_tokens, "tokens per page (default 16)");
   sub.add_option("--tile-tokens", o->tile_tokens, "tokens per staging tile (default min(32768, max context))");
   sub.add_option("--tiles", o->tiles, "staging tiles (default 2)");

@@ -136,6 +136,9 @@ void RunOverrides::add_to(CLI::App& sub) {
   sub.add_option("--backend", backend, "Device backend: host, opencl or cuda");
   sub.add_option("--host-pool", host_pool, "Override the configuration's host pool size");
   sub.add_option("--device-pool", device_pool, "Override the configuration's device pool size");
+  sub.add_option("--prefix-cache", prefix_cache,
+                 "Override the host prefix cache's part of the host pool, e.g. 4GiB, or 0 for none (configuration key "
+                 "prefix_cache; --host-pool must hold it and the histories)");
   max_seqs_given = sub.add_option("--max-seqs", max_seqs, "Override the concurrency asked for");
   threads_given = sub.add_option("--threads", threads, "Override the compute threads (1 to 64)");
   step_tokens_given = sub.add_option("--step-tokens", step_tokens, "Override the token budget per step");
@@ -160,6 +163,11 @@ Result<serve::RunConfig> load_run_config(const RunOverrides& o, const std::funct
     auto bytes = parse_size(o.host_pool, "--host-pool");
     if (!bytes) return bytes.error();
     c.host_pool_bytes = *bytes;
+  }
+  if (!o.prefix_cache.empty()) {
+    auto bytes = parse_size(o.prefix_cache, "--prefix-cache", /*zero_allowed=*/true);
+    if (!bytes) return bytes.error();
+    c.prefix_cache_bytes = *bytes;
   }
   if (!o.device_pool.empty()) {
     // The core's parser: an automatic size ("auto", 0, a fraction, "max") is refused with the reason.

@@ -67,6 +67,7 @@ struct RunOverrides {
   std::string backend = "host";
   std::string host_pool;
   std::string device_pool;
+  std::string prefix_cache;  // --prefix-cache: the host prefix cache's part of the host pool (docs/PREFIX.md)
   std::uint32_t max_seqs = 0;
   std::uint32_t threads = 0;
   std::uint32_t step_tokens = 0;

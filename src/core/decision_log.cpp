@@ -58,6 +58,10 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::device_pages_copied: return "device_pages_copied";
     case Reason::retained_shutdown: return "retained_shutdown";
     case Reason::run_behind_tier: return "run_behind_tier";
+    case Reason::prefix_cached: return "prefix_cached";
+    case Reason::prefix_cache_adopted: return "prefix_cache_adopted";
+    case Reason::prefix_cache_lru: return "prefix_cache_lru";
+    case Reason::run_behind_cache: return "run_behind_cache";
   }
   return "?";
 }
@@ -103,6 +107,14 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::retained_shutdown: return "shutdown: the retained histories' device pages go back to the pool";
     case Reason::run_behind_tier:
       return "rows restored from the KV tier moved the history's end past the adopted run: its pages give way";
+    case Reason::prefix_cached:
+      return "finished: its full pages are stored in the host prefix cache (pages already there are shared, not copied)";
+    case Reason::prefix_cache_adopted:
+      return "the prompt's next full pages are in the host prefix cache: copied host to host into the history";
+    case Reason::prefix_cache_lru:
+      return "the prefix cache is full: its least recently used leaf pages give way (a shared stem outlives its branches)";
+    case Reason::run_behind_cache:
+      return "rows adopted from the prefix cache moved the history's end past the adopted run: its pages give way";
   }
   return "?";
 }

@@ -110,6 +110,11 @@ std::string explanation_text(const Explanation& e) {
                          e.adopted_host_pages);
     }
   }
+  if (e.cache_pages_end > e.cache_pages_first) {
+    out += fmt::format("  adopted from the prefix cache: pages {}..{} of every layer (copied host to host, not prefilled), "
+                       "page shared by {} prefix(es)\n",
+                       e.cache_pages_first, e.cache_pages_end - 1, e.cache_shared_prefixes);
+  }
   if (e.tier_pages_end > e.tier_pages_first) {
     out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
                        e.tier_pages_first, e.tier_pages_end - 1);
@@ -183,6 +188,9 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["adopted_from_request"] = e.adopted_from_request;
   j["tier_pages_first"] = e.tier_pages_first;
   j["tier_pages_end"] = e.tier_pages_end;
+  j["cache_pages_first"] = e.cache_pages_first;
+  j["cache_pages_end"] = e.cache_pages_end;
+  j["cache_shared_prefixes"] = e.cache_shared_prefixes;
   j["adopted_device_pages"] = e.adopted_device_pages;
   j["adopted_device_copied"] = e.adopted_device_copied;
   j["adopted_device_promoted"] = e.adopted_device_promoted;

@@ -81,7 +81,8 @@ SummaryPlan plan_summaries(const MemorySettings& s, std::uint32_t histories) noe
 std::uint32_t host_concurrency(const MemorySettings& s) noexcept {
   const u128 segment = static_cast<u128>(s.max_context_tokens) * s.geometry.row_bytes();
   if (segment == 0 || s.geometry.dense_layers == 0) return 0;
-  const u128 histories = static_cast<u128>(s.host_pool_bytes) / segment / s.geometry.dense_layers;
+  if (s.prefix_cache_bytes >= s.host_pool_bytes) return 0;
+  const u128 histories = static_cast<u128>(s.host_pool_bytes - s.prefix_cache_bytes) / segment / s.geometry.dense_layers;
   if (histories <= s.retained_histories) return 0;
   return static_cast<std::uint32_t>(std::min<u128>(histories - s.retained_histories, s.max_seqs));
 }
@@ -162,6 +163,34 @@ Status check_shape(const MemorySettings& s) {
   return Status::success();
 }
 
+// The host prefix cache's part (docs/PREFIX.md): whole cache pages, carved off the host pool before
+// the histories; refused when it holds no page or leaves no room for one history.
+Status plan_prefix_cache(const MemorySettings& s, HostPoolPlan& h) {
+  h.prefix_cache_bytes = s.prefix_cache_bytes;
+  h.prefix_cache_page_bytes = std::uint64_t{s.page_tokens} * h.row_bytes * h.dense_layers;
+  const std::uint64_t pages = s.prefix_cache_bytes / h.prefix_cache_page_bytes;
+  if (pages == 0) {
+    return refused("prefix_cache",
+                   fmt::format("{} holds no cache page of {} (page_tokens {} × row_bytes {} × dense_layers {}): raise "
+                               "prefix_cache to at least {} or set it to 0 (no prefix cache)",
+                               format_bytes(s.prefix_cache_bytes), format_bytes(h.prefix_cache_page_bytes), s.page_tokens,
+                               h.row_bytes, h.dense_layers, format_bytes(h.prefix_cache_page_bytes)));
+  }
+  if (pages > UINT32_MAX) return refused("prefix_cache", "more than 2^32 cache pages: lower prefix_cache");
+  h.prefix_cache_pages = static_cast<std::uint32_t>(pages);
+  const u128 need = static_cast<u128>(s.prefix_cache_bytes) + h.history_bytes;
+  if (need > s.host_pool_bytes) {
+    const std::uint64_t most = s.host_pool_bytes > h.history_bytes ? s.host_pool_bytes - h.history_bytes : 0;
+    return refused("prefix_cache",
+                   fmt::format("the host pool {} cannot hold the prefix cache {} and one history of {}: raise --host-pool "
+                               "to at least {} or lower prefix_cache to at most {}",
+                               format_bytes(s.host_pool_bytes), format_bytes(s.prefix_cache_bytes),
+                               format_bytes(h.history_bytes), format_bytes(static_cast<std::uint64_t>(need)),
+                               format_bytes(most)));
+  }
+  return Status::success();
+}
+
 Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   HostPoolPlan h;
   h.row_bytes = s.geometry.row_bytes();
@@ -180,7 +209,10 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
     return invalid("--host-pool", fmt::format("must be given explicitly: one history needs {} ({} segments of {})",
                                               format_bytes(h.history_bytes), h.dense_layers, format_bytes(h.segment_bytes)));
   }
-  h.segments = h.host_pool_bytes / h.segment_bytes;
+  if (s.prefix_cache_bytes > 0) {
+    if (Status st = plan_prefix_cache(s, h); !st.ok()) return st.error();
+  }
+  h.segments = (h.host_pool_bytes - h.prefix_cache_bytes) / h.segment_bytes;
   h.histories = h.segments / h.dense_layers;
   h.leftover_segments = h.segments - h.histories * h.dense_layers;
   if (h.histories == 0) {
@@ -206,7 +238,8 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   }
   h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories - h.retained_histories, s.max_seqs));
   h.history_slots = h.concurrency + h.retained_histories;
-  h.used_bytes = static_cast<std::uint64_t>(h.history_slots) * h.history_bytes;
+  h.prefix_cache_offset = static_cast<std::uint64_t>(h.history_slots) * h.history_bytes;
+  h.used_bytes = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes;
   return h;
 }
 

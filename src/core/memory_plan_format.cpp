@@ -21,6 +21,12 @@ nlohmann::json part_json(const ArenaPart& part) {
   return {{"offset_bytes", part.offset_bytes}, {"size_bytes", part.size_bytes}};
 }
 
+// " + prefix cache 2912 pages × 360 KiB" in the pinned line, beside the running histories.
+std::string cache_term(const HostPoolPlan& h) {
+  if (h.prefix_cache_pages == 0) return {};
+  return fmt::format(" + prefix cache {} pages × {}", h.prefix_cache_pages, format_bytes(h.prefix_cache_page_bytes));
+}
+
 }  // namespace
 
 std::string format_memory_plan(const MemoryPlan& plan) {
@@ -40,8 +46,21 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                      dtype_bytes(g.dtype), h.row_bytes);
   out += fmt::format("  segment_bytes     = max_context {} × row_bytes {} = {}\n", h.max_context_tokens, h.row_bytes,
                      format_bytes(h.segment_bytes));
-  out += fmt::format("  segments          = floor(host_pool {} / segment_bytes {}) = {}\n", format_bytes(h.host_pool_bytes),
-                     format_bytes(h.segment_bytes), h.segments);
+  if (h.prefix_cache_pages == 0) {
+    out += fmt::format("  segments          = floor(host_pool {} / segment_bytes {}) = {}\n", format_bytes(h.host_pool_bytes),
+                       format_bytes(h.segment_bytes), h.segments);
+  } else {
+    out += fmt::format("  cache_page_bytes  = page_tokens {} × row_bytes {} × dense_layers {} = {}\n",
+                       h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers, h.row_bytes, h.dense_layers,
+                       format_bytes(h.prefix_cache_page_bytes));
+    out += fmt::format("  prefix_cache      = floor(prefix_cache {} / cache_page_bytes {}) = {} pages = {} tokens of "
+                       "finished histories, at their real length\n",
+                       format_bytes(h.prefix_cache_bytes), format_bytes(h.prefix_cache_page_bytes), h.prefix_cache_pages,
+                       std::uint64_t{h.prefix_cache_pages} * (h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers));
+    out += fmt::format("  segments          = floor((host_pool {} − prefix_cache {}) / segment_bytes {}) = {}\n",
+                       format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
+                       h.segments);
+  }
   out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
                      h.dense_layers, h.histories, format_bytes(h.history_bytes));
   out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
@@ -49,8 +68,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   if (h.retained_histories == 0) {
     out += fmt::format("  concurrency       = min(max_seqs {}, histories {}) = {}{}\n", h.max_seqs, h.histories,
                        h.concurrency, h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");
-    out += fmt::format("  pinned            = concurrency {} × {} = {}\n", h.concurrency, format_bytes(h.history_bytes),
-                       format_bytes(h.used_bytes));
+    out += fmt::format("  pinned            = concurrency {} × {}{} = {}\n", h.concurrency, format_bytes(h.history_bytes),
+                       cache_term(h), format_bytes(h.used_bytes));
   } else {
     out += fmt::format("  concurrency       = min(max_seqs {}, histories {} − retained_histories {}) = {}{}\n", h.max_seqs,
                        h.histories, h.retained_histories, h.concurrency,
@@ -58,8 +77,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     out += fmt::format("  history_slots     = concurrency {} + retained_histories {} = {}   (the {} extra never run a "
                        "context: they keep retained prefixes)\n",
                        h.concurrency, h.retained_histories, h.history_slots, h.retained_histories);
-    out += fmt::format("  pinned            = history_slots {} × {} = {}\n", h.history_slots, format_bytes(h.history_bytes),
-                       format_bytes(h.used_bytes));
+    out += fmt::format("  pinned            = history_slots {} × {}{} = {}\n", h.history_slots, format_bytes(h.history_bytes),
+                       cache_term(h), format_bytes(h.used_bytes));
   }
 
   if (plan.summaries.bytes != 0) {
@@ -126,6 +145,9 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                     {"concurrency", h.concurrency},
                     {"retained_histories", h.retained_histories},
                     {"history_slots", h.history_slots},
+                    {"prefix_cache_bytes", h.prefix_cache_bytes},
+                    {"prefix_cache_page_bytes", h.prefix_cache_page_bytes},
+                    {"prefix_cache_pages", h.prefix_cache_pages},
                     {"pinned_bytes", h.used_bytes}};
   j["arena"] = {{"device_pool_bytes", a.device_pool_bytes},
                 {"alignment_bytes", arena_alignment_bytes},

@@ -217,6 +217,53 @@ TEST(MemoryPlan, RetainedHistoriesAreMappedBeyondTheConcurrencyOrRefusedWithTheF
   EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << "one line";
 }
 
+TEST(MemoryPlan, ThePrefixCacheIsCarvedOffTheHostPoolInWholePagesOrRefusedNamingTheSetting) {
+  MemorySettings s;
+  s.geometry = find_preset("smollm2-135m")->geometry;
+  s.max_context_tokens = 8192;
+  s.max_seqs = 6;
+  s.device_pool_bytes = 24 * MiB;
+  s.tile_tokens = 1024;
+  s.tiles = 4;
+  s.chunk_tokens = 128;
+  s.host_pool_bytes = 1080 * MiB + 1024 * MiB;  // 6 histories of 180 MiB + a 1 GiB cache
+  s.retained_histories = 2;
+  s.prefix_cache_bytes = 1024 * MiB;
+  const MemoryPlan plan = make_memory_plan(s).value();
+  // A cache page is one page index across every dense layer: 16 × 768 B × 30 = 360 KiB.
+  EXPECT_EQ(plan.host.prefix_cache_page_bytes, 16u * 768 * 30);
+  EXPECT_EQ(plan.host.prefix_cache_pages, 1024 * MiB / (16 * 768 * 30));  // 2912 pages: 46,592 tokens
+  EXPECT_EQ(plan.host.histories, 6u) << "the histories get what the cache leaves";
+  EXPECT_EQ(plan.host.concurrency, 4u);
+  EXPECT_EQ(plan.host.prefix_cache_offset, 6 * 180 * MiB);
+  EXPECT_EQ(plan.host.used_bytes, 6 * 180 * MiB + std::uint64_t{2912} * 16 * 768 * 30);
+  const std::string text = format_memory_plan(plan);
+  EXPECT_NE(text.find("prefix_cache      = floor(prefix_cache 1 GiB / cache_page_bytes 360 KiB) = 2912 pages = 46592 tokens"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("segments          = floor((host_pool 2.05 GiB − prefix_cache 1 GiB) / segment_bytes 6 MiB) = 180"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("pinned            = history_slots 6 × 180 MiB + prefix cache 2912 pages × 360 KiB"), std::string::npos)
+      << text;
+  EXPECT_NE(memory_plan_json(plan).find("\"prefix_cache_pages\": 2912"), std::string::npos);
+  // Without room for the cache and one history: refused, naming prefix_cache and both ways out.
+  s.host_pool_bytes = 1024 * MiB + 100 * MiB;
+  Result<MemoryPlan> tight = make_memory_plan(s);
+  ASSERT_FALSE(tight.ok());
+  EXPECT_EQ(tight.error().setting, "prefix_cache");
+  EXPECT_NE(tight.error().message.find("raise --host-pool to at least 1.18 GiB or lower prefix_cache to at most"),
+            std::string::npos) << tight.error().message;
+  // Smaller than one cache page: refused, naming the page size.
+  s.host_pool_bytes = 2048 * MiB;
+  s.prefix_cache_bytes = 100 * 1024;
+  Result<MemoryPlan> tiny = make_memory_plan(s);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.error().setting, "prefix_cache");
+  EXPECT_NE(tiny.error().message.find("holds no cache page of 360 KiB"), std::string::npos) << tiny.error().message;
+  // The retained-histories refusal counts the histories in what the cache leaves.
+  s.prefix_cache_bytes = 1900 * MiB;
+  EXPECT_FALSE(make_memory_plan(s).ok());
+}
+
 TEST(MemoryPlan, AutomaticDeviceSizesAreRefusedWithHowToChoose) {
   const MemorySettings s = hybrid_settings();
   for (const char* text : {"auto", "AUTO", "0", "50%", "max"}) {

@@ -39,6 +39,7 @@ void SwarmSummary::add(const SeedReport& r) {
   contexts_recovered += r.contexts_recovered, contexts_lost += r.contexts_lost, corrupted += r.corrupted;
   follow_ups += r.follow_ups, adoptions += r.adoptions, tokens_reused += r.tokens_reused;
   device_pages_handed_over += r.device_pages_handed_over, device_pages_copied += r.device_pages_copied;
+  prefix_cache_hits += r.prefix_cache_hits;
   faults.late += r.faults.late, faults.failed_fences += r.faults.failed_fences;
   faults.unknown_fences += r.faults.unknown_fences, faults.failed_copies += r.faults.failed_copies;
   faults.torn_copies += r.faults.torn_copies, faults.poisoned += r.faults.poisoned;
@@ -74,6 +75,8 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
                      s.follow_ups, s.adoptions, s.tokens_reused);
   out += fmt::format("device pages         {} handed over in place, {} copied d2d on adopt (outputs checked)\n",
                      s.device_pages_handed_over, s.device_pages_copied);
+  out += fmt::format("prefix cache         {} admissions copied pages from the host prefix cache (rows checked)\n",
+                     s.prefix_cache_hits);
   out += fmt::format("corrupted            {}\n", s.corrupted);
   out += fmt::format("trace hash           {:016x}\n", s.trace_hash);
   return out;

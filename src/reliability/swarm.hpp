@@ -80,6 +80,7 @@ struct SeedReport {
   std::uint64_t tokens_reused = 0;
   std::uint64_t device_pages_handed_over = 0;  // retained device pages taken over in place by adopting contexts
   std::uint64_t device_pages_copied = 0;       // prefix pages copied device to device on adopt
+  std::uint64_t prefix_cache_hits = 0;         // admissions that copied pages from the host prefix cache (rows checked)
   FaultTally faults;
   std::string violation;                 // empty when every invariant held
   bool ok() const { return violation.empty(); }
@@ -102,6 +103,7 @@ struct SwarmSummary {
   std::uint64_t pages_staged = 0, tiles_retired = 0, histories_retired = 0;
   std::uint64_t contexts_recovered = 0, contexts_lost = 0, corrupted = 0;
   std::uint64_t follow_ups = 0, adoptions = 0, tokens_reused = 0, device_pages_handed_over = 0, device_pages_copied = 0;
+  std::uint64_t prefix_cache_hits = 0;
   FaultTally faults;
   std::uint64_t trace_hash = 0;  // all seeds' hashes folded in order
 

@@ -67,6 +67,7 @@ void SeedRun::close_device() {
   // runtime, after the device copies in flight resolve; then every page must be free or quarantined.
   report_.device_pages_handed_over += rt.counters().retained_device_pages_adopted;
   report_.device_pages_copied += rt.counters().prefix_device_pages_copied;
+  report_.prefix_cache_hits += rt.counters().prefix_cache_hits;
   rt.release_retained();
   if (const char* broken = rt.check()) fail(std::string("after releasing retained pages: ") + broken);
   if (rt.pages_free() + rt.pages_quarantined() != rt.pages_total())

@@ -73,6 +73,14 @@ void SeedRun::draw() {
     std::mt19937_64 retain_rng(report_.seed ^ 0x2E7A1AEDull);
     m.retained_histories = std::uniform_int_distribution<std::uint32_t>(0, 2)(retain_rng);
     m.host_pool_bytes += std::uint64_t{m.retained_histories} * g.dense_layers * m.max_context_tokens * g.row_bytes();
+    // A host prefix cache (docs/PREFIX_CACHE.md) in about half of them, 2 to 48 pages (small: it
+    // evicts), from its own generator too; carved off the host pool.
+    std::mt19937_64 cache_rng(report_.seed ^ 0xCAC4Eull);
+    if (cache_rng() % 2 == 1) {
+      const std::uint64_t cache_pages = std::uniform_int_distribution<std::uint64_t>(2, 48)(cache_rng);
+      m.prefix_cache_bytes = cache_pages * m.page_tokens * g.row_bytes() * g.dense_layers;
+      m.host_pool_bytes += m.prefix_cache_bytes;
+    }
   }
   if (settings_.sparse.enabled()) {
     // The summaries' own arena part after the pages, one per history slot (the retained

@@ -59,6 +59,7 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   EXPECT_GT(summary.adoptions, 0u);
   EXPECT_GT(summary.tokens_reused, 0u);
   EXPECT_GT(summary.device_pages_handed_over, 0u) << "retained device pages handed over, outputs checked";
+  EXPECT_GT(summary.prefix_cache_hits, 0u) << "pages adopted from the host prefix cache, rows checked";
   // Sparse attention: decode steps whose output was checked over exactly the selected pages.
   EXPECT_GT(summary.sparse_selections_verified, 0u);
   // Sparse staging only the selected pages: pages left unstaged, misses copied in attend.

@@ -146,7 +146,7 @@ Status KvRuntimeImpl::warm_up() {
   if (Status s = backend_.allocate(request); !s.ok()) return s;
   arena_.bind_allocation(request.arena_bytes);
   device_allocations_baseline_ = backend_.stats().device_allocations;
-  return Status::success();
+  return create_prefix_cache();
 }
 
 }  // namespace activekv::runtime_impl

@@ -14,14 +14,21 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   reused_tokens = 0;
   if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
   if (tier_ != nullptr) release_tier_leases();
-  const runtime::PrefixMatch match = local_prefix(prompt);
+  runtime::PrefixMatch match = local_prefix(prompt);
   // In place only when the prompt takes the whole retained prefix (a conversation's follow-up):
   // adopting a shorter part in place would cut the rest of that history. Otherwise admission takes
   // another free history and the matched pages are copied (from a free or a running history).
   const bool in_place =
       match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
+  // A copy whose source holds fewer pages than the host prefix cache (a shared template page held by
+  // a running context) gives way to the cache, which then supplies the whole prefix: a copy on adopt
+  // with its device-to-device part in flight would end the adoption at the shorter match.
+  if (!in_place && match.pages > 0 && cache_ != nullptr && cache_prefix_pages(prompt) > match.pages) {
+    match = runtime::PrefixMatch{};
+  }
   // A history the tier's reader wrote this prompt's blocks into is taken instead (kv_runtime_tier.cpp).
-  const std::uint32_t tier_slot = tier_ != nullptr ? tier_ready_history(prompt, match) : UINT32_MAX;
+  const std::uint32_t tier_slot =
+      tier_ != nullptr ? tier_ready_history(prompt, host_prefix_tokens(prompt, match)) : UINT32_MAX;
   const std::uint32_t preferred = tier_slot != UINT32_MAX ? tier_slot : in_place ? match.slot : UINT32_MAX;
   const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, preferred,
                                              /*adopt=*/in_place && preferred == match.slot && settings_.prefix_reuse_device);
@@ -35,6 +42,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   if (result.outcome == AdmitOutcome::admitted) {
     slot_faulted_[result.handle.slot] = 0;
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
+    if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
   }
   return result;
@@ -190,6 +198,7 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
     leave(context, /*finished=*/true);
     return;
   }
+  offer_to_cache(slot, tokens.first(usable));
   // Indexed before the history is freed: an admission from the queue inside finish() then sees it
   // as retained and prefers another free history.
   prefix_->retain(slot, tokens.first(usable), ++retain_stamp_);
@@ -268,6 +277,9 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.adopted_from_request = a.from_request;
   e.tier_pages_first = a.tier_pages_first;
   e.tier_pages_end = a.tier_pages_end;
+  e.cache_pages_first = a.cache_pages_first;
+  e.cache_pages_end = a.cache_pages_end;
+  e.cache_shared_prefixes = a.cache_shared;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
   e.adopted_device_promoted = a.device_promoted;
@@ -310,6 +322,9 @@ const char* KvRuntimeImpl::check() const {
     }
   } else if (budgets_.retained_pages_total() != 0) {
     return "prefix reuse: device pages retained with reuse off";
+  }
+  if (cache_ != nullptr && cache_->pages_used() != counters_.prefix_cache_pages) {
+    return "prefix cache: the pages counter disagrees with the cache";
   }
   if (!leases_.validate()) return "staging leases: counts, free list or fences disagree";
   if (!tickets_.validate()) return "copy tickets: counts or fences disagree";

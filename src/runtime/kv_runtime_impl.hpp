@@ -54,6 +54,7 @@
 #include "activekv/policy.hpp"
 #include "runtime/attention_schedule.hpp"
 #include "runtime/element_codec.hpp"
+#include "runtime/prefix_cache.hpp"
 #include "runtime/prefix_index.hpp"
 #include "runtime/page_scores.hpp"
 #include "runtime/sparse_selection.hpp"
@@ -199,6 +200,7 @@ class KvRuntimeImpl final : public KvRuntime {
   Status set_sparse(const SparseSettings& sparse) override;
   void set_parallel(const ParallelChunks& parallel) override;
   Explanation explain(ContextId context) const override;
+  const DecisionLog& decision_log() const override { return log_; }
   std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
                             std::uint32_t logical) const override;
   const char* check() const override;
@@ -486,6 +488,9 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint32_t device_promoted = 0;   // of them, the source's promoted pages (below its run), promoted here
     std::uint32_t tier_pages_first = 0;  // pages [tier_pages_first, tier_pages_end) were restored from the tier
     std::uint32_t tier_pages_end = 0;
+    std::uint32_t cache_pages_first = 0; // pages [cache_pages_first, cache_pages_end) were copied from the prefix cache
+    std::uint32_t cache_pages_end = 0;
+    std::uint32_t cache_shared = 0;      // cached prefixes sharing the first of them
   };
   KvTierPort* tier_ = nullptr;
   std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
@@ -493,13 +498,25 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<std::uint32_t> tier_generation_;              // per slot: the generation when reserved for a lookup
   // Admission: the history a ready lookup wrote this prompt's blocks into, while it is still free and
   // untouched since (kv_runtime_tier.cpp); UINT32_MAX when there is none.
-  std::uint32_t tier_ready_history(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept;
+  std::uint32_t tier_ready_history(std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
   std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused,
                                   std::uint32_t tier_slot) noexcept;
   // The prompt's whole blocks [first, end) the tier may give past `reused` local tokens; false: none.
   bool tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
                    std::uint32_t& end) const noexcept;
   runtime::PrefixMatch local_prefix(std::span<const std::int32_t> prompt) const noexcept;
+  // ---- the host prefix cache (kv_runtime_prefix_cache.cpp; null without one) ----
+  std::unique_ptr<runtime::PrefixCache> cache_;
+  Status create_prefix_cache();  // warm-up, once the host pool is allocated
+  // The prompt's full pages the cache holds, at most the pages a prompt may adopt.
+  std::uint32_t cache_prefix_pages(std::span<const std::int32_t> prompt) noexcept;
+  // Tokens the host holds for `prompt`: the longest of the local match and the cache's (the tier starts there).
+  std::uint32_t host_prefix_tokens(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept;
+  // finish_retaining: the history's full pages go into the cache (new ones copied, the rest shared).
+  void offer_to_cache(std::uint32_t slot, std::span<const std::int32_t> tokens) noexcept;
+  // Admission: the prompt's pages past `reused` that the cache holds are copied into the history.
+  std::uint32_t restore_from_cache(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
+  void sync_cache_counters() noexcept;
   std::unique_ptr<runtime::PrefixIndex> prefix_;
   std::vector<std::uint32_t> retained_generation_;  // per slot: the context generation the retained prefix belongs to
   std::vector<std::uint64_t> retained_request_;     // per slot: the request that wrote it

@@ -45,7 +45,8 @@ std::uint32_t KvRuntimeImpl::release_tier_leases() {
 bool KvRuntimeImpl::prefetch_tier(std::span<const std::int32_t> prompt) {
   if (tier_ == nullptr) return true;
   std::uint32_t first = 0, end = 0;
-  if (!tier_blocks(prompt, local_prefix(prompt).pages * plan_.arena.page_tokens, first, end)) return true;
+  // The host levels first (retained histories, then the prefix cache): the tier is asked for the rest.
+  if (!tier_blocks(prompt, host_prefix_tokens(prompt, local_prefix(prompt)), first, end)) return true;
   return tier_->lookup(prompt, first, end, /*evict=*/false) != TierLookupStatus::busy;
 }
 
@@ -61,7 +62,7 @@ bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
   if (tier_ == nullptr) return true;
   release_tier_leases();
   const runtime::PrefixMatch match = local_prefix(prompt);
-  const std::uint32_t reused = match.pages * plan_.arena.page_tokens;
+  const std::uint32_t reused = host_prefix_tokens(prompt, match);
   std::uint32_t first = 0, end = 0;
   if (!tier_blocks(prompt, reused, first, end)) return true;
   switch (tier_->lookup(prompt, first, end, /*evict=*/true)) {
@@ -96,8 +97,7 @@ bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
   return false;
 }
 
-std::uint32_t KvRuntimeImpl::tier_ready_history(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept {
-  const std::uint32_t reused = match.pages * plan_.arena.page_tokens;
+std::uint32_t KvRuntimeImpl::tier_ready_history(std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept {
   std::uint32_t first = 0, end = 0, from = 0;
   if (!tier_blocks(prompt, reused, first, end)) return UINT32_MAX;
   const std::uint32_t slot = tier_->ready_slot(prompt, first, end, from);

@@ -127,7 +127,8 @@ struct Small {
 Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, std::uint32_t page_tokens = 4,
                  std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2, bool device = true,
                  std::uint32_t pool_pages = 0, std::uint32_t retained_histories = 0,
-                 ResidencyPolicyKind policy = ResidencyPolicyKind::exact, float hotness_threshold = 0.05f) {
+                 ResidencyPolicyKind policy = ResidencyPolicyKind::exact, float hotness_threshold = 0.05f,
+                 std::uint32_t cache_pages = 0) {
   Small s;
   s.g.dense_layers = layers;
   s.g.kv_heads = 1;
@@ -146,6 +147,9 @@ Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, st
   m.chunk_tokens = s.chunk_tokens;
   m.retained_histories = retained_histories;  // host histories beyond the concurrency, for retained prefixes only
   m.host_pool_bytes = std::uint64_t{histories + retained_histories} * s.g.dense_layers * s.max_context * s.g.row_bytes();
+  // A host prefix cache of cache_pages pages (one page index across every layer), carved off the pool.
+  m.prefix_cache_bytes = std::uint64_t{cache_pages} * page_tokens * s.g.row_bytes() * s.g.dense_layers;
+  m.host_pool_bytes += m.prefix_cache_bytes;
   const std::uint64_t floor_pages = std::uint64_t{s.g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, page_tokens));
   const std::uint64_t pages = floor_pages * histories + extra_pages;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
@@ -817,11 +821,180 @@ std::uint32_t seeds_from_environment() {
   return n > 0 ? static_cast<std::uint32_t>(n) : seeds_default;
 }
 
+// ---- the host prefix cache (docs/PREFIX.md, "The host prefix cache") -----------------------
+
+// Every decision of `kind` with `reason` the runtime logged so far.
+std::uint32_t count_logged(const KvRuntime& rt, DecisionKind kind, Reason reason) {
+  std::uint32_t n = 0;
+  const DecisionLog& log = rt.decision_log();
+  for (std::uint32_t i = 0; i < log.size(); ++i) n += log.at(i).kind == kind && log.at(i).reason == reason ? 1u : 0u;
+  return n;
+}
+
+// Feeds `s` from `from` to its end one chunk at a time, collecting every attention output.
+std::vector<float> run_rest(Small& sm, ContextId c, const Sequence& s, std::uint32_t from) {
+  std::vector<float> outputs;
+  for (std::uint32_t at = from; at < s.tokens.size();) {
+    const std::uint32_t n = std::min<std::uint32_t>(sm.chunk_tokens, static_cast<std::uint32_t>(s.tokens.size()) - at);
+    feed(sm, c, s, at, n, nullptr, 0, &outputs);
+    at += n;
+  }
+  return outputs;
+}
+
+TEST(PrefixCacheRuntime, ARepeatedPromptAdoptsFromTheCacheAfterItsHistoryWasTakenWithIdenticalOutputs) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // One history and no retained allowance: a stranger takes the history and its retained prefix goes.
+  Small sm = make_small(1, true, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, /*cache_pages=*/32);
+  ASSERT_NE(sm.rt, nullptr);
+  EXPECT_EQ(sm.rt->plan().host.prefix_cache_pages, 32u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_pages_total, 32u);
+  const Sequence prompt = sequence_of(22, 41);  // 5 full pages + 2
+  std::uint32_t reused = 99;
+  auto a = sm.rt->open_context(1, 64, prompt.tokens, reused);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(reused, 0u);
+  const std::vector<float> first = run_rest(sm, a->handle, prompt, 0);
+  sm.rt->finish_retaining(a->handle, prompt.tokens);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_pages, 5u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_bytes, 5u * 4 * sm.g.row_bytes() * sm.g.dense_layers);
+  EXPECT_EQ(count_logged(*sm.rt, DecisionKind::retain, Reason::prefix_cached), 1u);
+  const Sequence stranger = sequence_of(13, 42);
+  auto b = sm.rt->open_context(2, 64, stranger.tokens, reused);
+  ASSERT_EQ(b->handle.slot, a->handle.slot);
+  EXPECT_EQ(reused, 0u);
+  EXPECT_EQ(sm.rt->counters().retained_dropped, 1u) << "the stranger took the only history";
+  run_rest(sm, b->handle, stranger, 0);
+  sm.rt->finish_retaining(b->handle, stranger.tokens);
+  // The same prompt again: its history is gone, the cache still holds its 5 full pages.
+  auto c = sm.rt->open_context(3, 64, prompt.tokens, reused);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 20u);
+  EXPECT_EQ(sm.rt->length(c->handle), 20u);
+  expect_rows(sm, c->handle, prompt, 20, "rows copied from the prefix cache");
+  EXPECT_EQ(sm.rt->counters().prefix_cache_hits, 1u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_hit_tokens, 20u);
+  EXPECT_EQ(sm.rt->counters().prefix_reused_tokens, 20u);
+  EXPECT_EQ(count_decisions(*sm.rt, c->handle, DecisionKind::adopt, Reason::prefix_cache_adopted), 1u);
+  const Explanation x = sm.rt->explain(c->handle);
+  EXPECT_EQ(x.cache_pages_first, 0u);
+  EXPECT_EQ(x.cache_pages_end, 5u);
+  EXPECT_EQ(x.cache_shared_prefixes, 1u);
+  EXPECT_NE(explanation_text(x).find("adopted from the prefix cache: pages 0..4 of every layer"), std::string::npos)
+      << explanation_text(x);
+  EXPECT_NE(explanation_text(x).find("page shared by 1 prefix(es)"), std::string::npos);
+  // Its outputs equal, byte for byte, those of the same step over a history prefilled without reuse.
+  const std::vector<float> again = run_rest(sm, c->handle, prompt, 20);
+  Small off = make_small(1, false, 1, 4, 2, 8, 2, true);
+  ASSERT_NE(off.rt, nullptr);
+  auto d = off.rt->open_context(1, 64, prompt.tokens, reused);
+  ASSERT_EQ(reused, 0u);
+  prefill(off, d->handle, prompt, 0, 20);
+  const std::vector<float> want = run_rest(off, d->handle, prompt, 20);
+  ASSERT_EQ(want.size(), again.size());
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(std::memcmp(want.data(), again.data(), want.size() * sizeof(float)), 0) << "outputs after adopting from the cache";
+  (void)first;
+  off.rt->finish(d->handle);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(c->handle);
+  sm.rt->release_retained();
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+}
+
+TEST(PrefixCacheRuntime, ASharedSystemPromptIsStoredOnceEvictionIsLoggedAndNeverBlocksAdmission) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  // 10 cache pages: a 3-page system prompt + 2-page questions; five of them do not fit.
+  Small sm = make_small(1, true, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, /*cache_pages=*/10);
+  ASSERT_NE(sm.rt, nullptr);
+  const Sequence system = sequence_of(12, 50);
+  std::vector<Sequence> prompts;
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    Sequence s = system;
+    for (std::int32_t t : sequence_of(9, 60 + i).tokens) s.push(t);  // 21 tokens: 5 full pages
+    prompts.push_back(s);
+  }
+  std::uint32_t reused = 0;
+  std::uint64_t id = 1;
+  for (const Sequence& s : prompts) {
+    auto r = sm.rt->open_context(id++, 64, s.tokens, reused);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->outcome, AdmitOutcome::admitted) << "the cache never blocks admission";
+    EXPECT_EQ(reused % 4, 0u);
+    EXPECT_GE(reused, id > 2 ? 12u : 0u) << "the system prompt's pages are reused from the second prompt on";
+    expect_rows(sm, r->handle, s, reused, "adopted");
+    run_rest(sm, r->handle, s, reused);
+    sm.rt->finish_retaining(r->handle, s.tokens);
+    ASSERT_EQ(sm.rt->check(), nullptr);
+  }
+  const KvCounters& c = sm.rt->counters();
+  EXPECT_EQ(c.prefix_cache_pages_shared, 4u * 3) << "the stem is stored once, found by the four others";
+  EXPECT_EQ(c.prefix_cache_pages_stored, 3u + 5 * 2);
+  EXPECT_EQ(c.prefix_cache_evictions, 3u) << "13 pages offered to 10";
+  EXPECT_EQ(c.prefix_cache_pages, 10u);
+  EXPECT_GE(count_logged(*sm.rt, DecisionKind::evict, Reason::prefix_cache_lru), 1u);
+  // The newest prompt is whole; the oldest lost its question but still finds the system prompt.
+  auto last = sm.rt->open_context(id++, 64, prompts[4].tokens, reused);
+  EXPECT_EQ(reused, 20u);
+  const Explanation x = sm.rt->explain(last->handle);
+  sm.rt->finish(last->handle);
+  auto oldest = sm.rt->open_context(id++, 64, prompts[0].tokens, reused);
+  EXPECT_EQ(reused, 12u) << "the stem outlived its branch";
+  const Explanation y = sm.rt->explain(oldest->handle);
+  EXPECT_EQ(y.cache_shared_prefixes, 4u) << "the system prompt's first page is shared by the four prefixes left";
+  EXPECT_NE(explanation_text(y).find("page shared by 4 prefix(es)"), std::string::npos) << explanation_text(y);
+  (void)x;
+  sm.rt->finish(oldest->handle);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+}
+
+TEST(PrefixCacheRuntime, AShorterCopyFromARunningContextGivesWayToTheWholePrefixInTheCache) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, /*cache_pages=*/32);
+  ASSERT_NE(sm.rt, nullptr);
+  const Sequence stem = sequence_of(8, 70);  // a 2-page template every prompt starts with
+  auto with_stem = [&](std::uint64_t seed, std::uint32_t n) {
+    Sequence s = stem;
+    for (std::int32_t t : sequence_of(n, seed).tokens) s.push(t);
+    return s;
+  };
+  const Sequence y = with_stem(71, 15);  // 23 tokens: 5 full pages
+  const Sequence z = with_stem(72, 9);
+  const Sequence w = sequence_of(10, 73);
+  std::uint32_t reused = 0;
+  auto a = sm.rt->open_context(1, 64, y.tokens, reused);
+  run_rest(sm, a->handle, y, 0);
+  sm.rt->finish_retaining(a->handle, y.tokens);  // y: retained and cached
+  auto b = sm.rt->open_context(2, 64, w.tokens, reused);  // a stranger in the other history
+  run_rest(sm, b->handle, w, 0);
+  auto c = sm.rt->open_context(3, 64, z.tokens, reused);  // the only free history: y's, cut to the stem
+  ASSERT_EQ(c->handle.slot, a->handle.slot);
+  EXPECT_EQ(reused, 8u);
+  run_rest(sm, c->handle, z, 8);
+  sm.rt->finish(b->handle);
+  // y again: the running z holds its 2-page stem, the cache all 5 pages. The cache wins.
+  auto d = sm.rt->open_context(4, 64, y.tokens, reused);
+  ASSERT_EQ(d->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 20u) << "the whole prefix from the cache, not the stem copied from the running context";
+  expect_rows(sm, d->handle, y, 20, "rows from the cache");
+  const Explanation x = sm.rt->explain(d->handle);
+  EXPECT_EQ(x.cache_pages_first, 0u);
+  EXPECT_EQ(x.cache_pages_end, 5u);
+  EXPECT_EQ(x.cache_shared_prefixes, 1u);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(c->handle);
+  sm.rt->finish(d->handle);
+  sm.rt->release_retained();
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+}
+
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
                 queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
                 device_copied = 0, releases = 0, allowance_seeds = 0, allowance_dropped = 0,
-                allowance_waits_at_concurrency = 0;
+                allowance_waits_at_concurrency = 0, cache_seeds = 0, cache_hits = 0, cache_hit_tokens = 0,
+                cache_evictions = 0, cache_shared = 0;
 };
 
 struct Live {
@@ -846,7 +1019,11 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   // generator, so every other draw of the seed is what it was before the allowance existed.
   std::mt19937_64 retain_rng(seed ^ 0x2E7A1AEDull);
   const std::uint32_t retained = std::uniform_int_distribution<std::uint32_t>(0, 2)(retain_rng);
-  Small sm = make_small(histories, true, seed, page_tokens, tiles, extra_pages, layers, device, 0, retained);
+  // A host prefix cache in half the seeds (2 to 40 pages: small enough to evict), from its own generator too.
+  std::mt19937_64 cache_rng(seed ^ 0xCAC4Eull);
+  const std::uint32_t cache_pages = cache_rng() % 2 == 0 ? 0 : std::uniform_int_distribution<std::uint32_t>(2, 40)(cache_rng);
+  Small sm = make_small(histories, true, seed, page_tokens, tiles, extra_pages, layers, device, 0, retained,
+                        ResidencyPolicyKind::exact, 0.05f, cache_pages);
   ASSERT_NE(sm.rt, nullptr);
   KvRuntime& rt = *sm.rt;
   std::vector<Sequence> finished;  // conversations to follow up
@@ -1033,6 +1210,18 @@ void run_seed(std::uint64_t seed, Totals& totals) {
   totals.device_adopted += c.retained_device_pages_adopted;
   totals.device_reclaimed += c.retained_device_pages_reclaimed;
   totals.device_copied += c.prefix_device_pages_copied;
+  if (cache_pages > 0) {
+    ++totals.cache_seeds;
+    totals.cache_hits += c.prefix_cache_hits;
+    totals.cache_hit_tokens += c.prefix_cache_hit_tokens;
+    totals.cache_evictions += c.prefix_cache_evictions;
+    totals.cache_shared += c.prefix_cache_pages_shared;
+    EXPECT_LE(c.prefix_cache_pages, cache_pages) << "seed " << seed;
+    EXPECT_EQ(c.prefix_cache_pages_stored, c.prefix_cache_pages + c.prefix_cache_evictions)
+        << "seed " << seed << ": every stored page is held or was evicted";
+  } else {
+    EXPECT_EQ(c.prefix_cache_lookups, 0u) << "seed " << seed << ": no cache, no lookups";
+  }
   if (retained > 0) {
     ++totals.allowance_seeds;
     totals.allowance_dropped += c.retained_dropped;
@@ -1065,6 +1254,13 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
               "concurrency\n",
               static_cast<unsigned long long>(totals.allowance_seeds), static_cast<unsigned long long>(totals.allowance_dropped),
               static_cast<unsigned long long>(totals.allowance_waits_at_concurrency));
+  std::printf("host prefix cache in %llu seeds: %llu hits (%llu tokens), %llu pages shared, %llu evicted\n",
+              static_cast<unsigned long long>(totals.cache_seeds), static_cast<unsigned long long>(totals.cache_hits),
+              static_cast<unsigned long long>(totals.cache_hit_tokens), static_cast<unsigned long long>(totals.cache_shared),
+              static_cast<unsigned long long>(totals.cache_evictions));
+  EXPECT_GT(totals.cache_hits, 0u) << "the prefix cache gave pages that no retained history held";
+  EXPECT_GT(totals.cache_evictions, 0u) << "small caches evicted";
+  EXPECT_GT(totals.cache_shared, 0u) << "a shared system prefix is stored once";
   // The mix must have exercised what it claims to.
   EXPECT_GT(totals.allowance_seeds, seeds / 2);
   EXPECT_GT(totals.allowance_dropped, 0u) << "more conversations than histories drop even with the allowance";

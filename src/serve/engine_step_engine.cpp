@@ -94,6 +94,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // Applied with or without reuse, so --no-prefix-reuse keeps the same concurrency (the extra
   // histories then stay empty).
   memory.retained_histories = c.retained_histories;
+  memory.prefix_cache_bytes = c.prefix_reuse ? c.prefix_cache_bytes : 0;  // the cache serves prefix reuse only
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",
                       fmt::format("the configuration's max_context {} exceeds the model's llama.context_length {} ({}): "
@@ -164,6 +165,8 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   p.max_seqs = mp.host.max_seqs;
   p.concurrency = std::min<std::uint32_t>(mp.host.concurrency, mp.budget.concurrency);
   p.retained_histories = mp.host.retained_histories;
+  p.prefix_cache_pages = mp.host.prefix_cache_pages;
+  p.prefix_cache_page_bytes = mp.host.prefix_cache_page_bytes;
   p.pool_pages = mp.arena.pages;
   p.page_tokens = mp.arena.page_tokens;
   p.host_pool_bytes = mp.host.used_bytes;
@@ -338,6 +341,14 @@ EngineCounters EngineStepEngine::counters() const {
   c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;
   c.retained_device_pages = k.retained_device_pages;
   c.prefix_device_pages_copied = k.prefix_device_pages_copied;
+  c.prefix_cache_bytes = k.prefix_cache_bytes;
+  c.prefix_cache_pages = k.prefix_cache_pages;
+  c.prefix_cache_pages_total = k.prefix_cache_pages_total;
+  c.prefix_cache_lookups = k.prefix_cache_lookups;
+  c.prefix_cache_hits = k.prefix_cache_hits;
+  c.prefix_cache_hit_tokens = k.prefix_cache_hit_tokens;
+  c.prefix_cache_evictions = k.prefix_cache_evictions;
+  c.prefix_cache_pages_shared = k.prefix_cache_pages_shared;
   c.prefix_device_pages_promoted = k.prefix_device_pages_promoted;
   c.h2d_bytes_adopting = k.h2d_bytes_adopting;
   return c;

@@ -25,6 +25,27 @@ Error field_error(std::string_view source, std::string_view field, std::string m
   return make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", source, field), std::move(message));
 }
 
+// prefix_cache: optional; a size such as "1GiB", or 0 / "0" for no host prefix cache.
+Status read_prefix_cache(const json& value, std::uint64_t& out, std::string_view source) {
+  if (value.is_number_unsigned() || (value.is_number_integer() && value.get<std::int64_t>() == 0)) {
+    out = value.get<std::uint64_t>();
+    return {};
+  }
+  if (!value.is_string()) {
+    return field_error(source, "prefix_cache",
+                       fmt::format("must be a size such as \"1GiB\" (or 0 for none), got {}", describe_json(value)));
+  }
+  const std::string text = value.get<std::string>();
+  if (text == "0") {
+    out = 0;
+    return {};
+  }
+  auto bytes = parse_size(text, fmt::format("{}: prefix_cache", source));
+  if (!bytes) return bytes.error();
+  out = *bytes;
+  return {};
+}
+
 Status read_size(const json& object, const char* field, std::uint64_t& out, std::string_view source) {
   if (!object.contains(field)) return field_error(source, field, "missing: state the size explicitly, e.g. \"512MiB\"");
   const json& value = object.at(field);
@@ -66,7 +87,7 @@ constexpr std::uint32_t kv_tier_lookups_max = 64;
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "comment"};
+                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "prefix_cache", "comment"};
 
 // The sparse key: "exact", or an object (docs/SPARSE.md "Configuration").
 Status read_sparse(const json& value, SparseSettings& out, std::string_view source) {
@@ -192,7 +213,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories, prefix_cache)");
     }
   }
   RunConfig config;
@@ -215,6 +236,9 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
                               retained_histories_max,
                               fmt::format(": {}; lower retained_histories", retained_histories_why))}) {
     if (!s) return s.error();
+  }
+  if (object.contains("prefix_cache")) {
+    if (Status st = read_prefix_cache(object.at("prefix_cache"), config.prefix_cache_bytes, source); !st) return st.error();
   }
   if (object.contains("stop_at_eos")) {
     if (!object["stop_at_eos"].is_boolean()) return field_error(source, "stop_at_eos", "must be true or false");

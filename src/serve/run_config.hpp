@@ -36,6 +36,10 @@ struct RunConfig {
   // pool must hold concurrency + retained_histories. Applied with or without prefix_reuse (the same
   // concurrency either way; without reuse the extra histories stay empty).
   std::uint32_t retained_histories = 0;
+  // The host prefix cache (docs/PREFIX.md): finished histories' full pages kept at their real
+  // length in this part of the host pool (host_pool must hold it and the histories); 0: none.
+  // Used only with prefix_reuse.
+  std::uint64_t prefix_cache_bytes = 0;
   // The shared KV tier (docs/TIER.md): key kv_tier, "redis://host:port" or
   // {"url": …, "block_tokens": …, "timeout_ms": …, "write_queue": …, "lookups": …}; --kv-tier sets the url.
   std::string kv_tier;                     // empty: no tier

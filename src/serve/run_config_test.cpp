@@ -136,6 +136,30 @@ TEST(RunConfig, RetainedHistoriesDefaultToNoneParseAndRefuseOutOfRange) {
   EXPECT_EQ(most->retained_histories, 1024u);
 }
 
+TEST(RunConfig, PrefixCacheIsOptionalParsesSizesOrZeroAndRefusesOtherValuesNamingIt) {
+  auto defaults = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  EXPECT_EQ(defaults->prefix_cache_bytes, 0u) << "no cache unless stated";
+  auto gib = parse_run_config(with("prefix_cache", "\"1GiB\""), "c.json");
+  ASSERT_TRUE(gib) << gib.error().describe();
+  EXPECT_EQ(gib->prefix_cache_bytes, 1024ull * 1024 * 1024);
+  for (const char* none : {"0", "\"0\""}) {
+    auto r = parse_run_config(with("prefix_cache", none), "c.json");
+    ASSERT_TRUE(r) << none << ": " << r.error().describe();
+    EXPECT_EQ(r->prefix_cache_bytes, 0u);
+  }
+  for (const char* bad : {"-1", "\"lots\"", "1.5", "true", "\"auto\""}) {
+    auto r = parse_run_config(with("prefix_cache", bad), "c.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().describe().find("prefix_cache"), std::string::npos) << r.error().describe();
+  }
+  // configs/default.json states one, and its host pool holds it beside the six histories.
+  auto shipped = parse_run_config(default_config_text(), "configs/default.json");
+  ASSERT_TRUE(shipped) << shipped.error().describe();
+  EXPECT_EQ(shipped->prefix_cache_bytes, 512ull * 1024 * 1024);
+  EXPECT_EQ(shipped->host_pool_bytes, (512ull + 6 * 180) * 1024 * 1024);
+}
+
 // The refusal names the bound it applies: 1,024 (retained_histories_max), for a value just past it and
 // for one past the generic count bound alike; never the generic bound it does not apply.
 TEST(RunConfig, RetainedHistoriesRefusalNamesTheBoundItApplies) {

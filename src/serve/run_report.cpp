@@ -158,6 +158,14 @@ json summarize(const ReportInputs& in) {
                              {"follow_up_first_steps", s.follow_up_first_steps()},
                              {"held_decode_tokens", s.held_decode_tokens()},
                              {"held_decode_steps", s.held_decode_steps()}};
+  figures["prefix_cache"] = {{"pages_capacity", c.prefix_cache_pages_total},
+                             {"pages_at_end", c.prefix_cache_pages},
+                             {"bytes_at_end", c.prefix_cache_bytes},
+                             {"lookups", c.prefix_cache_lookups},
+                             {"hits", c.prefix_cache_hits},
+                             {"hit_tokens", c.prefix_cache_hit_tokens},
+                             {"evictions", c.prefix_cache_evictions},
+                             {"pages_shared", c.prefix_cache_pages_shared}};
   figures["allocations_after_warmup"] = {{"device", c.device_allocations_after_warmup},
                                          {"heap", in.heap_allocations_after_warmup}};
   if (!in.heap_counter_linked) figures["allocations_after_warmup"]["heap_measured"] = false;
@@ -338,6 +346,17 @@ Status write_report(const std::string& dir, const ReportInputs& in, const json& 
 
 namespace {
 
+// "prefix cache: 120 of 2912 pages (42.2 MiB), 3 hits of 5 lookups (1,024 tokens), 0 evicted".
+std::string cache_text(const json& f) {
+  if (!f.contains("prefix_cache") || f["prefix_cache"]["pages_capacity"].get<std::uint64_t>() == 0) return {};
+  const json& p = f["prefix_cache"];
+  return fmt::format("; prefix cache: {} of {} pages ({:.1f} MiB), {} hits of {} lookups ({} tokens), {} evicted",
+                     p["pages_at_end"].get<std::uint64_t>(), p["pages_capacity"].get<std::uint64_t>(),
+                     static_cast<double>(p["bytes_at_end"].get<std::uint64_t>()) / 1048576.0, p["hits"].get<std::uint64_t>(),
+                     p["lookups"].get<std::uint64_t>(), p["hit_tokens"].get<std::uint64_t>(),
+                     p["evictions"].get<std::uint64_t>());
+}
+
 std::string reuse_text(const json& f) {
   if (!f.contains("prefix_reuse")) return "-";
   const json& p = f["prefix_reuse"];
@@ -359,7 +378,8 @@ std::string reuse_text(const json& f) {
                          ? fmt::format("; follow-ups' first steps {} (holding {} decode tokens of others)",
                                        p["follow_up_first_steps"].get<std::uint64_t>(),
                                        p["held_decode_tokens"].get<std::uint64_t>())
-                         : std::string());
+                         : std::string()) +
+         cache_text(f);
 }
 
 }  // namespace

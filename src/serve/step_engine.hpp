@@ -116,6 +116,15 @@ struct EngineCounters {
   std::uint64_t prefix_device_pages_copied = 0;       // copy on adopt: prefix pages copied device to device
   std::uint64_t prefix_device_pages_promoted = 0;     // of those, the source's promoted pages (promoted in the adopter)
   std::uint64_t h2d_bytes_adopting = 0;               // h2d bytes moved for contexts that adopted a prefix
+  // The host prefix cache (docs/PREFIX.md, "The host prefix cache"); all 0 without one:
+  std::uint64_t prefix_cache_bytes = 0;       // a level: bytes of pages the cache holds
+  std::uint64_t prefix_cache_pages = 0;       // a level: pages the cache holds
+  std::uint64_t prefix_cache_pages_total = 0; // its capacity in pages
+  std::uint64_t prefix_cache_lookups = 0;     // admissions that looked in it
+  std::uint64_t prefix_cache_hits = 0;        // of them, admissions that copied at least one page from it
+  std::uint64_t prefix_cache_hit_tokens = 0;  // prompt tokens copied from it instead of prefilled
+  std::uint64_t prefix_cache_evictions = 0;   // pages evicted (least recently used leaves first)
+  std::uint64_t prefix_cache_pages_shared = 0;  // pages finished histories found already stored
 };
 
 // What the memory plan promised; the report sets peaks against it.
@@ -124,6 +133,8 @@ struct EnginePlan {
   std::uint32_t histories = 0;       // host-pool histories (contexts that fit)
   std::uint32_t concurrency = 0;     // min(max_seqs, histories − retained_histories)
   std::uint32_t retained_histories = 0;  // of the histories, kept only for retained prefixes (never run one)
+  std::uint32_t prefix_cache_pages = 0;  // the host prefix cache's pages (0: none)
+  std::uint64_t prefix_cache_page_bytes = 0;
   std::uint32_t max_seqs = 0;        // as configured
   std::uint32_t pool_pages = 0;      // device page pool
   std::uint32_t page_tokens = 0;

@@ -63,6 +63,20 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "retained_kept_total", "Finished histories kept as retained prefixes", d(c.retained_kept), "counter");
   gauge(out, "retained_dropped_total", "Retained prefixes dropped (admission needed the history, or cancel)",
         d(c.retained_dropped), "counter");
+  gauge(out, "prefix_cache_bytes", "Bytes of finished histories' pages the host prefix cache holds now",
+        d(c.prefix_cache_bytes));
+  gauge(out, "prefix_cache_pages", "Pages the host prefix cache holds now (one page index across every dense layer)",
+        d(c.prefix_cache_pages));
+  gauge(out, "prefix_cache_pages_capacity", "Pages the host prefix cache can hold (the memory plan's prefix_cache_pages)",
+        d(c.prefix_cache_pages_total));
+  gauge(out, "prefix_cache_lookups_total", "Admissions that looked in the host prefix cache", d(c.prefix_cache_lookups),
+        "counter");
+  gauge(out, "prefix_cache_hits_total", "Admissions that copied at least one page from the host prefix cache",
+        d(c.prefix_cache_hits), "counter");
+  gauge(out, "prefix_cache_hit_tokens_total", "Prompt tokens copied from the host prefix cache instead of prefilled",
+        d(c.prefix_cache_hit_tokens), "counter");
+  gauge(out, "prefix_cache_evictions_total", "Host prefix cache pages evicted (least recently used leaves first)",
+        d(c.prefix_cache_evictions), "counter");
   gauge(out, "tier_hits_total", "KV tier blocks read and accepted", d(c.tier_hits), "counter");
   gauge(out, "tier_misses_total", "KV tier lookups that stopped short (absent, refused or failed)", d(c.tier_misses), "counter");
   gauge(out, "tier_errors_total", "KV tier connection, timeout and protocol failures", d(c.tier_errors), "counter");

@@ -1,0 +1,215 @@
+// prefix_cache.cpp — see prefix_cache.hpp.
+#include "runtime/prefix_cache.hpp"
+
+#include <algorithm>
+#include <bit>
+
+#include "activekv/assert.hpp"
+#include "runtime/prefix_index.hpp"
+
+namespace activekv::runtime {
+
+Result<PrefixCache> PrefixCache::create(const PrefixCacheConfig& config, std::span<std::byte> store) {
+  if (config.pages == 0) return make_error(ErrorCode::invalid_argument, "prefix_cache", "a prefix cache holds at least one page");
+  if (config.page_tokens == 0) return make_error(ErrorCode::invalid_argument, "--page-tokens", "page tokens must be positive");
+  if (config.dense_layers == 0 || config.row_bytes == 0) {
+    return make_error(ErrorCode::invalid_argument, "geometry", "a prefix cache needs dense layers and a row size");
+  }
+  if (config.pages_per_prefix == 0) {
+    return make_error(ErrorCode::invalid_argument, "--max-context", "a prefix must hold at least one full page");
+  }
+  const std::uint64_t need = std::uint64_t{config.pages} * page_bytes(config.page_tokens, config.row_bytes, config.dense_layers);
+  if (store.size() < need) {
+    return make_error(ErrorCode::invalid_argument, "prefix_cache", "the prefix cache's store is smaller than its pages");
+  }
+  PrefixCache c;
+  c.config_ = config;
+  c.store_ = store;
+  c.layer_bytes_ = std::uint64_t{config.page_tokens} * config.row_bytes;
+  c.root_ = prefix_chain_root(config.model_identity);
+  c.records_.assign(config.pages, Record{});
+  c.tokens_.assign(std::size_t{config.pages} * config.page_tokens, 0);
+  const std::uint64_t table_size = std::bit_ceil(std::uint64_t{config.pages} * 2);
+  c.table_.assign(table_size, none);
+  c.table_mask_ = table_size - 1;
+  c.free_.resize(config.pages);
+  // Popped from the back: page 0 first.
+  for (std::uint32_t i = 0; i < config.pages; ++i) c.free_[i] = config.pages - 1 - i;
+  c.free_count_ = config.pages;
+  c.chain_.assign(config.pages_per_prefix, none);
+  return c;
+}
+
+std::uint32_t PrefixCache::find(std::uint64_t hash, std::uint32_t parent, const std::int32_t* tokens,
+                                std::uint32_t depth) const noexcept {
+  for (std::uint64_t i = hash & table_mask_;; i = (i + 1) & table_mask_) {
+    const std::uint32_t page = table_[i];
+    if (page == none) return none;
+    const Record& r = records_[page];
+    // A 64-bit collision can never adopt the wrong rows: the tokens, the parent and the depth must agree.
+    if (r.hash == hash && r.parent == parent && r.depth == depth &&
+        std::equal(tokens, tokens + config_.page_tokens, tokens_of(page))) {
+      return page;
+    }
+  }
+}
+
+void PrefixCache::table_insert(std::uint32_t page) noexcept {
+  std::uint64_t i = records_[page].hash & table_mask_;
+  while (table_[i] != none) i = (i + 1) & table_mask_;
+  table_[i] = page;
+}
+
+// Backward-shift deletion: no tombstones, so a lookup's probe ends at the first empty entry.
+void PrefixCache::table_erase(std::uint32_t page) noexcept {
+  std::uint64_t i = records_[page].hash & table_mask_;
+  while (table_[i] != page) {
+    AK_ASSERT(table_[i] != none, "prefix cache: a used page is missing from the hash table");
+    i = (i + 1) & table_mask_;
+  }
+  std::uint64_t hole = i;
+  for (std::uint64_t j = (i + 1) & table_mask_; table_[j] != none; j = (j + 1) & table_mask_) {
+    const std::uint64_t home = records_[table_[j]].hash & table_mask_;
+    // Entry j may move into the hole when its home is not in (hole, j] (cyclically).
+    const bool home_between = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!home_between) {
+      table_[hole] = table_[j];
+      hole = j;
+    }
+  }
+  table_[hole] = none;
+}
+
+void PrefixCache::lru_unlink(std::uint32_t page) noexcept {
+  Record& r = records_[page];
+  if (r.prev != none) records_[r.prev].next = r.next; else lru_head_ = r.next;
+  if (r.next != none) records_[r.next].prev = r.prev; else lru_tail_ = r.prev;
+  r.prev = r.next = none;
+}
+
+void PrefixCache::lru_push_front(std::uint32_t page) noexcept {
+  Record& r = records_[page];
+  r.prev = none;
+  r.next = lru_head_;
+  if (lru_head_ != none) records_[lru_head_].prev = page; else lru_tail_ = page;
+  lru_head_ = page;
+}
+
+void PrefixCache::touch_chain(std::uint32_t n) noexcept {
+  AK_ASSERT(n <= chain_length_, "prefix cache: touch beyond the chain");
+  for (std::uint32_t i = n; i-- > 0;) {
+    lru_unlink(chain_[i]);
+    lru_push_front(chain_[i]);
+  }
+}
+
+std::uint32_t PrefixCache::take_page(std::uint32_t protect) noexcept {
+  if (free_count_ == 0) {
+    // The chain being inserted sits at the front of the LRU list; anything else is behind it.
+    if (used_ <= protect) return none;
+    evict(lru_tail_);
+  }
+  AK_ASSERT(free_count_ > 0, "prefix cache: an eviction frees a page");
+  return free_[--free_count_];
+}
+
+void PrefixCache::evict(std::uint32_t page) noexcept {
+  Record& r = records_[page];
+  AK_ASSERT(r.used, "prefix cache: evicting a free page");
+  AK_ASSERT(r.children == 0, "prefix cache: the least recently used page is a leaf (lru invariant)");
+  lru_unlink(page);
+  table_erase(page);
+  if (r.parent != none) {
+    Record& parent = records_[r.parent];
+    --parent.children;
+    // A parent left without children becomes a leaf itself (its count stays 1); otherwise one
+    // prefix fewer goes through it and every page above it.
+    if (parent.children > 0) {
+      for (std::uint32_t up = r.parent; up != none; up = records_[up].parent) --records_[up].leaves;
+    }
+  }
+  r = Record{};
+  --used_;
+  free_[free_count_++] = page;
+  ++evictions_;
+}
+
+void PrefixCache::link(std::uint32_t page, std::uint32_t parent) noexcept {
+  Record& r = records_[page];
+  r.parent = parent;
+  r.children = 0;
+  r.leaves = 1;
+  if (parent == none) return;
+  Record& p = records_[parent];
+  // A leaf parent keeps its one prefix (now through this page); a branching one gains one.
+  if (p.children++ > 0) {
+    for (std::uint32_t up = parent; up != none; up = records_[up].parent) ++records_[up].leaves;
+  }
+}
+
+std::uint32_t PrefixCache::match(std::span<const std::int32_t> prompt, std::uint32_t pages_max) noexcept {
+  const std::uint32_t P = config_.page_tokens;
+  std::uint32_t pages = static_cast<std::uint32_t>(std::min<std::size_t>(prompt.size() / P, pages_max));
+  pages = std::min(pages, config_.pages_per_prefix);
+  std::uint64_t hash = root_;
+  std::uint32_t parent = none;
+  chain_length_ = 0;
+  for (std::uint32_t p = 0; p < pages; ++p) {
+    const std::int32_t* page_tokens = prompt.data() + std::size_t{p} * P;
+    hash = prefix_chain_page(hash, page_tokens, P);
+    const std::uint32_t page = find(hash, parent, page_tokens, p);
+    if (page == none) break;
+    chain_[chain_length_++] = page;
+    parent = page;
+  }
+  return chain_length_;
+}
+
+const char* PrefixCache::check() const noexcept {
+  if (free_count_ + used_ != config_.pages) return "prefix cache: free + used != pages";
+  std::uint32_t listed = 0;
+  for (std::uint32_t page = lru_head_, prev = none; page != none; prev = page, page = records_[page].next) {
+    if (!records_[page].used) return "prefix cache: a free page in the LRU list";
+    if (records_[page].prev != prev) return "prefix cache: the LRU list's back links disagree";
+    if (++listed > used_) return "prefix cache: the LRU list holds more pages than are used";
+  }
+  if (listed != used_) return "prefix cache: the LRU list does not hold every used page";
+  std::vector<std::uint32_t> rank(config_.pages, none);  // check() is off the step path: it may allocate
+  std::uint32_t position = 0;
+  for (std::uint32_t page = lru_head_; page != none; page = records_[page].next) rank[page] = position++;
+  std::vector<std::uint32_t> children(config_.pages, 0), leaves(config_.pages, 0);
+  for (std::uint32_t page = 0; page < config_.pages; ++page) {
+    const Record& r = records_[page];
+    if (!r.used) continue;
+    if (find(r.hash, r.parent, tokens_of(page), r.depth) != page) return "prefix cache: a used page the hash table cannot find";
+    if (r.parent == none) {
+      if (r.depth != 0) return "prefix cache: a first page deeper than 0";
+      if (r.hash != prefix_chain_page(root_, tokens_of(page), config_.page_tokens)) return "prefix cache: a first page's hash";
+      continue;
+    }
+    const Record& p = records_[r.parent];
+    if (!p.used) return "prefix cache: a page whose parent is free";
+    if (p.depth + 1 != r.depth) return "prefix cache: a page's depth is not its parent's + 1";
+    if (r.hash != prefix_chain_page(p.hash, tokens_of(page), config_.page_tokens)) return "prefix cache: a broken chain";
+    if (rank[r.parent] > rank[page]) return "prefix cache: a parent used earlier than its child (lru invariant)";
+    ++children[r.parent];
+  }
+  // Leaves per subtree, deepest first (depth < pages_per_prefix).
+  for (std::uint32_t page = 0; page < config_.pages; ++page) {
+    if (records_[page].used && children[page] == 0) {
+      for (std::uint32_t up = page; up != none; up = records_[up].parent) ++leaves[up];
+    }
+  }
+  std::uint32_t table_used = 0;
+  for (const std::uint32_t page : table_) table_used += page != none ? 1 : 0;
+  if (table_used != used_) return "prefix cache: the hash table's entries != used pages";
+  for (std::uint32_t page = 0; page < config_.pages; ++page) {
+    if (!records_[page].used) continue;
+    if (children[page] != records_[page].children) return "prefix cache: a page's child count";
+    if (leaves[page] != records_[page].leaves) return "prefix cache: a page's prefix (leaf) count";
+  }
+  if (lru_tail_ != none && records_[lru_tail_].children != 0) return "prefix cache: the LRU tail is not a leaf";
+  return nullptr;
+}
+
+}  // namespace activekv::runtime
