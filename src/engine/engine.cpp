@@ -25,6 +25,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std
     return make_error(ErrorCode::invalid_argument, "--max-context",
                       fmt::format("{} is past the model's llama.context_length {}", settings.limits.context_tokens,
                                   model->config().context_tokens));
+  if (Status s = check_runnable(*model, settings.limits); !s) return s.error();
   std::unique_ptr<Engine> engine(new Engine());
   engine->model_ = std::move(model);
   engine->kv_ = std::move(kv);

@@ -1,12 +1,12 @@
-// forward.hpp — the Llama forward pass on the CPU, with every byte of KV in
-// the KV runtime.
+// forward.hpp — the forward pass on the CPU, with every byte of KV in the KV
+// runtime, for every architecture of the table (arch.hpp).
 //
 // One step runs a batch of entries — each one context and its new tokens (a
 // prefill chunk, or one decode token) — through every layer together:
 //
-//   x = token_embd[tokens]                                  N × embedding, N = Σ tokens
+//   x = token_embd[tokens] (× embedding_scale)              N × embedding, N = Σ tokens
 //   kv.begin_step(entries)                                  the runtime plans and stages
-//   for each layer l:
+//   for each layer l:  the architecture's builder (models/), e.g. llama:
 //     h = rmsnorm(x) ⊙ attn_norm
 //     q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ;  rope(q, k) at each token's position
 //     kv.write_kv(l, k, v);  a = kv.attend(l, q)            rows to the tail page; paged attention
@@ -16,14 +16,16 @@
 //   kv.end_step()                                           tail rows written back to the host
 //   logits[e] = (rmsnorm(x[last token of e]) ⊙ output_norm)·Woutᵀ   for entries that want them
 //
-// RoPE uses GGUF's adjacent-pair convention: elements (2i, 2i+1) of each head
-// rotate by pos × theta^(−2i/rope_dims) (the converter permuted Wq and Wk so
-// this equals the Hugging Face rotate-half form).
+// RoPE pairs elements in the architecture's order (hparams.hpp: GGUF llama
+// files rotate adjacent pairs (2i, 2i+1), the converter having permuted Wq and
+// Wk; Qwen and Gemma rotate the halves), by pos × theta^(−2i/rope_dims) with
+// the layer's table (window layers may have their own base).
 //
-// What it owns: every activation buffer, sized at construction for
-// step_tokens_max tokens and step_entries_max entries, so a step allocates
-// nothing (invariant 7). It holds no KV: positions come from the runtime
-// (kv.length()), and attention is the runtime's.
+// What it owns: the step's bookkeeping (entries, logits) and the blocks'
+// buffers (blocks.hpp), sized at construction for step_tokens_max tokens and
+// step_entries_max entries, so a step allocates nothing (invariant 7). It
+// holds no KV: positions come from the runtime (kv.length()), and attention
+// is the runtime's.
 //
 // Matrix products are split by output rows over the thread pool; q/k/v share
 // one parallel region, as do gate/up.
@@ -33,6 +35,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/blocks.hpp"
 #include "engine/kv_access.hpp"
 #include "engine/matmul.hpp"
 #include "engine/matmul_q16.hpp"
@@ -84,6 +87,12 @@ struct ForwardLimits {
 // (tokens × (embedding + ffn + heads) floats).
 inline constexpr std::uint32_t step_tokens_limit = 8192;
 
+// Whether the forward pass can run `model` under `limits`. Window layers (hparams.hpp) need
+// attention restricted to the last W tokens, which the KV does not do yet (docs/ENGINE.md, "Window
+// layers"): a window at least the run's context never masks anything, so such a model runs, exactly;
+// a smaller one is refused, naming the key, the layers and the --max-context that would run.
+Status check_runnable(const Model& model, const ForwardLimits& limits);
+
 class Forward {
  public:
   Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits);
@@ -105,43 +114,20 @@ class Forward {
  private:
   Status validate(std::span<const StepInput> inputs) const;
   void embed(std::span<const StepInput> inputs);
-  Status layer(std::uint32_t l, std::uint32_t n);
   void final_logits(std::span<const StepInput> inputs);
-  struct Product {
-    const MatrixView* w;
-    const float* x;  // n × w->cols
-    float* y;        // n × w->rows
-  };
-  // Every product's y = x · wᵀ, in one parallel region split by output rows.
-  // Products of one call share their x. Q4_1 and Q8_0 weights take the 16-bit
-  // activation path (matmul_q16.hpp: x quantised once per row, integer dots).
-  void matmul(std::uint32_t n, std::span<const Product> products);
-  // xq_ = x (n rows of `cols`) quantised to 16-bit blocks; split over the pool when n is large.
-  void quantize(const float* x, std::uint32_t cols, std::uint32_t n);
-  void rmsnorm(const float* x, const float* weight, float* out, std::uint32_t n) const noexcept;
-  void rope(float* vectors, std::uint32_t heads, std::uint32_t n) const noexcept;
 
   const Model& model_;
-  const ModelConfig& cfg_;
+  const HParams& cfg_;
   KvAccess& kv_;
-  ThreadPool& pool_;
   Isa isa_;
   ForwardLimits limits_;
   PhaseTimes times_;
+  std::uint32_t context_tokens_ = 0;       // positions the RoPE tables cover (ForwardLimits::context_tokens)
+  Blocks blocks_;                          // the activations and the shared layer blocks
 
-  // Activations, row-major, step_tokens_max rows each.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_;
-  std::vector<std::uint32_t> positions_;   // per token row
   std::vector<StepEntry> entries_;         // the runtime's view of the step
   std::vector<std::uint32_t> logit_rows_;  // per entry: row index into logits_, or UINT32_MAX
   std::vector<float> logits_;              // step_entries_max × vocab
-  std::vector<float> scratch_;             // per thread: the widest matrix row in fp32
-  std::size_t scratch_stride_ = 0;
-  std::vector<std::int16_t> xq_q_;         // step_tokens_max × the widest row: activations as 16-bit blocks
-  std::vector<float> xq_d_, xq_s_;         // their block scales and d × Σq
-  Q16Rows xq_;                              // views of the three above for the current product
-  std::uint32_t context_tokens_ = 0;        // positions the RoPE tables cover (ForwardLimits::context_tokens)
-  std::vector<float> rope_cos_, rope_sin_; // context_tokens_ × rope_dims / 2
   std::uint32_t logit_count_ = 0;
 };
 

@@ -123,6 +123,58 @@ TEST(Model, HyperParametersPastTheirLimitsAreRefusedBeforeAnythingIsSized) {
   expect_refused("llama.attention.layer_norm_rms_epsilon", f32(0.0f), "is 0");
 }
 
+// A tiny file of `arch` (llama's tensors) with `extra` keys added; it must be refused naming every
+// string in `named`.
+void expect_hparams_refused(const std::string& arch, const std::function<void(Builder&)>& extra,
+                            const std::vector<std::string>& named) {
+  Builder b = tiny_llama(arch);
+  extra(b);
+  Result<std::unique_ptr<Model>> model = load_bytes(b.build());
+  ASSERT_FALSE(model.ok()) << named[0] << " was accepted";
+  for (const std::string& n : named)
+    EXPECT_NE(model.error().message.find(n), std::string::npos) << "wanted '" << n << "' in: " << model.error().describe();
+}
+
+TEST(Model, WindowAndRopeKeysAreCheckedNamingTheKey) {
+  const std::string w = "gemma3.attention.sliding_window";
+  expect_hparams_refused("gemma3", [](Builder&) {}, {w});  // Gemma 3 needs its window
+  expect_hparams_refused("gemma3", [&](Builder& b) { b.u32(w, 0); }, {w, "is 0"});
+  expect_hparams_refused("gemma3", [&](Builder& b) { b.u32(w, 129); }, {w, "129", "context_length"});
+  expect_hparams_refused("llama", [](Builder& b) { b.u32("llama.attention.sliding_window", 4096); },
+                         {"llama.attention.sliding_window", "4096"});
+  expect_hparams_refused("gemma3",
+                         [&](Builder& b) {
+                           b.u32(w, 64);
+                           b.array<std::uint8_t>("gemma3.attention.sliding_window_pattern", gguf::ValueType::boolean, {1, 0, 1});
+                         },
+                         {"gemma3.attention.sliding_window_pattern", "3 entries", "block_count"});
+  expect_hparams_refused("gemma3",
+                         [&](Builder& b) {
+                           b.u32(w, 64);
+                           b.u32("gemma3.attention.sliding_window_pattern", 0);
+                         },
+                         {"gemma3.attention.sliding_window_pattern", "is 0"});
+  expect_hparams_refused("llama", [](Builder& b) { b.string("llama.rope.scaling.type", "yarn"); },
+                         {"llama.rope.scaling.type", "yarn"});
+  expect_hparams_refused("llama", [](Builder& b) { b.f32("llama.rope.scaling.factor", -4.0f); b.string("llama.rope.scaling.type", "linear"); },
+                         {"llama.rope.scaling.factor", "-4"});
+}
+
+TEST(Model, HeadCountsThatContradictTheTensorsNameBoth) {
+  // head_count 2 × key_length 16 = 32 rows, but attn_q has 64.
+  expect_hparams_refused("llama", [](Builder& b) { b.u32("llama.attention.key_length", 16); },
+                         {"llama.attention.head_count", "blk.0.attn_q.weight", "64 rows"});
+}
+
+TEST(Model, WindowLayersFollowThePattern) {
+  Builder b = tiny_llama("llama");
+  b.u32("llama.attention.sliding_window", 32);
+  Result<std::unique_ptr<Model>> model = load_bytes(b.build());
+  ASSERT_TRUE(model.ok()) << model.error().describe();
+  EXPECT_EQ((*model)->config().window_layers(), kLayers);  // Mistral-style: every layer
+  EXPECT_EQ((*model)->config().window, 32u);
+}
+
 TEST(Model, VocabularyMustMatchTokenEmbdRows) {
   Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama().build());
   ASSERT_TRUE(model.ok());

@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
-"""An independent reference forward pass of a Llama-architecture GGUF model.
+"""An independent reference forward pass of a GGUF model of the engine's architectures.
 
 Written with numpy and the `gguf` package only (which reads the file and
 dequantises every tensor type): it shares no code with the engine. It runs the
 whole prompt at once with full causal attention in float64 — no KV cache, no
-pages, no chunking — so it is as plain a statement of the model as possible:
+pages, no chunking — so it is as plain a statement of the model as possible,
+written from the architectures' definitions (llama.cpp's src/models/):
 
-    x = token_embd[tokens]
-    per layer: h = rmsnorm(x)*attn_norm; q,k,v = h@Wq.T, h@Wk.T, h@Wv.T
-               rope(q), rope(k): GGUF adjacent pairs (2i, 2i+1), angle pos*theta^(-2i/d)
-               softmax(q k^T / sqrt(d) + causal mask) v, kv head = q head // (q_heads/kv_heads)
-               x += attn@Wo.T; h = rmsnorm(x)*ffn_norm; x += (silu(h@Wg.T)*(h@Wu.T))@Wd.T
+    x = token_embd[tokens]                       (gemma3: × sqrt(embedding))
+    per layer: h = rmsnorm(x)*attn_norm; q,k,v = h@Wq.T (+bq), h@Wk.T (+bk), h@Wv.T (+bv)   qwen2: biases
+               qwen3, gemma3: q, k = rmsnorm per head * attn_{q,k}_norm
+               rope(q), rope(k): llama adjacent pairs (2i, 2i+1), qwen2/qwen3/gemma3 halves (i, i+d/2);
+                 angle = pos * freq_scale * theta^(-2i/d) / rope_freqs[i]
+               softmax(q k^T * scale + mask) v, kv head = q head // (q_heads/kv_heads),
+                 scale 1/sqrt(key_length); window layers mask keys older than the last W tokens
+               o = attn@Wo.T (gemma3: rmsnorm(o)*post_attention_norm); x += o
+               h = rmsnorm(x)*ffn_norm; f = (act(h@Wg.T)*(h@Wu.T))@Wd.T, act silu (gemma3: gelu tanh)
+               (gemma3: f = rmsnorm(f)*post_ffw_norm); x += f
     logits = rmsnorm(x)*output_norm @ (output or token_embd).T
+Gemma 3's window layers: l % 6 < 5 unless the file gives attention.sliding_window_pattern
+(a period, or one flag per layer); their RoPE base rope.freq_base_swa or 10,000.
 
 Usage:
   reference_forward.py --model M.gguf --tokens 1,2,3 --out logits.f32 [--positions last|all]
@@ -23,6 +31,7 @@ import sys
 
 try:
     import numpy as np
+    import gguf
     from gguf import GGUFReader
     from gguf.quants import dequantize
 except ImportError as exc:  # the ctest turns this into a skip with the reason
@@ -37,6 +46,8 @@ class Weights:
 
     def field(self, key):
         f = self.reader.fields[key]
+        if len(f.data) > 1 or f.types[0] == gguf.GGUFValueType.ARRAY:  # an array: every element
+            return [f.parts[i][0] for i in f.data]
         value = f.parts[f.data[0]]
         return value[0] if len(value) == 1 else value
 
@@ -53,50 +64,96 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, positions, theta, dims):
-    # x: [T, heads, head_dim]; rotate adjacent pairs of the first `dims` elements.
+def rope(x, positions, theta, dims, neox, freq_scale=1.0, factors=None):
+    # x: [T, heads, head_dim]; rotate pairs of the first `dims` elements.
     i = np.arange(dims // 2, dtype=np.float64)
-    freqs = theta ** (-2.0 * i / dims)
+    freqs = theta ** (-2.0 * i / dims) * freq_scale
+    if factors is not None:
+        freqs = freqs / factors
     angles = positions[:, None].astype(np.float64) * freqs[None, :]  # [T, dims/2]
     c = np.cos(angles)[:, None, :]
     s = np.sin(angles)[:, None, :]
     x = x.copy()
-    x0 = x[..., 0:dims:2].copy()
-    x1 = x[..., 1:dims:2].copy()
-    x[..., 0:dims:2] = x0 * c - x1 * s
-    x[..., 1:dims:2] = x0 * s + x1 * c
+    if neox:
+        a, b = slice(0, dims // 2), slice(dims // 2, dims)
+    else:
+        a, b = slice(0, dims, 2), slice(1, dims, 2)
+    x0 = x[..., a].copy()
+    x1 = x[..., b].copy()
+    x[..., a] = x0 * c - x1 * s
+    x[..., b] = x0 * s + x1 * c
     return x
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
 def forward(w, tokens):
     arch = bytes(w.field("general.architecture")).decode()
-    assert arch == "llama", arch
-    n_layers = int(w.field("llama.block_count"))
-    n_heads = int(w.field("llama.attention.head_count"))
-    n_kv = int(w.field("llama.attention.head_count_kv"))
-    eps = float(w.field("llama.attention.layer_norm_rms_epsilon"))
-    theta = float(w.field("llama.rope.freq_base"))
+    assert arch in ("llama", "qwen2", "qwen3", "gemma3"), arch
+    p = arch + "."
+
+    def opt(key, default):
+        return w.field(p + key) if (p + key) in w.reader.fields else default
+
+    n_layers = int(w.field(p + "block_count"))
+    n_heads = int(w.field(p + "attention.head_count"))
+    n_kv = int(opt("attention.head_count_kv", n_heads))
+    eps = float(opt("attention.layer_norm_rms_epsilon", 1e-5))
+    theta = float(opt("rope.freq_base", 10000.0))
     emb = w.get("token_embd.weight")  # [vocab, embedding]
     d_model = emb.shape[1]
-    head_dim = d_model // n_heads
-    rope_dims = int(w.field("llama.rope.dimension_count"))
+    head_dim = int(opt("attention.key_length", d_model // n_heads))
+    rope_dims = int(opt("rope.dimension_count", head_dim))
+    neox = arch != "llama"
+    freq_scale = 1.0
+    if bytes(opt("rope.scaling.type", b"none")).decode() == "linear":
+        freq_scale = 1.0 / float(opt("rope.scaling.factor", 1.0))
+    factors = w.get("rope_freqs.weight") if w.has("rope_freqs.weight") else None
+    window = int(opt("attention.sliding_window", 0))
+    local = [window > 0] * n_layers  # llama: a window, where set, on every layer
+    local_theta = theta
+    if arch == "gemma3":
+        pattern = opt("attention.sliding_window_pattern", 6)
+        if np.ndim(pattern) == 0:
+            local = [l % int(pattern) < int(pattern) - 1 for l in range(n_layers)]
+        else:
+            local = [bool(v) for v in pattern]
+        local_theta = float(opt("rope.freq_base_swa", 10000.0))
     group = n_heads // n_kv
     T = len(tokens)
     pos = np.arange(T)
     x = emb[np.array(tokens)]
-    mask = np.triu(np.full((T, T), -np.inf), k=1)
+    if arch == "gemma3":
+        x = x * np.sqrt(np.float32(d_model))
+    causal = np.triu(np.full((T, T), -np.inf), k=1)
+    windowed = causal + np.tril(np.full((T, T), -np.inf), k=-window) if window > 0 else causal
     for layer in range(n_layers):
-        p = f"blk.{layer}."
-        h = rmsnorm(x, w.get(p + "attn_norm.weight"), eps)
-        q = (h @ w.get(p + "attn_q.weight").T).reshape(T, n_heads, head_dim)
-        k = (h @ w.get(p + "attn_k.weight").T).reshape(T, n_kv, head_dim)
-        v = (h @ w.get(p + "attn_v.weight").T).reshape(T, n_kv, head_dim)
-        q = rope(q, pos, theta, rope_dims)
-        k = rope(k, pos, theta, rope_dims)
+        b = f"blk.{layer}."
+        h = rmsnorm(x, w.get(b + "attn_norm.weight"), eps)
+        q = h @ w.get(b + "attn_q.weight").T
+        k = h @ w.get(b + "attn_k.weight").T
+        v = h @ w.get(b + "attn_v.weight").T
+        if arch == "qwen2":
+            q, k, v = q + w.get(b + "attn_q.bias"), k + w.get(b + "attn_k.bias"), v + w.get(b + "attn_v.bias")
+        q = q.reshape(T, n_heads, head_dim)
+        k = k.reshape(T, n_kv, head_dim)
+        v = v.reshape(T, n_kv, head_dim)
+        if arch in ("qwen3", "gemma3"):
+            q = rmsnorm(q, w.get(b + "attn_q_norm.weight"), eps)
+            k = rmsnorm(k, w.get(b + "attn_k_norm.weight"), eps)
+        if local[layer] and arch == "gemma3":
+            q = rope(q, pos, local_theta, rope_dims, neox)
+            k = rope(k, pos, local_theta, rope_dims, neox)
+        else:
+            q = rope(q, pos, theta, rope_dims, neox, freq_scale, factors)
+            k = rope(k, pos, theta, rope_dims, neox, freq_scale, factors)
         # The engine stores K and V as f16: round them the same way (a property
         # of the storage format, not of the engine's code).
         k = k.astype(np.float16).astype(np.float64)
         v = v.astype(np.float16).astype(np.float64)
+        mask = windowed if local[layer] else causal
         out = np.empty((T, n_heads, head_dim))
         for hq in range(n_heads):
             hk = hq // group
@@ -104,11 +161,18 @@ def forward(w, tokens):
             scores = np.exp(scores - scores.max(axis=1, keepdims=True))
             scores /= scores.sum(axis=1, keepdims=True)
             out[:, hq, :] = scores @ v[:, hk, :]
-        x = x + out.reshape(T, d_model) @ w.get(p + "attn_output.weight").T
-        h = rmsnorm(x, w.get(p + "ffn_norm.weight"), eps)
-        g = h @ w.get(p + "ffn_gate.weight").T
-        u = h @ w.get(p + "ffn_up.weight").T
-        x = x + ((g / (1.0 + np.exp(-g))) * u) @ w.get(p + "ffn_down.weight").T
+        o = out.reshape(T, n_heads * head_dim) @ w.get(b + "attn_output.weight").T
+        if arch == "gemma3":
+            o = rmsnorm(o, w.get(b + "post_attention_norm.weight"), eps)
+        x = x + o
+        h = rmsnorm(x, w.get(b + "ffn_norm.weight"), eps)
+        g = h @ w.get(b + "ffn_gate.weight").T
+        u = h @ w.get(b + "ffn_up.weight").T
+        act = gelu_tanh(g) if arch == "gemma3" else g / (1.0 + np.exp(-g))
+        f = (act * u) @ w.get(b + "ffn_down.weight").T
+        if arch == "gemma3":
+            f = rmsnorm(f, w.get(b + "post_ffw_norm.weight"), eps)
+        x = x + f
     x = rmsnorm(x, w.get("output_norm.weight"), eps)
     out_w = w.get("output.weight") if w.has("output.weight") else emb
     return x @ out_w.T  # [T, vocab]

@@ -1,0 +1,240 @@
+// blocks.cpp — the shared layer blocks (see blocks.hpp).
+#include "engine/blocks.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "activekv/assert.hpp"
+#include "engine/forward.hpp"
+
+namespace activekv::engine {
+namespace {
+
+std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Adds the scope's duration to a PhaseTimes field.
+class Timed {
+ public:
+  explicit Timed(std::uint64_t& into) noexcept : into_(into), start_(now_ns()) {}
+  ~Timed() { into_ += now_ns() - start_; }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  std::uint64_t& into_;
+  std::uint64_t start_;
+};
+
+}  // namespace
+
+Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, std::uint32_t rows_max,
+               std::uint32_t rope_positions, PhaseTimes& times)
+    : model_(model), hp_(model.config()), kv_(kv), pool_(pool), isa_(isa), times_(times) {
+  const std::size_t n = rows_max;
+  const std::size_t qd = hp_.q_dim();
+  const std::size_t kvd = hp_.kv_dim();
+  x_.assign(n * hp_.embedding, 0.0f);
+  h_.assign(n * std::max<std::size_t>(hp_.embedding, qd), 0.0f);
+  q_.assign(n * qd, 0.0f);
+  k_.assign(n * kvd, 0.0f);
+  v_.assign(n * kvd, 0.0f);
+  attn_.assign(n * qd, 0.0f);
+  gate_.assign(n * hp_.ffn, 0.0f);
+  up_.assign(n * hp_.ffn, 0.0f);
+  positions_.assign(n, 0);
+  scratch_stride_ = std::max({hp_.embedding, hp_.ffn, static_cast<std::uint32_t>(qd)});
+  scratch_.assign(scratch_stride_ * pool.threads(), 0.0f);
+  xq_q_.assign(n * scratch_stride_, 0);
+  xq_d_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
+  xq_s_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
+  AK_ASSERT(!hp_.ropes.empty() && hp_.ropes.size() <= rope_tables_max, "blocks: 1 or 2 RoPE tables");
+  rope_positions_ = rope_positions;
+  for (std::uint32_t t = 0; t < hp_.ropes.size(); ++t) build_rope_table(hp_.ropes[t], t);
+}
+
+// RoPE angles, computed in double once: angle_i(pos) = pos × freq_scale × base^(−2i/rope_dims) / factor_i.
+// One row per position the run can reach: the run's context, never more than the model's.
+void Blocks::build_rope_table(const RopeSpec& spec, std::uint32_t table) {
+  const std::size_t pairs = hp_.rope_dims / 2;
+  std::vector<float>& cos_table = rope_cos_[table];
+  std::vector<float>& sin_table = rope_sin_[table];
+  cos_table.assign(std::size_t{rope_positions_} * pairs, 0.0f);
+  sin_table.assign(std::size_t{rope_positions_} * pairs, 0.0f);
+  std::vector<double> freqs(pairs);
+  for (std::size_t i = 0; i < pairs; ++i)
+    freqs[i] = std::pow(static_cast<double>(spec.theta), -2.0 * static_cast<double>(i) / hp_.rope_dims);
+  if (spec.freq_factors) {
+    AK_ASSERT(model_.rope_freqs() != nullptr, "blocks: frequency factors without rope_freqs.weight");
+    for (std::size_t i = 0; i < pairs; ++i) freqs[i] /= static_cast<double>(model_.rope_freqs()[i]);
+  }
+  for (std::size_t i = 0; i < pairs; ++i) freqs[i] *= static_cast<double>(spec.freq_scale);
+  for (std::size_t pos = 0; pos < rope_positions_; ++pos) {
+    for (std::size_t i = 0; i < pairs; ++i) {
+      const double angle = static_cast<double>(pos) * freqs[i];
+      cos_table[pos * pairs + i] = static_cast<float>(std::cos(angle));
+      sin_table[pos * pairs + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void Blocks::set_rows(std::uint32_t rows) noexcept {
+  AK_ASSERT(rows <= positions_.size(), "blocks: more rows than the buffers hold");
+  rows_ = rows;
+}
+
+void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n) {
+  xq_ = Q16Rows{xq_q_.data(), xq_d_.data(), xq_s_.data(), cols, n};
+  constexpr std::uint32_t rows_per_chunk = 32;  // below this a region's wake-up costs more than it saves
+  if (n < 2 * rows_per_chunk) {
+    quantize_rows_q16(isa_, x, cols, xq_, 0, n);
+    return;
+  }
+  struct Ctx {
+    Blocks* self;
+    const float* x;
+    std::uint32_t cols;
+    std::uint32_t n;
+  } ctx{this, x, cols, n};
+  // Each row's bytes depend on that row alone, so the split does not change them.
+  pool_.run_chunks(
+      [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
+        const Ctx& q = *static_cast<const Ctx*>(c);
+        const std::size_t begin = std::uint64_t{q.n} * index / count;
+        const std::size_t end = std::uint64_t{q.n} * (index + 1) / count;
+        quantize_rows_q16(q.self->isa_, q.x, q.cols, q.self->xq_, begin, end);
+      },
+      &ctx, std::min<std::uint32_t>(n / rows_per_chunk, 4 * pool_.threads()));
+}
+
+void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
+  Timed timed(times_.matmul_ns);
+  bool quantised = true;
+  for (const Product& p : products)
+    quantised = quantised && q16_supported(p.w->type, p.w->cols) && p.x == products[0].x &&
+                p.w->cols == products[0].w->cols;
+  if (quantised) quantize(products[0].x, products[0].w->cols, n);
+  struct Ctx {
+    Blocks* self;
+    std::span<const Product> products;
+    std::uint32_t n;
+    std::uint32_t rows_total;
+    bool quantised;
+  } ctx{this, products, n, 0, quantised};
+  for (const Product& p : products) ctx.rows_total += p.w->rows;
+  // Chunks of rows claimed by whichever thread is free (a descheduled thread
+  // holds up one chunk, not half the product). A row's arithmetic does not
+  // depend on its chunk or thread, so neither do the outputs.
+  const std::uint32_t chunks = std::min<std::uint32_t>(ctx.rows_total / 64 + 1, 8 * pool_.threads());
+  pool_.run_chunks(
+      [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t thread) {
+        const Ctx& x = *static_cast<const Ctx*>(c);
+        const std::uint32_t begin = static_cast<std::uint32_t>(std::uint64_t{x.rows_total} * index / count);
+        const std::uint32_t end = static_cast<std::uint32_t>(std::uint64_t{x.rows_total} * (index + 1) / count);
+        float* scratch = x.self->scratch_.data() + thread * x.self->scratch_stride_;
+        std::uint32_t offset = 0;  // first row of the current product in the concatenated row space
+        for (const Product& p : x.products) {
+          const std::uint32_t lo = std::max(begin, offset);
+          const std::uint32_t hi = std::min(end, offset + p.w->rows);
+          if (lo < hi && x.quantised) {
+            matmul_rows_q16(x.self->isa_, *p.w, x.self->xq_, p.y, p.w->rows, lo - offset, hi - offset, scratch);
+          } else if (lo < hi) {
+            matmul_rows(x.self->isa_, *p.w, p.x, p.w->cols, x.n, p.y, p.w->rows, lo - offset, hi - offset, scratch);
+          }
+          offset += p.w->rows;
+        }
+      },
+      &ctx, chunks);
+}
+
+void Blocks::norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count) {
+  Timed timed(times_.other_ns);
+  for (std::uint32_t r = 0; r < count; ++r) {
+    const float* xr = in + std::size_t{r} * width;
+    float* o = out + std::size_t{r} * width;
+    float sum = 0.0f;
+    for (std::uint32_t i = 0; i < width; ++i) sum += xr[i] * xr[i];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + hp_.rms_epsilon);
+    for (std::uint32_t i = 0; i < width; ++i) o[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void Blocks::add_bias(float* y, const float* bias, std::uint32_t width) {
+  Timed timed(times_.other_ns);
+  for (std::uint32_t r = 0; r < rows_; ++r) {
+    float* yr = y + std::size_t{r} * width;
+    for (std::uint32_t i = 0; i < width; ++i) yr[i] += bias[i];
+  }
+}
+
+void Blocks::rope(float* vectors, std::uint32_t heads, std::uint32_t layer) {
+  Timed timed(times_.other_ns);
+  const std::uint32_t table = hp_.layer[layer].rope;
+  const std::uint32_t pairs = hp_.rope_dims / 2;
+  // Normal order rotates (2i, 2i+1), NeoX order (i, i + pairs).
+  const bool neox = hp_.arch->rope_order == RopeOrder::neox;
+  const std::uint32_t step = neox ? 1 : 2;
+  const std::uint32_t other = neox ? pairs : 1;
+  for (std::uint32_t r = 0; r < rows_; ++r) {
+    AK_ASSERT(positions_[r] < rope_positions_, "blocks: a position past the RoPE tables");
+    const float* c = rope_cos_[table].data() + std::size_t{positions_[r]} * pairs;
+    const float* s = rope_sin_[table].data() + std::size_t{positions_[r]} * pairs;
+    for (std::uint32_t h = 0; h < heads; ++h) {
+      float* v = vectors + (std::size_t{r} * heads + h) * hp_.head_dim;
+      for (std::uint32_t i = 0; i < pairs; ++i) {
+        const float x0 = v[step * i];
+        const float x1 = v[step * i + other];
+        v[step * i] = x0 * c[i] - x1 * s[i];
+        v[step * i + other] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+void Blocks::scale(float* values, std::size_t count, float s) {
+  Timed timed(times_.other_ns);
+  for (std::size_t i = 0; i < count; ++i) values[i] *= s;
+}
+
+Status Blocks::attention(std::uint32_t layer) {
+  if (hp_.query_scale != 1.0f) scale(q_.data(), std::size_t{rows_} * hp_.q_dim(), hp_.query_scale);
+  {
+    Timed timed(times_.copies_ns);
+    if (Status written = kv_.write_kv(layer, k_.data(), v_.data()); !written) return written;
+  }
+  Timed timed(times_.attention_ns);
+  pool_.park();  // attention runs on the KV backend's threads: the pool's workers sleep meanwhile
+  return kv_.attend(layer, q_.data(), attn_.data());
+}
+
+void Blocks::activate(FfnKind kind) {
+  Timed timed(times_.other_ns);
+  const std::size_t count = std::size_t{rows_} * hp_.ffn;
+  switch (kind) {
+    case FfnKind::swiglu:
+      for (std::size_t i = 0; i < count; ++i) {
+        const float g = gate_[i];
+        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+      }
+      return;
+    case FfnKind::geglu_tanh: {
+      constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+      for (std::size_t i = 0; i < count; ++i) {
+        const float g = gate_[i];
+        gate_[i] = 0.5f * g * (1.0f + std::tanh(sqrt_2_over_pi * g * (1.0f + 0.044715f * g * g))) * up_[i];
+      }
+      return;
+    }
+  }
+}
+
+void Blocks::add(float* x, const float* y, std::uint32_t width) {
+  Timed timed(times_.other_ns);
+  const std::size_t count = std::size_t{rows_} * width;
+  for (std::size_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+}  // namespace activekv::engine

@@ -1,0 +1,108 @@
+// blocks.hpp — the shared pieces every architecture's layer is built from.
+//
+// A layer builder (src/engine/models/) is a short composition of these
+// blocks over the step's activation buffers, as llama.cpp's builders compose
+// build_norm / build_attn / build_ffn:
+//
+//   norm(in, weight, out, width, count)     RMS norm of `count` vectors of `width` (rows, or heads)
+//   matmul(products)                        y = x · wᵀ for up to three weights sharing x
+//   add_bias(y, bias, width)                y[r] += bias for each row
+//   rope(vectors, heads, layer)             the layer's RoPE table, the architecture's pair order
+//   scale(v, count, s)                      v *= s
+//   attention(layer)                        k, v into the KV; attn = softmax(q kᵀ) v, through the KV
+//   activate(kind)                          gate = act(gate) ⊙ up (SwiGLU, GELU(tanh)-gated)
+//   add(x, y, width)                        x += y for each row (the residual)
+//
+// What it owns: every activation buffer and the RoPE tables, sized at
+// construction for step_tokens_max rows (forward.hpp), so no block allocates
+// (invariant 7). Each block times itself into the forward pass's PhaseTimes.
+// The arithmetic of a row never depends on the other rows of the step or on
+// the thread that computes it, so neither does any output bit.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/arch.hpp"
+#include "engine/kv_access.hpp"
+#include "engine/matmul.hpp"
+#include "engine/matmul_q16.hpp"
+#include "engine/model.hpp"
+#include "engine/thread_pool.hpp"
+
+namespace activekv::engine {
+
+struct PhaseTimes;
+
+class Blocks {
+ public:
+  struct Product {
+    const MatrixView* w;
+    const float* x;  // rows × w->cols
+    float* y;        // rows × w->rows
+  };
+
+  // rope_positions: positions the RoPE tables cover (the run's context).
+  Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, std::uint32_t rows_max,
+         std::uint32_t rope_positions, PhaseTimes& times);
+
+  const HParams& hp() const noexcept { return hp_; }
+  const LayerWeights& weights(std::uint32_t layer) const noexcept { return model_.layer(layer); }
+  // The step's token rows and their positions (set by the forward pass before the layers run).
+  std::uint32_t rows() const noexcept { return rows_; }
+  void set_rows(std::uint32_t rows) noexcept;
+  std::uint32_t* positions() noexcept { return positions_.data(); }
+
+  // Buffers, row-major, rows() rows each (widths in elements):
+  float* x() noexcept { return x_.data(); }        // embedding: the residual stream
+  float* h() noexcept { return h_.data(); }        // max(embedding, q_dim): norm outputs, projections
+  float* q() noexcept { return q_.data(); }        // q_dim
+  float* k() noexcept { return k_.data(); }        // kv_dim
+  float* v() noexcept { return v_.data(); }        // kv_dim
+  float* attn() noexcept { return attn_.data(); }  // q_dim: the attention output
+  float* gate() noexcept { return gate_.data(); }  // ffn
+  float* up() noexcept { return up_.data(); }      // ffn
+
+  void norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count);
+  // Every product's y = x · wᵀ over `rows` rows, in one parallel region split by output rows.
+  // Products of one call share their x. Q4_1 and Q8_0 weights take the 16-bit activation path
+  // (matmul_q16.hpp: x quantised once per row, integer dots).
+  void matmul(std::uint32_t rows, std::span<const Product> products);
+  void matmul(std::span<const Product> products) { matmul(rows_, products); }
+  void add_bias(float* y, const float* bias, std::uint32_t width);
+  void rope(float* vectors, std::uint32_t heads, std::uint32_t layer);
+  void scale(float* values, std::size_t count, float s);
+  // The layer's attention through the KV: write_kv(k, v), then attend(q) into attn(). The KV's
+  // kernel scales scores by 1 / sqrt(head_dim); q is first scaled by hp().query_scale where the
+  // model's softmax scale differs. A window layer's range is the KV's (its runtime settings).
+  Status attention(std::uint32_t layer);
+  void activate(FfnKind kind);
+  void add(float* x, const float* y, std::uint32_t width);
+
+ private:
+  // xq_ = x (n rows of `cols`) quantised to 16-bit blocks; split over the pool when n is large.
+  void quantize(const float* x, std::uint32_t cols, std::uint32_t n);
+  void build_rope_table(const RopeSpec& spec, std::uint32_t table);
+
+  const Model& model_;
+  const HParams& hp_;
+  KvAccess& kv_;
+  ThreadPool& pool_;
+  Isa isa_;
+  PhaseTimes& times_;
+  std::uint32_t rows_ = 0;
+
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_;
+  std::vector<std::uint32_t> positions_;   // per token row
+  std::vector<float> scratch_;             // per thread: the widest matrix row in fp32
+  std::size_t scratch_stride_ = 0;
+  std::vector<std::int16_t> xq_q_;         // rows_max × the widest row: activations as 16-bit blocks
+  std::vector<float> xq_d_, xq_s_;         // their block scales and d × Σq
+  Q16Rows xq_;                             // views of the three above for the current product
+  std::uint32_t rope_positions_ = 0;
+  // Per table (HParams::ropes): rope_positions_ × rope_dims / 2 angles' cosines and sines.
+  std::vector<float> rope_cos_[rope_tables_max], rope_sin_[rope_tables_max];
+};
+
+}  // namespace activekv::engine

@@ -1,0 +1,44 @@
+// gemma3.cpp — the Gemma 3 layer: norms around both sublayers, per-head Q/K norms, GELU-gated FFN.
+//
+//   h = rmsnorm(x) ⊙ attn_norm
+//   q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ
+//   q_h = rmsnorm(q_h) ⊙ q_norm, k_h = rmsnorm(k_h) ⊙ k_norm  per head
+//   rope(q, k)      halves; window layers base rope.freq_base_swa (10,000), full layers the file's base
+//   x += rmsnorm(attention(q, k, v)·Woᵀ) ⊙ post_attention_norm   window layers see the last W tokens;
+//                                                                softmax scale from the head size (hparams.hpp)
+//   h = rmsnorm(x) ⊙ ffn_norm
+//   x += rmsnorm((gelu_tanh(h·Wgateᵀ) ⊙ h·Wupᵀ)·Wdownᵀ) ⊙ post_ffw_norm
+// The embeddings were scaled by sqrt(embedding) (forward.cpp). Norm weights are used as the file
+// stores them: the converter already added Gemma's 1 to each (x · (1 + w) becomes x · w').
+#include "engine/blocks.hpp"
+#include "engine/models/models.hpp"
+
+namespace activekv::engine::models {
+
+Status gemma3_layer(Blocks& b, std::uint32_t l) {
+  const LayerWeights& w = b.weights(l);
+  const HParams& hp = b.hp();
+  b.norm(b.x(), w.attn_norm, b.h(), hp.embedding, b.rows());
+  const Blocks::Product qkv[] = {{&w.q, b.h(), b.q()}, {&w.k, b.h(), b.k()}, {&w.v, b.h(), b.v()}};
+  b.matmul(qkv);
+  b.norm(b.q(), w.q_norm, b.q(), hp.head_dim, b.rows() * hp.q_heads);
+  b.norm(b.k(), w.k_norm, b.k(), hp.head_dim, b.rows() * hp.kv_heads);
+  b.rope(b.q(), hp.q_heads, l);
+  b.rope(b.k(), hp.kv_heads, l);
+  if (Status s = b.attention(l); !s) return s;
+  const Blocks::Product o[] = {{&w.o, b.attn(), b.h()}};
+  b.matmul(o);
+  b.norm(b.h(), w.post_attn_norm, b.h(), hp.embedding, b.rows());
+  b.add(b.x(), b.h(), hp.embedding);
+  b.norm(b.x(), w.ffn_norm, b.h(), hp.embedding, b.rows());
+  const Blocks::Product gate_up[] = {{&w.gate, b.h(), b.gate()}, {&w.up, b.h(), b.up()}};
+  b.matmul(gate_up);
+  b.activate(FfnKind::geglu_tanh);
+  const Blocks::Product down[] = {{&w.down, b.gate(), b.h()}};
+  b.matmul(down);
+  b.norm(b.h(), w.post_ffn_norm, b.h(), hp.embedding, b.rows());
+  b.add(b.x(), b.h(), hp.embedding);
+  return Status::success();
+}
+
+}  // namespace activekv::engine::models
