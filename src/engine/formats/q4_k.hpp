@@ -39,23 +39,21 @@ struct QK4 {
     }
   }
 #if defined(__AVX2__)
+  // The bit work on all 32 bytes at once (a 16-bit shift of masked bytes never crosses a byte), then the two
+  // halves widened to int16.
   static inline void unpack(const std::uint8_t* row, std::size_t k, __m256i* w) {
     const Block& b = block_at<Block>(row, k / 8);
     const int s = static_cast<int>(k % 8);
-    const std::uint8_t* q = b.qs + 32 * (s / 2);
-    const __m128i nibble_shift = _mm_cvtsi32_si128(4 * (s % 2));
-    const __m256i low4 = _mm256_set1_epi16(0x0F);
-    w[0] = _mm256_and_si256(_mm256_srl_epi16(widen16(q), nibble_shift), low4);
-    w[1] = _mm256_and_si256(_mm256_srl_epi16(widen16(q + 16), nibble_shift), low4);
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (s / 2)));
+    __m256i q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (s % 2))), _mm256_set1_epi8(0x0F));
     if constexpr (Fifth) {
-      // Bit s of qh[l], moved to bit 4: (qh >> s) & 1, << 4.
-      const __m128i bit_shift = _mm_cvtsi32_si128(s);
-      const __m256i one = _mm256_set1_epi16(1);
-      const __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(widen16(b.qh), bit_shift), one);
-      const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(widen16(b.qh + 16), bit_shift), one);
-      w[0] = _mm256_or_si256(w[0], _mm256_slli_epi16(h0, 4));
-      w[1] = _mm256_or_si256(w[1], _mm256_slli_epi16(h1, 4));
+      // Bit s of qh[l], moved to bit 4.
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+      const __m256i h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(s)), _mm256_set1_epi8(0x01));
+      q = _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
     }
+    w[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q));
+    w[1] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(q, 1));
   }
 #endif
 };
