@@ -18,6 +18,7 @@ Usage: python3 tests/reference/make_random_llama.py OUT.gguf --mix Q4_K_M
            [--heads 16] [--kv-heads 4] [--seed 1]
 """
 import argparse
+import os
 import subprocess
 
 import numpy as np
@@ -83,7 +84,9 @@ def main():
     p.add_argument("--context", type=int, default=8192)
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
-    vocab_from = a.vocab_from or subprocess.check_output(["scripts/find-model.sh"], text=True).strip()
+    here = os.path.dirname(os.path.abspath(__file__))
+    find_model = os.path.join(here, "..", "..", "scripts", "find-model.sh")
+    vocab_from = a.vocab_from or subprocess.check_output([find_model], text=True).strip()
     rng = np.random.default_rng(a.seed)
     head_dim = a.embedding // a.heads
     w = GGUFWriter(a.output, "llama")
