@@ -21,7 +21,7 @@
 // Every path is compared with the portable one in matmul_test.cpp.
 // The forward pass computes the products of every type q16_supported() names
 // on the 16-bit-activation path instead (matmul_q16.hpp); this one serves
-// F32, F16, BF16 and Q2_K.
+// F32, F16 and BF16.
 #pragma once
 
 #include <cstddef>

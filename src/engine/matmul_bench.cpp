@@ -2,7 +2,7 @@
 // one Q4_1 and one Q8_0 matrix of the default model's shapes, batch 1 (decode)
 // and 64 (prefill chunk), every available instruction set, one thread; the
 // 16-bit-activation path (matmul_q16.hpp) for every format it reads, and its
-// quantisation likewise; Q2_K on the fp32 path (its only path).
+// quantisation likewise.
 // Counters: weight bytes/s (the decode limit is memory) and GFLOP/s.
 #include <benchmark/benchmark.h>
 
@@ -122,7 +122,7 @@ BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_avx2, GgmlType::q4_k, Isa::avx2)->Arg(1)->
 BENCHMARK_CAPTURE(BM_matmul_q16, q5_k_avx2, GgmlType::q5_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q6_k_avx2, GgmlType::q6_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_portable, GgmlType::q4_k, Isa::portable)->Arg(1);
-BENCHMARK_CAPTURE(BM_matmul, q2_k_avx2, GgmlType::q2_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q2_k_avx2, GgmlType::q2_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_quantize_q16, avx2, Isa::avx2);
 BENCHMARK_CAPTURE(BM_quantize_q16, portable, Isa::portable);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(64);

@@ -74,6 +74,16 @@ void matmul_portable_format(const detail::Q16Args& a) noexcept {
           for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) partial += u[e] * qx[k * q16_block + e];
           acc[j] = std::fma(static_cast<float>(partial), scale, acc[j]);
         }
+        if constexpr (formats::GroupMins<F>) {
+          int m[2];
+          F::group_mins(row, k, m);
+          const float scale_min = mw[k] * dx[k];
+          for (int j = 0; j < 8; ++j) {
+            int partial = 0;
+            for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) partial += m[e / 16] * qx[k * q16_block + e];
+            acc[j] = std::fma(static_cast<float>(partial), scale_min, acc[j]);
+          }
+        }
       }
       float sum = sum8(acc);
       if constexpr (F::has_min) {

@@ -1,6 +1,6 @@
 // matmul_q16.hpp — quantised weight matrix × activations quantised to 16-bit
 // integers in blocks, with integer dot products. The prefill and decode path
-// for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K and Q6_K weights; each
+// for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights; each
 // format (formats/*.hpp) gives a 32-element block's integers u and factors
 // dw (and mw), and the kernels below own every fp32 operation.
 //
@@ -21,6 +21,7 @@
 //
 //   with a minimum (Q4_1, Q5_1, Q4_K, Q5_K: w = dw × u + mw):  dw·d × Σ u·q   +   mw × s
 //   without (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K: w = dw × u):         dw·d × Σ u·q
+//   Q2_K (a minimum m per 16 elements, w = dw × u + mw × m):     dw·d × Σ u·q   +   mw·d × Σ m·q
 //
 // The integer sums are exact. A lane's partial sum (four products) is below
 // 2^24, so exact in fp32 too, for every format but Q3_K and Q6_K, whose
@@ -30,7 +31,8 @@
 // every batch size, tile or thread split:
 //   - Σ u·q is kept as 8 partial sums, lane j over elements 2j, 2j+1, 16+2j, 17+2j
 //     (vpmaddwd's pairs in the two halves of the block);
-//   - lane j accumulates fma(float(partial_j), dw·d, acc_j) over k in order;
+//   - lane j accumulates fma(float(partial_j), dw·d, acc_j) over k in order
+//     (Q2_K: then, for the same k, fma(float(Σ m·q partial_j), mw·d, acc_j));
 //   - the 8 lanes are added as ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7));
 //   - the minimums' Σ mw × s: lanes j over k = 8c + j for whole groups of 8 blocks
 //     (fma in order of c), added as above, then the remaining blocks one by

@@ -50,6 +50,9 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, std::uint32_t r0,
   for (std::size_t k = 0; k < nb; ++k) {
     __m256i wq[R][2];
     for (int r = 0; r < R; ++r) T::unpack(rows[r], k, wq[r]);
+    [[maybe_unused]] __m256i wm[R][2];
+    if constexpr (formats::GroupMins<T>)
+      for (int r = 0; r < R; ++r) T::unpack_mins(rows[r], k, wm[r]);
     for (int v = 0; v < V; ++v) {
       const auto* xk = reinterpret_cast<const __m256i*>(qx[v] + k * q16_block);
       const __m256i x0 = _mm256_loadu_si256(xk);
@@ -59,6 +62,11 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, std::uint32_t r0,
         const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(wq[r][0], x0), _mm256_madd_epi16(wq[r][1], x1));
         const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(dw + r * nb + k), vdx);
         acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[r][v]);
+        if constexpr (formats::GroupMins<T>) {
+          const __m256i pm = _mm256_add_epi32(_mm256_madd_epi16(wm[r][0], x0), _mm256_madd_epi16(wm[r][1], x1));
+          const __m256 scale_min = _mm256_mul_ps(_mm256_broadcast_ss(mw + r * nb + k), vdx);
+          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), scale_min, acc[r][v]);
+        }
       }
     }
   }

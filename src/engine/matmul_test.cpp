@@ -22,7 +22,7 @@ constexpr GgmlType kTypes[] = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, G
                                GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 // The types the 16-bit-activation path reads (formats/all.hpp).
 constexpr GgmlType kQ16Types[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0,
-                                  GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+                                  GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 // Random bytes with every f16 scale field replaced by a small finite value, so
 // no block decodes to inf or NaN.
@@ -281,7 +281,6 @@ TEST(MatmulQ16, SupportedTypes) {
   for (GgmlType type : kQ16Types) EXPECT_TRUE(q16_supported(type, 512)) << gguf::ggml_type_traits(type).name;
   EXPECT_TRUE(q16_supported(GgmlType::q4_1, 576));
   EXPECT_FALSE(q16_supported(GgmlType::q4_k, 576));  // not a whole number of super-blocks
-  EXPECT_FALSE(q16_supported(GgmlType::q2_k, 512));  // the fp32 path
   EXPECT_FALSE(q16_supported(GgmlType::f16, 512));
   EXPECT_FALSE(q16_supported(GgmlType::f32, 576));
   EXPECT_FALSE(q16_supported(GgmlType::q4_1, 0));

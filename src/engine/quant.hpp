@@ -3,8 +3,8 @@
 //
 // The fp32 path: a weight row is dequantised (in registers on the SIMD paths,
 // here element by element) and multiplied with fp32 activations, so the only
-// rounding beyond fp32 arithmetic is the file's own. The quantised types but
-// Q2_K take the 16-bit-activation path instead (matmul_q16.hpp), whose added rounding is
+// rounding beyond fp32 arithmetic is the file's own. The quantised types take
+// the 16-bit-activation path instead (matmul_q16.hpp), whose added rounding is
 // at most max|x| / 65534 per value; the logits are still compared with a numpy
 // reference to the same tight tolerance (tests/reference).
 //

@@ -112,7 +112,8 @@ TEST(Reference, LogitsMatchTheIndependentPythonForward) {
 // tiny vocabulary) per quantisation mix, written by make_random_llama.py, against the same reference. The
 // tolerance is the default model's, relative: 0.02 on logits of about 20 is 1e-3 of the largest logit.
 // Measured (the inputs are fixed, so the figures are too): 9.1e-4 of it at worst (Q4_K_M, position 4),
-// 4.7e-4 Q8_0, 4.1e-4 Q2_K, the other mixes below 2e-4; a format read wrongly moves logits by whole units.
+// 4.7e-4 Q8_0, 4.1e-4 Q3_K, 3.5e-4 Q5_K_M, the others below 2e-4; a format read wrongly moves logits by
+// whole units.
 TEST(Reference, EveryWeightFormatMatchesTheIndependentPythonForward) {
   const std::string vocab = ::testing::TempDir() + "tiny_vocab.gguf";
   const std::string write_vocab = "python3 " ACTIVEKV_REFERENCE_DIR "/../hostile/tiny_model.py '" + vocab + "' > /dev/null";
