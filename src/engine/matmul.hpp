@@ -16,11 +16,12 @@
 //           16 lanes; tiles of 4 rows × 4 vectors
 //   avx2    the same with 8 lanes (needs AVX2, FMA, F16C), groups of 4 vectors
 //   portable dequantise the row once into scratch, then plain fp32 dots
-// Other types (BF16, Q5_0, Q5_1, Q4_K, Q6_K) take the scratch route on every
+// Other types (BF16, Q5_0, Q5_1, Q2_K ... Q6_K) take the scratch route on every
 // instruction set, with a SIMD dot over the dequantised row.
 // Every path is compared with the portable one in matmul_test.cpp.
-// The forward pass computes Q4_1 and Q8_0 products on the 16-bit-activation
-// path instead (matmul_q16.hpp); this one serves the other types.
+// The forward pass computes the products of every type q16_supported() names
+// on the 16-bit-activation path instead (matmul_q16.hpp); this one serves
+// F32, F16 and BF16.
 #pragma once
 
 #include <cstddef>

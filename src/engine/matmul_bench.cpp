@@ -1,7 +1,8 @@
 // matmul_bench.cpp — the quantised matrix products alone (Google Benchmark):
 // one Q4_1 and one Q8_0 matrix of the default model's shapes, batch 1 (decode)
 // and 64 (prefill chunk), every available instruction set, one thread; the
-// 16-bit-activation path (matmul_q16.hpp) and its quantisation likewise.
+// 16-bit-activation path (matmul_q16.hpp) for every format it reads, and its
+// quantisation likewise.
 // Counters: weight bytes/s (the decode limit is memory) and GFLOP/s.
 #include <benchmark/benchmark.h>
 
@@ -15,12 +16,25 @@
 namespace activekv::engine {
 namespace {
 
+// Byte offsets of a block's f16 scale fields: set to 1.0 so every value is finite and no fp32 product is
+// subnormal (which some CPUs compute slowly).
+std::vector<std::size_t> scale_offsets(GgmlType type) {
+  switch (type) {
+    case GgmlType::q4_1: case GgmlType::q5_1: case GgmlType::q4_k: case GgmlType::q5_k: return {0, 2};
+    case GgmlType::q6_k: return {208};
+    case GgmlType::q3_k: return {108};
+    case GgmlType::q2_k: return {80, 82};
+    default: return {0};
+  }
+}
+
 void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
   if (!isa_available(isa)) {
     state.SkipWithError("instruction set not available");
     return;
   }
-  const std::uint32_t cols = 576, rows = 1536;
+  const bool k_type = gguf::ggml_type_traits(type).block_elements == 256;
+  const std::uint32_t cols = k_type ? 1536 : 576, rows = k_type ? 576 : 1536;
   const std::size_t batch = static_cast<std::size_t>(state.range(0));
   const std::size_t row_bytes = quant_row_bytes(type, cols);
   std::vector<std::uint8_t> w(rows * row_bytes);
@@ -28,8 +42,10 @@ void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
   for (auto& b : w) b = static_cast<std::uint8_t>(rng());
   const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
   for (std::size_t k = 0; k < w.size(); k += block_bytes) {
-    const std::uint16_t half_one = 0x3c00;  // scales of 1.0: finite values
-    std::memcpy(&w[k], &half_one, 2);
+    for (const std::size_t offset : scale_offsets(type)) {
+      const std::uint16_t half_one = 0x3c00;  // scales of 1.0: finite values
+      std::memcpy(&w[k + offset], &half_one, 2);
+    }
   }
   const MatrixView m{type, w.data(), cols, rows, row_bytes};
   std::vector<float> x(batch * cols, 0.5f), y(batch * rows), scratch(cols);
@@ -43,12 +59,15 @@ void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
 
 // The 16-bit-activation path: the product alone (the activations quantised once, outside the loop) and the
 // quantisation alone.
+// Shapes: the default model's 576 × 1536 matrix for the 32-element types; 1536 × 576 (the same size, its
+// ffn_down) for the K types, whose rows must be whole 256-element super-blocks.
 void BM_matmul_q16(benchmark::State& state, GgmlType type, Isa isa) {
   if (!isa_available(isa)) {
     state.SkipWithError("instruction set not available");
     return;
   }
-  const std::uint32_t cols = 576, rows = 1536;
+  const bool k_type = gguf::ggml_type_traits(type).block_elements == 256;
+  const std::uint32_t cols = k_type ? 1536 : 576, rows = k_type ? 576 : 1536;
   const std::size_t batch = static_cast<std::size_t>(state.range(0));
   const std::size_t row_bytes = quant_row_bytes(type, cols);
   std::vector<std::uint8_t> w(rows * row_bytes);
@@ -56,8 +75,10 @@ void BM_matmul_q16(benchmark::State& state, GgmlType type, Isa isa) {
   for (auto& b : w) b = static_cast<std::uint8_t>(rng());
   const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
   for (std::size_t k = 0; k < w.size(); k += block_bytes) {
-    const std::uint16_t half_one = 0x3c00;
-    std::memcpy(&w[k], &half_one, 2);
+    for (const std::size_t offset : scale_offsets(type)) {
+      const std::uint16_t half_one = 0x3c00;
+      std::memcpy(&w[k + offset], &half_one, 2);
+    }
   }
   const MatrixView m{type, w.data(), cols, rows, row_bytes};
   std::vector<float> x(batch * cols, 0.5f), y(batch * rows), scratch(cols);
@@ -93,6 +114,15 @@ void BM_quantize_q16(benchmark::State& state, Isa isa) {
 
 BENCHMARK_CAPTURE(BM_matmul_q16, q4_1_avx2, GgmlType::q4_1, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q8_0_avx2, GgmlType::q8_0, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_0_avx2, GgmlType::q4_0, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q5_0_avx2, GgmlType::q5_0, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q5_1_avx2, GgmlType::q5_1, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q3_k_avx2, GgmlType::q3_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_avx2, GgmlType::q4_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q5_k_avx2, GgmlType::q5_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q6_k_avx2, GgmlType::q6_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_portable, GgmlType::q4_k, Isa::portable)->Arg(1);
+BENCHMARK_CAPTURE(BM_matmul_q16, q2_k_avx2, GgmlType::q2_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_quantize_q16, avx2, Isa::avx2);
 BENCHMARK_CAPTURE(BM_quantize_q16, portable, Isa::portable);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(64);

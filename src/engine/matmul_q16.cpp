@@ -1,12 +1,14 @@
 // matmul_q16.cpp — the 16-bit-activation path's dispatch and its portable
-// version, written element by element in the fixed order matmul_q16.hpp states;
-// the AVX2 file (matmul_q16_avx2.cpp) must give the same bits.
+// version, written element by element in the fixed order matmul_q16.hpp states,
+// for every weight format of formats/all.hpp; the AVX2 file
+// (matmul_q16_avx2.cpp) must give the same bits.
 #include "engine/matmul_q16.hpp"
 
 #include <cmath>
 
 #include "activekv/assert.hpp"
 #include "engine/matmul_isa.hpp"
+#include "engine/formats/all.hpp"
 #include "engine/quant_blocks.hpp"
 
 namespace activekv::engine {
@@ -47,46 +49,44 @@ void quantize_portable(const float* x, std::size_t x_stride, const Q16Rows& out,
   }
 }
 
-// Element e of a weight block as the integer the product uses.
-int weight_q4_1(const BlockQ4_1& b, int e) noexcept { return e < 16 ? b.qs[e] & 0x0F : b.qs[e - 16] >> 4; }
-
-void matmul_portable_q16(const detail::Q16Args& a) noexcept {
+// The fixed order of matmul_q16.hpp, element by element, for any format (formats/all.hpp).
+template <class F>
+void matmul_portable_format(const detail::Q16Args& a) noexcept {
   const MatrixView& w = *a.w;
   const Q16Rows& x = *a.x;
   const std::size_t nb = w.cols / q16_block;
-  float* dw = a.scratch;       // the row's block scales
-  float* mw = a.scratch + nb;  // and minimums (Q4_1)
-  const bool q4_1 = w.type == GgmlType::q4_1;
+  float* dw = a.scratch;       // the row's block factors
+  float* mw = a.scratch + nb;  // and minimums (has_min)
   for (std::uint32_t r = a.row_begin; r < a.row_end; ++r) {
     const std::uint8_t* row = w.data + r * w.row_bytes;
-    for (std::size_t k = 0; k < nb; ++k) {
-      if (q4_1) {
-        const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[k];
-        dw[k] = half_to_float(blk.d);
-        mw[k] = half_to_float(blk.m);
-      } else {
-        dw[k] = half_to_float(reinterpret_cast<const BlockQ8_0*>(row)[k].d);
-      }
-    }
+    F::scales(row, nb, dw, mw);
     for (std::size_t b = 0; b < x.batch; ++b) {
       const std::int16_t* qx = x.q + b * x.cols;
       const float* dx = x.d + b * nb;
       const float* sx = x.s + b * nb;
       float acc[8] = {};
       for (std::size_t k = 0; k < nb; ++k) {
+        int u[q16_block];
+        F::weights(row, k, u);
         const float scale = dw[k] * dx[k];
         for (int j = 0; j < 8; ++j) {
           int partial = 0;
-          for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) {
-            const int u = q4_1 ? weight_q4_1(reinterpret_cast<const BlockQ4_1*>(row)[k], e)
-                               : reinterpret_cast<const BlockQ8_0*>(row)[k].qs[e];
-            partial += u * qx[k * q16_block + e];
-          }
+          for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) partial += u[e] * qx[k * q16_block + e];
           acc[j] = std::fma(static_cast<float>(partial), scale, acc[j]);
+        }
+        if constexpr (formats::GroupMins<F>) {
+          int m[2];
+          F::group_mins(row, k, m);
+          const float scale_min = mw[k] * dx[k];
+          for (int j = 0; j < 8; ++j) {
+            int partial = 0;
+            for (const int e : {2 * j, 2 * j + 1, 16 + 2 * j, 17 + 2 * j}) partial += m[e / 16] * qx[k * q16_block + e];
+            acc[j] = std::fma(static_cast<float>(partial), scale_min, acc[j]);
+          }
         }
       }
       float sum = sum8(acc);
-      if (q4_1) {
+      if constexpr (F::has_min) {
         float lanes[8] = {};
         const std::size_t whole = nb / 8 * 8;
         for (std::size_t k = 0; k < whole; ++k) lanes[k % 8] = std::fma(mw[k], sx[k], lanes[k % 8]);
@@ -97,6 +97,13 @@ void matmul_portable_q16(const detail::Q16Args& a) noexcept {
       a.y[b * a.y_stride + r] = sum;
     }
   }
+}
+
+void matmul_portable_q16(const detail::Q16Args& a) noexcept {
+  const bool known = formats::q16_format_of(a.w->type, [&](auto format) {
+    matmul_portable_format<decltype(format)>(a);
+  });
+  AK_ASSERT(known, "matmul_portable_q16: q16_supported() and formats/all.hpp disagree");
 }
 
 bool x86_kernels(Isa isa) noexcept {
@@ -111,7 +118,8 @@ bool x86_kernels(Isa isa) noexcept {
 }  // namespace
 
 bool q16_supported(GgmlType type, std::uint32_t cols) noexcept {
-  return (type == GgmlType::q4_1 || type == GgmlType::q8_0) && cols % q16_block == 0 && cols > 0;
+  const bool on_path = formats::q16_format_of(type, [](auto) {});
+  return on_path && cols > 0 && cols % gguf::ggml_type_traits(type).block_elements == 0;
 }
 
 // AVX-512 CPUs run the AVX2 kernels of this path (there is no AVX-512 version yet; the bits are the same).

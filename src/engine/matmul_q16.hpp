@@ -1,6 +1,8 @@
 // matmul_q16.hpp — quantised weight matrix × activations quantised to 16-bit
 // integers in blocks, with integer dot products. The prefill and decode path
-// for Q4_1 and Q8_0 weights (the default model's types).
+// for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights; each
+// format (formats/*.hpp) gives a 32-element block's integers u and factors
+// dw (and mw), and the kernels below own every fp32 operation.
 //
 // Activations. Each row of x (one token) is cut into blocks of 32 values, the
 // weight block size. A block is stored as 32 signed 16-bit integers q
@@ -17,17 +19,22 @@
 //
 // Product. For weight row r and activation row b, block k contributes
 //
-//   Q4_1 (w = dw × u + m, u in 0..15):  dw·d × Σ u·q   +   m × s
-//   Q8_0 (w = dw × u, u in −128..127):  dw·d × Σ u·q
+//   with a minimum (Q4_1, Q5_1, Q4_K, Q5_K: w = dw × u + mw):  dw·d × Σ u·q   +   mw × s
+//   without (Q4_0, Q5_0, Q8_0, Q3_K, Q6_K: w = dw × u):         dw·d × Σ u·q
+//   Q2_K (a minimum m per 16 elements, w = dw × u + mw × m):     dw·d × Σ u·q   +   mw·d × Σ m·q
 //
-// The integer sums are exact (|partial| < 2^24, so also exact in fp32). The
+// The integer sums are exact. A lane's partial sum (four products) is below
+// 2^24, so exact in fp32 too, for every format but Q3_K and Q6_K, whose
+// u = q × group scale reaches 128 and 4,096: their partial's conversion rounds
+// to nearest, identically on every path. The
 // fp32 reduction order is fixed, the same on every instruction set and for
 // every batch size, tile or thread split:
 //   - Σ u·q is kept as 8 partial sums, lane j over elements 2j, 2j+1, 16+2j, 17+2j
 //     (vpmaddwd's pairs in the two halves of the block);
-//   - lane j accumulates fma(float(partial_j), dw·d, acc_j) over k in order;
+//   - lane j accumulates fma(float(partial_j), dw·d, acc_j) over k in order
+//     (Q2_K: then, for the same k, fma(float(Σ m·q partial_j), mw·d, acc_j));
 //   - the 8 lanes are added as ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7));
-//   - Q4_1's Σ m × s: lanes j over k = 8c + j for whole groups of 8 blocks
+//   - the minimums' Σ mw × s: lanes j over k = 8c + j for whole groups of 8 blocks
 //     (fma in order of c), added as above, then the remaining blocks one by
 //     one with fma; the result is added to the first sum.
 // So the portable path and the AVX2 path give the same bits (tested), and
@@ -53,8 +60,8 @@ struct Q16Rows {
   std::size_t batch = 0;
 };
 
-// Whether matmul_rows_q16 computes with weights of this type (Q4_1, Q8_0) at
-// this width (a multiple of 32).
+// Whether matmul_rows_q16 computes with weights of this type (formats/all.hpp) at
+// this width (a whole number of the type's blocks).
 bool q16_supported(GgmlType type, std::uint32_t cols) noexcept;
 
 // Quantises rows [row_begin, row_end) of x (row b at x + b × x_stride, out.cols values) into out.

@@ -3,8 +3,9 @@
 // isa_available(Isa::avx2)). The order of every fp32 operation is the one
 // matmul_q16.hpp states, so the bits equal the portable path's.
 //
-// Kernel: a tile of R weight rows × V activation rows. For each block the R
-// weight blocks are widened once into two registers of 16 × int16 each
+// Kernel: a tile of R weight rows × V activation rows, for every weight format
+// of formats/all.hpp (each format's unpack gives a block's 32 integers). For
+// each block the R weight blocks are widened once into two registers of 16 × int16 each
 // (elements 0..15 and 16..31) and every one of the V activation blocks is
 // multiplied with them: two vpmaddwd (pairs of int16 products into int32:
 // at most 2 × 128 × 32767, exact), one add, one conversion to fp32 and one
@@ -18,12 +19,11 @@
 #include <cmath>
 
 #include "engine/matmul_isa.hpp"
-#include "engine/quant_blocks.hpp"
+#include "engine/formats/all.hpp"
 
 namespace activekv::engine::detail {
 namespace {
 
-using namespace blocks;
 
 static inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -31,37 +31,13 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// A block's 32 weights as int16 in element order: [0] = elements 0..15, [1] = 16..31.
-struct Q4_1 {
-  using Block = BlockQ4_1;
-  static constexpr bool has_min = true;
-  // The 16 bytes widened to int16 straight from memory, then the low nibble masked (elements 0..15) and the
-  // high one shifted down (16..31): three operations.
-  static inline void unpack(const Block& b, __m256i* w) {
-    const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
-    w[0] = _mm256_and_si256(q, _mm256_set1_epi16(0x0F));
-    w[1] = _mm256_srli_epi16(q, 4);
-  }
-  static inline float min(const Block& b) { return _cvtsh_ss(b.m); }
-};
-
-struct Q8_0 {
-  using Block = BlockQ8_0;
-  static constexpr bool has_min = false;
-  static inline void unpack(const Block& b, __m256i* w) {
-    w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
-    w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16)));
-  }
-  static inline float min(const Block&) { return 0.0f; }
-};
-
 // Rows r0..r0+R of w against activation rows b0..b0+V. dw, mw: R × nb scales and minimums of the rows.
 template <class T, int R, int V>
 static inline void tile(const MatrixView& w, const Q16Rows& x, std::uint32_t r0, std::size_t b0, const float* dw,
                         const float* mw, float* y, std::size_t y_stride) {
   const std::size_t nb = w.cols / q16_block;
-  const typename T::Block* rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const typename T::Block*>(w.data + (r0 + r) * w.row_bytes);
+  const std::uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.data + (r0 + r) * w.row_bytes;
   const std::int16_t* qx[V];
   const float* dx[V];
   for (int v = 0; v < V; ++v) {
@@ -73,7 +49,10 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, std::uint32_t r0,
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   for (std::size_t k = 0; k < nb; ++k) {
     __m256i wq[R][2];
-    for (int r = 0; r < R; ++r) T::unpack(rows[r][k], wq[r]);
+    for (int r = 0; r < R; ++r) T::unpack(rows[r], k, wq[r]);
+    [[maybe_unused]] __m256i wm[R][2];
+    if constexpr (formats::GroupMins<T>)
+      for (int r = 0; r < R; ++r) T::unpack_mins(rows[r], k, wm[r]);
     for (int v = 0; v < V; ++v) {
       const auto* xk = reinterpret_cast<const __m256i*>(qx[v] + k * q16_block);
       const __m256i x0 = _mm256_loadu_si256(xk);
@@ -83,6 +62,11 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, std::uint32_t r0,
         const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(wq[r][0], x0), _mm256_madd_epi16(wq[r][1], x1));
         const __m256 scale = _mm256_mul_ps(_mm256_broadcast_ss(dw + r * nb + k), vdx);
         acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[r][v]);
+        if constexpr (formats::GroupMins<T>) {
+          const __m256i pm = _mm256_add_epi32(_mm256_madd_epi16(wm[r][0], x0), _mm256_madd_epi16(wm[r][1], x1));
+          const __m256 scale_min = _mm256_mul_ps(_mm256_broadcast_ss(mw + r * nb + k), vdx);
+          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm), scale_min, acc[r][v]);
+        }
       }
     }
   }
@@ -111,13 +95,7 @@ static inline void row_tile(const MatrixView& w, const Q16Rows& x, std::uint32_t
   const std::size_t nb = w.cols / q16_block;
   float* dw = scratch;           // R × nb
   float* mw = scratch + R * nb;  // R × nb
-  for (int r = 0; r < R; ++r) {
-    const auto* row = reinterpret_cast<const typename T::Block*>(w.data + (r0 + r) * w.row_bytes);
-    for (std::size_t k = 0; k < nb; ++k) {
-      dw[r * nb + k] = _cvtsh_ss(row[k].d);
-      mw[r * nb + k] = T::min(row[k]);
-    }
-  }
+  for (int r = 0; r < R; ++r) T::scales(w.data + (r0 + r) * w.row_bytes, nb, dw + r * nb, mw + r * nb);
   std::size_t b = b_begin;
   for (; b + V <= b_end; b += V) tile<T, R, V>(w, x, r0, b, dw, mw, y, y_stride);
   for (; b < b_end; ++b) tile<T, R, 1>(w, x, r0, b, dw, mw, y, y_stride);
@@ -184,11 +162,8 @@ void quantize_q16_avx2(const float* x, std::size_t x_stride, const Q16Rows& out,
 }
 
 void matmul_q16_avx2(const Q16Args& a) noexcept {
-  switch (a.w->type) {
-    case GgmlType::q4_1: matmul<Q4_1>(a); return;
-    case GgmlType::q8_0: matmul<Q8_0>(a); return;
-    default: return;  // refused by matmul_rows_q16 (q16_supported)
-  }
+  // Every type reaching here passed q16_supported(), which asks the same table.
+  (void)formats::q16_format_of(a.w->type, [&](auto format) { matmul<decltype(format)>(a); });
 }
 
 }  // namespace activekv::engine::detail

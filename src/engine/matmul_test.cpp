@@ -18,7 +18,11 @@ namespace activekv::engine {
 namespace {
 
 constexpr GgmlType kTypes[] = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1,
-                               GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k};
+                               GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::q2_k, GgmlType::q3_k,
+                               GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+// The types the 16-bit-activation path reads (formats/all.hpp).
+constexpr GgmlType kQ16Types[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0,
+                                  GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 // Random bytes with every f16 scale field replaced by a small finite value, so
 // no block decodes to inf or NaN.
@@ -54,11 +58,16 @@ std::vector<std::uint8_t> random_matrix(GgmlType type, std::uint32_t rows, std::
         break;
       }
       case GgmlType::q4_0: case GgmlType::q5_0: case GgmlType::q8_0: put_half(base, normal(rng)); break;
-      case GgmlType::q4_1: case GgmlType::q5_1: case GgmlType::q4_k:
+      case GgmlType::q4_1: case GgmlType::q5_1: case GgmlType::q4_k: case GgmlType::q5_k:
         put_half(base, normal(rng));
         put_half(base + 2, normal(rng));
         break;
       case GgmlType::q6_k: put_half(base + offsetof(blocks::BlockQ6_K, d), normal(rng)); break;
+      case GgmlType::q3_k: put_half(base + offsetof(blocks::BlockQ3_K, d), normal(rng)); break;
+      case GgmlType::q2_k:
+        put_half(base + offsetof(blocks::BlockQ2_K, d), normal(rng));
+        put_half(base + offsetof(blocks::BlockQ2_K, dmin), normal(rng));
+        break;
       default: ADD_FAILURE() << "type not covered"; break;
     }
   }
@@ -181,8 +190,10 @@ TEST(MatmulQ16, QuantisationIsRowLocalBoundedAndTheSameOnEveryPath) {
 TEST(MatmulQ16, EveryPathGivesThePortableBitsAndEachOutputIsIndependentOfTheBatch) {
   std::mt19937 rng(17);
   const std::uint32_t rows = 37;
-  for (GgmlType type : {GgmlType::q4_1, GgmlType::q8_0}) {
-    for (std::uint32_t cols : {576u, 1536u, 96u}) {  // 18, 48 and 3 blocks: with and without a tail of Σ m × s
+  for (GgmlType type : kQ16Types) {
+    const bool k_type = gguf::ggml_type_traits(type).block_elements == 256;
+    // 18, 48 and 3 blocks (with and without a tail of Σ m × s); the K types: 2, 6 and 1 super-blocks.
+    for (std::uint32_t cols : k_type ? std::vector<std::uint32_t>{512u, 1536u, 256u} : std::vector<std::uint32_t>{576u, 1536u, 96u}) {
       const std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng);
       const MatrixView w{type, bytes.data(), cols, rows, quant_row_bytes(type, cols)};
       ASSERT_TRUE(q16_supported(type, cols));
@@ -219,8 +230,8 @@ TEST(MatmulQ16, EveryPathGivesThePortableBitsAndEachOutputIsIndependentOfTheBatc
 // error must also be well inside it (rounding errors largely cancel).
 TEST(MatmulQ16, WithinTheQuantisationBoundOfTheFloat64Product) {
   std::mt19937 rng(23);
-  const std::uint32_t rows = 64, cols = 576;
-  for (GgmlType type : {GgmlType::q4_1, GgmlType::q8_0}) {
+  const std::uint32_t rows = 64, cols = 512;
+  for (GgmlType type : kQ16Types) {
     SCOPED_TRACE(gguf::ggml_type_traits(type).name);
     const std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng);
     const MatrixView w{type, bytes.data(), cols, rows, quant_row_bytes(type, cols)};
@@ -267,9 +278,10 @@ TEST(MatmulQ16, NoHeapAllocation) {
 }
 
 TEST(MatmulQ16, SupportedTypes) {
+  for (GgmlType type : kQ16Types) EXPECT_TRUE(q16_supported(type, 512)) << gguf::ggml_type_traits(type).name;
   EXPECT_TRUE(q16_supported(GgmlType::q4_1, 576));
-  EXPECT_TRUE(q16_supported(GgmlType::q8_0, 576));
-  EXPECT_FALSE(q16_supported(GgmlType::q4_0, 576));
+  EXPECT_FALSE(q16_supported(GgmlType::q4_k, 576));  // not a whole number of super-blocks
+  EXPECT_FALSE(q16_supported(GgmlType::f16, 512));
   EXPECT_FALSE(q16_supported(GgmlType::f32, 576));
   EXPECT_FALSE(q16_supported(GgmlType::q4_1, 0));
 }

@@ -24,9 +24,8 @@ Result<MatrixView> bind_matrix(const gguf::File& file, const std::string& name, 
   }
   if (!quant_supported(t->type)) {
     return model_error(file, ErrorCode::unsupported,
-                       fmt::format("tensor '{}' has type {}, which the engine does not compute with "
-                                   "(supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K)",
-                                   name, t->traits().name));
+                       fmt::format("tensor {} is {}, which ActiveKV does not read; supported: {}", name,
+                                   t->traits().name, quant_supported_names()));
   }
   const std::span<const std::byte> data = file.tensor_data(*t);
   MatrixView view;

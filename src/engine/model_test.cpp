@@ -223,6 +223,18 @@ TEST(Model, UnsupportedTensorTypeIsNamed) {
   EXPECT_NE(model.error().message.find("Q8_1"), std::string::npos) << model.error().describe();
 }
 
+TEST(Model, UnreadTypeIsRefusedInOneLineNamingTensorTypeAndTheSupportedList) {
+  Result<std::unique_ptr<Model>> model = load_bytes(tiny_llama("llama", GgmlType::iq4_nl).build());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.error().code, ErrorCode::unsupported);
+  const std::string& m = model.error().message;
+  EXPECT_NE(m.find("tensor blk.0.attn_q.weight is IQ4_NL, which ActiveKV does not read; supported: F32, F16, BF16, "
+                   "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
 TEST(Model, MissingTensorIsNamed) {
   // A file that declares one layer but carries none of its tensors.
   Builder c;

@@ -119,7 +119,64 @@ void dequantize_q6_k(const BlockQ6_K* b, std::size_t count, float* y) {
   }
 }
 
+// The K types below follow gguf.quants' order of operations exactly: the scale products first
+// (d × sc, dmin × m), then one multiply and one subtract per element, never fused (this file is compiled
+// without FMA).
+void dequantize_q5_k(const BlockQ5_K* b, std::size_t count, float* y) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float d = half_to_float(b[i].d);
+    const float dmin = half_to_float(b[i].dmin);
+    for (int s = 0; s < 8; ++s, y += 32) {
+      std::uint8_t sc = 0;
+      std::uint8_t mn = 0;
+      q4_k_scale_min(s, b[i].scales, &sc, &mn);
+      const float d1 = d * static_cast<float>(sc);
+      const float m1 = dmin * static_cast<float>(mn);
+      const std::uint8_t* q = b[i].qs + 32 * (s / 2);
+      const int shift = 4 * (s % 2);
+      for (int l = 0; l < 32; ++l) {
+        const int v = ((q[l] >> shift) & 0x0F) | (((b[i].qh[l] >> s) & 1) << 4);
+        y[l] = d1 * static_cast<float>(v) - m1;
+      }
+    }
+  }
+}
+
+// Element e of a 2- or 3-bit K block: sub-block s = e / 32 reads byte 32 × (s / 4) + e % 32 of qs at shift
+// 2 × (s % 4).
+int low2_k(const std::uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+
+void dequantize_q3_k(const BlockQ3_K* b, std::size_t count, float* y) {
+  for (std::size_t i = 0; i < count; ++i, y += qk_k) {
+    const float d = half_to_float(b[i].d);
+    for (int g = 0; g < 16; ++g) {
+      const float dl = d * static_cast<float>(q3_k_scale(g, b[i].scales));
+      for (int e = 16 * g; e < 16 * g + 16; ++e) {
+        const int high = (b[i].hmask[e % 32] >> (e / 32)) & 1;
+        const int q = low2_k(b[i].qs, e) - (high != 0 ? 0 : 4);
+        y[e] = dl * static_cast<float>(q);
+      }
+    }
+  }
+}
+
+void dequantize_q2_k(const BlockQ2_K* b, std::size_t count, float* y) {
+  for (std::size_t i = 0; i < count; ++i, y += qk_k) {
+    const float d = half_to_float(b[i].d);
+    const float dmin = half_to_float(b[i].dmin);
+    for (int g = 0; g < 16; ++g) {
+      const float dl = d * static_cast<float>(b[i].scales[g] & 0x0F);
+      const float ml = dmin * static_cast<float>(b[i].scales[g] >> 4);
+      for (int e = 16 * g; e < 16 * g + 16; ++e) y[e] = dl * static_cast<float>(low2_k(b[i].qs, e)) - ml;
+    }
+  }
+}
+
 }  // namespace
+
+const char* quant_supported_names() noexcept {
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
+}
 
 bool quant_supported(GgmlType type) noexcept {
   switch (type) {
@@ -131,7 +188,10 @@ bool quant_supported(GgmlType type) noexcept {
     case GgmlType::q5_0:
     case GgmlType::q5_1:
     case GgmlType::q8_0:
+    case GgmlType::q2_k:
+    case GgmlType::q3_k:
     case GgmlType::q4_k:
+    case GgmlType::q5_k:
     case GgmlType::q6_k:
       return true;
     default:  // the enum lists every type a file may name; most are not computed with here
@@ -170,7 +230,10 @@ void dequantize_row(GgmlType type, const void* src, float* dst, std::size_t elem
     case GgmlType::q5_1: dequantize_q5_1(static_cast<const BlockQ5_1*>(src), count, dst); return;
     case GgmlType::q8_0: dequantize_q8_0(static_cast<const BlockQ8_0*>(src), count, dst); return;
     case GgmlType::q4_k: dequantize_q4_k(static_cast<const BlockQ4_K*>(src), count, dst); return;
+    case GgmlType::q5_k: dequantize_q5_k(static_cast<const BlockQ5_K*>(src), count, dst); return;
     case GgmlType::q6_k: dequantize_q6_k(static_cast<const BlockQ6_K*>(src), count, dst); return;
+    case GgmlType::q3_k: dequantize_q3_k(static_cast<const BlockQ3_K*>(src), count, dst); return;
+    case GgmlType::q2_k: dequantize_q2_k(static_cast<const BlockQ2_K*>(src), count, dst); return;
     default: AK_ASSERT(false, "dequantize_row: quant_supported() and this switch disagree");
   }
 }

@@ -12,8 +12,15 @@
 //   Q4_K: 256 elements in 8 sub-blocks of 32; sub-block s has a 6-bit scale and
 //         a 6-bit min packed in scales[12]; value = d × sc_s × q − dmin × m_s;
 //         each 64 elements share 32 bytes of qs: low nibbles first, then high
+//   Q5_K: as Q4_K with a fifth bit: bit s of qh[l] is bit 4 of element l of sub-block s
 //   Q6_K: 256 elements in 16 groups of 16 with signed 8-bit scales;
 //         q = (4 bits of ql | 2 bits of qh << 4) − 32; value = d × sc × q
+//   Q3_K: 256 elements in 16 groups of 16 with 6-bit scales packed in scales[12]
+//         (sc − 32); q = 2 bits of qs − (4 where the hmask bit is clear); value = d × sc × q
+//   Q2_K: 256 elements in 16 groups of 16; scales[g] holds a 4-bit scale (low)
+//         and a 4-bit min (high); value = d × sc × q − dmin × m, q: 2 bits
+// In the 2- and 3-bit types, byte l of a 32-byte run of qs holds element l of
+// four consecutive 32-element sub-blocks, at shifts 0, 2, 4, 6.
 //
 // This header is included by every instruction-set file (scalar, AVX2,
 // AVX-512), so it holds only plain structs and `static inline` helpers:
@@ -66,6 +73,26 @@ struct BlockQ6_K {
   std::uint16_t d;
 };
 
+struct BlockQ5_K {
+  std::uint16_t d;
+  std::uint16_t dmin;
+  std::uint8_t scales[12];    // as Q4_K
+  std::uint8_t qh[qk_k / 8];  // fifth bits
+  std::uint8_t qs[qk_k / 2];  // low nibbles, as Q4_K
+};
+struct BlockQ3_K {
+  std::uint8_t hmask[qk_k / 8];  // bit i of hmask[l]: element l of sub-block i is not offset by −4
+  std::uint8_t qs[qk_k / 4];     // low 2 bits
+  std::uint8_t scales[12];       // 16 × 6 bits
+  std::uint16_t d;
+};
+struct BlockQ2_K {
+  std::uint8_t scales[qk_k / 16];  // low nibble scale, high nibble min
+  std::uint8_t qs[qk_k / 4];
+  std::uint16_t d;
+  std::uint16_t dmin;
+};
+
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
 static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
@@ -73,6 +100,9 @@ static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block is 24 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
 static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
 static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block is 84 bytes");
 
 // IEEE half → float, exact (subnormals, infinities and NaN included).
 static inline float half_to_float(std::uint16_t h) {
@@ -117,6 +147,14 @@ static inline void q4_k_scale_min(int j, const std::uint8_t* q, std::uint8_t* sc
     *scale = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
     *min = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
+}
+
+// Group g's (0..15) signed scale from a Q3_K scales[12] array: low 4 bits from byte g % 8 (shift 4 × (g / 8)),
+// high 2 bits from byte 8 + g % 4 (shift 2 × (g / 4)), minus 32.
+static inline int q3_k_scale(int g, const std::uint8_t* q) {
+  const int lo = (q[g % 8] >> (4 * (g / 8))) & 0x0F;
+  const int hi = (q[8 + g % 4] >> (2 * (g / 4))) & 0x03;
+  return (lo | (hi << 4)) - 32;
 }
 
 }  // namespace activekv::engine::blocks

@@ -1,12 +1,14 @@
 // quant_test.cpp — the engine's dequantisation against the Python `gguf`
-// package's (testdata/quant_vectors.json, made by
-// tests/reference/make_quant_vectors.py), and the scalar dot against
-// dequantise-then-dot.
+// package's, bit for bit (vectors written into the build folder at test time by
+// tests/reference/make_quant_vectors.py, the ctest fixture engine_quant_vectors),
+// and the scalar dot against dequantise-then-dot.
 #include "engine/quant.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -24,12 +26,14 @@ struct Case {
 constexpr Case kCases[] = {
     {"F32", GgmlType::f32},   {"F16", GgmlType::f16},   {"BF16", GgmlType::bf16}, {"Q4_0", GgmlType::q4_0},
     {"Q4_1", GgmlType::q4_1}, {"Q5_0", GgmlType::q5_0}, {"Q5_1", GgmlType::q5_1}, {"Q8_0", GgmlType::q8_0},
-    {"Q4_K", GgmlType::q4_k}, {"Q6_K", GgmlType::q6_k},
+    {"Q2_K", GgmlType::q2_k}, {"Q3_K", GgmlType::q3_k}, {"Q4_K", GgmlType::q4_k}, {"Q5_K", GgmlType::q5_k},
+    {"Q6_K", GgmlType::q6_k},
 };
 
 nlohmann::json load_vectors() {
-  std::ifstream in(ACTIVEKV_ENGINE_TESTDATA "/quant_vectors.json");
-  EXPECT_TRUE(in.good()) << "missing " ACTIVEKV_ENGINE_TESTDATA "/quant_vectors.json";
+  std::ifstream in(ACTIVEKV_QUANT_VECTORS);
+  EXPECT_TRUE(in.good()) << "missing " ACTIVEKV_QUANT_VECTORS
+                         << ": ctest writes it (fixture engine_quant_vectors: python3 tests/reference/make_quant_vectors.py)";
   return nlohmann::json::parse(in);
 }
 
@@ -39,20 +43,29 @@ std::vector<std::uint8_t> from_hex(const std::string& hex) {
   return bytes;
 }
 
-TEST(Quant, DequantiseMatchesPythonGgufForEveryType) {
+std::vector<float> values_of(const nlohmann::json& entry) {
+  const std::vector<std::uint8_t> bytes = from_hex(entry["values_f32_hex"].get<std::string>());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+TEST(Quant, DequantiseEqualsPythonGgufBitForBitForEveryType) {
   const nlohmann::json doc = load_vectors();
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     ASSERT_TRUE(doc.contains(c.name));
     const std::vector<std::uint8_t> raw = from_hex(doc[c.name]["hex"].get<std::string>());
-    const std::vector<float> expected = doc[c.name]["values"].get<std::vector<float>>();
+    const std::vector<float> expected = values_of(doc[c.name]);
+    ASSERT_GE(expected.size(), 4096u);
     ASSERT_EQ(raw.size(), quant_row_bytes(c.type, expected.size()));
     std::vector<float> got(expected.size());
     dequantize_row(c.type, raw.data(), got.data(), got.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
-      // Both sides compute d × q (+ m) in fp32; allow one rounding of difference.
-      const float tolerance = 1e-6f * std::max(1.0f, std::fabs(expected[i]));
-      ASSERT_NEAR(got[i], expected[i], tolerance) << "element " << i;
+      std::uint32_t g = 0, e = 0;
+      std::memcpy(&g, &got[i], 4);
+      std::memcpy(&e, &expected[i], 4);
+      ASSERT_EQ(g, e) << "element " << i << ": " << got[i] << " against gguf's " << expected[i];
     }
   }
 }
@@ -64,7 +77,7 @@ TEST(Quant, ScalarDotEqualsDequantiseThenDot) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     const std::vector<std::uint8_t> raw = from_hex(doc[c.name]["hex"].get<std::string>());
-    const std::size_t n = doc[c.name]["values"].size();
+    const std::size_t n = values_of(doc[c.name]).size();
     std::vector<float> x(n);
     for (float& v : x) v = normal(rng);
     std::vector<float> w(n);
@@ -80,15 +93,19 @@ TEST(Quant, ScalarDotEqualsDequantiseThenDot) {
   }
 }
 
-TEST(Quant, SupportedTypesAreExactlyTheTenComputedWith) {
+TEST(Quant, SupportedTypesAreExactlyTheOnesTestedAndNamed) {
   int supported = 0;
+  std::string names;
   for (std::uint32_t id = 0; id < 64; ++id) {
     const gguf::GgmlTypeTraits* traits = gguf::find_ggml_type(id);
-    if (traits != nullptr && quant_supported(traits->type)) ++supported;
+    if (traits == nullptr || !quant_supported(traits->type)) continue;
+    ++supported;
+    EXPECT_NE(std::string(quant_supported_names()).find(traits->name), std::string::npos) << traits->name;
   }
-  EXPECT_EQ(supported, 10);
-  EXPECT_FALSE(quant_supported(GgmlType::q5_k));
+  EXPECT_EQ(supported, static_cast<int>(std::size(kCases)));
+  EXPECT_FALSE(quant_supported(GgmlType::iq2_xs));
   EXPECT_FALSE(quant_supported(GgmlType::iq4_nl));
+  EXPECT_FALSE(quant_supported(GgmlType::q8_1));
 }
 
 }  // namespace

@@ -107,6 +107,16 @@ def make_inputs(tmp):
     with open(p["offset_huge"], "wb") as f:
         f.write(data)
 
+    # a tensor whose type the engine does not read (IQ4_NL, 32-element blocks): the type field patched in place
+    with open(p["tiny"], "rb") as f:
+        data = bytearray(f.read())
+    name = b"blk.0.ffn_gate.weight"
+    at = data.find(name) + len(name)
+    data[at + 4 + 8 * 2:at + 4 + 8 * 2 + 4] = (20).to_bytes(4, "little")  # after n_dims and ne[0..1]: the type
+    p["type_iq4_nl"] = os.path.join(tmp, "type_iq4_nl.gguf")
+    with open(p["type_iq4_nl"], "wb") as f:
+        f.write(data)
+
     def text(name, content):
         p[name] = os.path.join(tmp, name)
         with open(p[name], "w") as f:
@@ -483,6 +493,37 @@ def cases(p):
         bad(5, "--sparse-recent 65", ev + ["--sparse-fraction", "0.5", "--sparse-recent", "65"], "--sparse-recent"),
         bad(1, "block_count 2^32-1", ev[:2] + [p["layers_huge"]] + ev[3:], "llama.block_count"),
         bad(6, "directory as --model", ["eval", "--model", p["dir"], "--text", p["eval_text"]], "--model"),
+    ]
+    # inspect: any file that parses is described (exit 0), its defects under "runs here"; one that does not is one line
+    ins = ["inspect"]
+    c["inspect"] = [
+        ok("tiny model", ins + [tiny], "architecture  llama: 2 layers, all full attention", "chat template chatml",
+           "runs here     yes"),
+        ok("tiny model, --json", ins + [tiny, "--json"], '"runs_here": true', '"quant_mix"', '"bytes_per_token"'),
+        ok("tiny model, with a plan", ins + [tiny, "--host-pool", "64MiB", "--device-pool", "8MiB"], "memory plan",
+           "histories"),
+        ok("tiny model, a plan the pools refuse", ins + [tiny, "--host-pool", "1KiB", "--device-pool", "8MiB"],
+           "plan refused", "--host-pool"),
+        ok("a type the engine does not read", ins + [p["type_iq4_nl"]], "runs here     no",
+           "IQ4_NL, which ActiveKV does not read"),
+        ok("block_count 2^32-1", ins + [p["layers_huge"]], "runs here     no", "llama.block_count"),
+        ok("block_count a string", ins + [p["block_count_string"]], "runs here     no", "llama.block_count"),
+        ok("head_count_kv 2^32-1", ins + [p["kv_heads_huge"]], "kv            unknown", "runs here     no"),
+        ok("embedding 2^31", ins + [p["embedding_huge"]], "runs here     no"),
+        ok("context_length 2^32-1, with a plan", ins + [p["context_huge"], "--host-pool", "64MiB", "--device-pool", "8MiB"],
+           "no plan", "runs here     no"),
+        ok("vocabulary shorter than token_embd", ins + [p["vocab_short"]], "runs here     no", "token_embd"),
+        ok("tensor missing", ins + [p["missing_tensor"]], "runs here     no", "blk.1.ffn_down.weight"),
+        ok("eos past the vocabulary", ins + [p["eos_past_vocab"]], "runs here     no", "eos_token_id"),
+        ok("rope NaN", ins + [p["rope_nan"]], "runs here     no", "llama.rope.freq_base"),
+        bad(6, "tensor offset near 2^64", ins + [p["offset_huge"]], "token_embd.weight"),
+        bad(6, "a text file", ins + [p["eval_text"]], "eval_text"),
+        bad(6, "a directory", ins + [p["dir"]], p["dir"]),
+        bad(6, "no such file", ins + [os.path.join(p["dir"], "absent.gguf")], "absent.gguf"),
+        bad(5, "--host-pool without --device-pool", ins + [tiny, "--host-pool", "64MiB"], "--device-pool"),
+        bad(5, "--host-pool junk", ins + [tiny, "--host-pool", "lots", "--device-pool", "8MiB"], "--host-pool"),
+        bad(5, "--max-context 0", ins + [tiny, "--max-context", "0"], "--max-context"),
+        bad(5, "--max-context 2^32", ins + [tiny, "--max-context", str(2**32)], "--max-context"),
     ]
     c["swarm"] = [
         bad(3, "--seeds 2^64-1 (the end wraps)", ["swarm", "--seeds", str(2**64 - 1)], "--seeds"),
