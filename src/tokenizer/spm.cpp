@@ -49,25 +49,20 @@ void emit(const SpmVocab& vocab, std::string_view piece, std::vector<std::int32_
   }
 }
 
-}  // namespace
+bool joinable(const SpmVocab& vocab, unsigned char a, unsigned char b) noexcept {
+  const std::size_t bit = std::size_t{a} * 256 + b;
+  return ((*vocab.joinable)[bit / 64] >> (bit % 64)) & 1U;
+}
 
-void spm_merge(const SpmVocab& vocab, std::string_view text, SpmScratch& scratch, std::vector<std::int32_t>& out) {
-  if (text.empty()) return;
-  AK_ASSERT(text.size() < std::numeric_limits<std::uint32_t>::max(), "spm_merge: text longer than 4 GiB");
+// Merges the symbols of one segment (first..., linked by next) and appends their ids.
+void merge_segment(const SpmVocab& vocab, std::string_view text, std::int32_t first, SpmScratch& scratch,
+                   std::vector<std::int32_t>& out) {
   std::vector<Symbol>& symbols = scratch.symbols;
   std::vector<Candidate>& heap = scratch.heap;
-  symbols.clear();
   heap.clear();
-  for (std::uint32_t at = 0; at < text.size();) {
-    const std::uint32_t size =
-        std::min<std::uint32_t>(lead_length(static_cast<unsigned char>(text[at])), static_cast<std::uint32_t>(text.size()) - at);
-    const auto index = static_cast<std::int32_t>(symbols.size());
-    symbols.push_back(Symbol{at, size, index - 1, at + size < text.size() ? index + 1 : -1});
-    at += size;
+  for (std::int32_t i = first; symbols[static_cast<std::size_t>(i)].next >= 0; i = symbols[static_cast<std::size_t>(i)].next) {
+    push_candidate(vocab, text, symbols, i, heap);
   }
-  const auto n = static_cast<std::int32_t>(symbols.size());
-  for (std::int32_t i = 0; i + 1 < n; ++i) push_candidate(vocab, text, symbols, i, heap);
-
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), before);
     const Candidate c = heap.back();
@@ -83,10 +78,32 @@ void spm_merge(const SpmVocab& vocab, std::string_view text, SpmScratch& scratch
     push_candidate(vocab, text, symbols, left.prev, heap);
     push_candidate(vocab, text, symbols, c.left, heap);
   }
-  for (std::int32_t i = 0; i >= 0; i = symbols[static_cast<std::size_t>(i)].next) {
+  for (std::int32_t i = first; i >= 0; i = symbols[static_cast<std::size_t>(i)].next) {
     const Symbol& s = symbols[static_cast<std::size_t>(i)];
     AK_DEBUG_ASSERT(s.size > 0, "spm_merge: a dead symbol in the list");
     emit(vocab, text.substr(s.begin, s.size), out);
+  }
+}
+
+}  // namespace
+
+void spm_merge(const SpmVocab& vocab, std::string_view text, SpmScratch& scratch, std::vector<std::int32_t>& out) {
+  if (text.empty()) return;
+  AK_ASSERT(text.size() < std::numeric_limits<std::uint32_t>::max(), "spm_merge: text longer than 4 GiB");
+  std::vector<Symbol>& symbols = scratch.symbols;
+  symbols.clear();
+  // Symbols by lead byte; a boundary no token spans ends a segment (next = -1, prev = -1).
+  for (std::uint32_t at = 0; at < text.size();) {
+    const std::uint32_t size =
+        std::min<std::uint32_t>(lead_length(static_cast<unsigned char>(text[at])), static_cast<std::uint32_t>(text.size()) - at);
+    const auto index = static_cast<std::int32_t>(symbols.size());
+    const bool joined = at > 0 && joinable(vocab, static_cast<unsigned char>(text[at - 1]), static_cast<unsigned char>(text[at]));
+    if (at > 0 && !joined) symbols.back().next = -1;
+    symbols.push_back(Symbol{at, size, joined ? index - 1 : -1, at + size < text.size() ? index + 1 : -1});
+    at += size;
+  }
+  for (std::size_t i = 0; i < symbols.size(); ++i) {
+    if (symbols[i].prev < 0) merge_segment(vocab, text, static_cast<std::int32_t>(i), scratch, out);
   }
 }
 

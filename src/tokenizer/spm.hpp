@@ -17,6 +17,13 @@
 // grows, and only by absorbing its right neighbour (which then has length 0), so
 // unchanged lengths mean an unchanged pair. The scratch grows to the longest
 // text and is then reused.
+//
+// Independent segments. A merge across a symbol boundary makes a token whose text
+// holds the two bytes on either side of it; where no token of the vocabulary
+// holds that byte pair (Llama's has no newline inside a token, for one), no merge
+// ever crosses the boundary, so the text is cut there and each segment merged on
+// its own — the same ids (the order of merges within a segment is unchanged),
+// with small heaps instead of one as long as the text.
 #pragma once
 
 #include <array>
@@ -51,6 +58,7 @@ struct SpmVocab {
   const void* owner;
   const float* scores;                   // one per token
   const std::array<std::int32_t, 256>* byte_token;  // each byte's fallback token, -1 when none
+  const std::vector<std::uint64_t>* joinable;       // bit a*256+b: some token holds byte a then byte b
   std::int32_t find(std::string_view text) const noexcept {
     return index->find(text, [this](std::int32_t id) { return text_of(owner, id); });
   }

@@ -76,6 +76,7 @@ class Loader {
     if (t_.kind_ == VocabKind::spm) {
       if (Status s = scores(); !s) return s;
       spm_byte_tokens();
+      spm_joinable();
     } else {
       byte_tokens();
       if (Status s = merges(); !s) return s;
@@ -238,6 +239,17 @@ class Loader {
       if (id < 0) id = t_.find_text(std::string_view(&raw, 1));
       if (id < 0) ++t_.bytes_without_token_;
       t_.byte_token_[b] = id >= 0 ? id : t_.unknown_.value_or(-1);
+    }
+  }
+
+  void spm_joinable() {
+    t_.joinable_.assign(65536 / 64, 0);
+    for (TokenId id = 0; id < t_.vocab_size(); ++id) {
+      const std::string_view text = t_.token_text(id);
+      for (std::size_t i = 1; i < text.size(); ++i) {
+        const std::size_t bit = std::size_t{static_cast<unsigned char>(text[i - 1])} * 256 + static_cast<unsigned char>(text[i]);
+        t_.joinable_[bit / 64] |= std::uint64_t{1} << (bit % 64);
+      }
     }
   }
 
@@ -450,7 +462,7 @@ void Tokenizer::encode_spm(std::string_view text, EncodeScratch& scratch, std::v
       escaped.push_back(c);
     }
   }
-  const SpmVocab vocab{&index_, &spm_text_of, this, scores_.data(), &byte_token_};
+  const SpmVocab vocab{&index_, &spm_text_of, this, scores_.data(), &byte_token_, &joinable_};
   spm_merge(vocab, escaped, scratch.spm, out);
 }
 

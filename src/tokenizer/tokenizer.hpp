@@ -162,6 +162,7 @@ class Tokenizer {
   PreTokenizerKind pre_ = PreTokenizerKind::smollm;
   std::string pre_name_;
   std::vector<float> scores_;  // SPM: one per token
+  std::vector<std::uint64_t> joinable_;  // SPM: 65,536 bits, byte pairs some token holds (spm.hpp)
   TextIndex index_;            // text -> id (SPM merging, Llama 3's whole-piece tokens)
   bool ignore_merges_ = false; // Llama 3: a piece that is a token is emitted whole
   bool add_space_prefix_ = false;
