@@ -32,7 +32,7 @@ void push_candidate(const SpmVocab& vocab, std::string_view text, const std::vec
   const Symbol& r = symbols[static_cast<std::size_t>(l.next)];
   const std::uint32_t size = l.size + r.size;
   const std::int32_t id = vocab.find(text.substr(l.begin, size));
-  if (id < 0) return;
+  if (id < 0 || vocab.scores[id] == -std::numeric_limits<float>::infinity()) return;  // no token, or one merging never forms
   heap.push_back(Candidate{vocab.scores[id], left, size});
   std::push_heap(heap.begin(), heap.end(), before);
 }

@@ -56,7 +56,7 @@ struct SpmVocab {
   const TextIndex* index;
   std::string_view (*text_of)(const void* owner, std::int32_t id);
   const void* owner;
-  const float* scores;                   // one per token
+  const float* scores;                   // one per token; -infinity: merging never forms it (byte tokens)
   const std::array<std::int32_t, 256>* byte_token;  // each byte's fallback token, -1 when none
   const std::vector<std::uint64_t>* joinable;       // bit a*256+b: some token holds byte a then byte b
   std::int32_t find(std::string_view text) const noexcept {

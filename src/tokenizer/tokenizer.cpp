@@ -71,6 +71,7 @@ class Loader {
     if (Status s = pre(); !s) return s;
     if (Status s = tokens(); !s) return s;
     if (Status s = types(); !s) return s;
+    decode_bytes();
     if (Status s = special_ids(); !s) return s;
     t_.index_.build(t_.vocab_size(), [this](TokenId id) { return t_.token_text(id); });
     if (t_.kind_ == VocabKind::spm) {
@@ -159,7 +160,6 @@ class Loader {
       // A duplicate text keeps its first id for lookups (the vocabulary maps text -> id).
       ids_.emplace(text, static_cast<TokenId>(i));
     }
-    decode_bytes();
     t_.sorted_ids_.resize(tokens->size());
     for (std::size_t i = 0; i < tokens->size(); ++i) t_.sorted_ids_[i] = static_cast<TokenId>(i);
     std::stable_sort(t_.sorted_ids_.begin(), t_.sorted_ids_.end(),
@@ -175,7 +175,7 @@ class Loader {
     for (TokenId id = 0; id < n; ++id) {
       const std::string_view text = t_.token_text(id);
       if (t_.kind_ == VocabKind::spm) {
-        decode_spm(text, t_.bytes_);
+        decode_spm(text, t_.token_type(id) == TokenType::byte, t_.bytes_);
       } else if (!decode_byte_level(text, t_.bytes_)) {
         t_.bytes_.append(text);
       }
@@ -184,9 +184,9 @@ class Loader {
     }
   }
 
-  // SentencePiece text: "<0xNN>" is the byte NN, "▁" a space, the rest itself.
-  static void decode_spm(std::string_view text, std::string& out) {
-    if (const int byte = spm_byte_value(text); byte >= 0) {
+  // SentencePiece text: a byte token "<0xNN>" is the byte NN, "▁" a space, the rest itself.
+  static void decode_spm(std::string_view text, bool byte_token, std::string& out) {
+    if (const int byte = byte_token ? spm_byte_value(text) : -1; byte >= 0) {
       out.push_back(static_cast<char>(byte));
       return;
     }
@@ -225,6 +225,11 @@ class Loader {
       }
     }
     t_.scores_ = std::move(*scores);
+    // Byte tokens stand for a byte, not for their text: merging never forms them
+    // (their bytes come only from fallback), so their merge score is -infinity.
+    for (std::size_t i = 0; i < t_.scores_.size(); ++i) {
+      if (t_.types_[i] == TokenType::byte) t_.scores_[i] = -std::numeric_limits<float>::infinity();
+    }
     return {};
   }
 
