@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-20}
 JOBS=${JOBS:-2}
-TARGETS=(fuzz_gguf fuzz_model fuzz_trace fuzz_run_config fuzz_command_line fuzz_api_request)
-declare -A CORPUS=([fuzz_gguf]=gguf [fuzz_model]=model [fuzz_trace]=trace [fuzz_run_config]=run_config [fuzz_command_line]=command_line
+TARGETS=(fuzz_gguf fuzz_tokenizer fuzz_model fuzz_trace fuzz_run_config fuzz_command_line fuzz_api_request)
+declare -A CORPUS=([fuzz_gguf]=gguf [fuzz_tokenizer]=tokenizer [fuzz_model]=model [fuzz_trace]=trace [fuzz_run_config]=run_config [fuzz_command_line]=command_line
                    [fuzz_api_request]=api_request)
 
 cmake --preset fuzz >/dev/null

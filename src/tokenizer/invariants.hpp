@@ -1,11 +1,14 @@
 // invariants.hpp — the tokenizer's promises, checked on one input (tests and fuzzers).
 //
-// check_round_trip(tokenizer, bytes) encodes `bytes` both ways (special tokens
-// allowed and plain) and checks what tokenizer.hpp promises:
+// check_round_trip(tokenizer, bytes) encodes `bytes` every way (special tokens
+// allowed, plain, user-defined only) and checks what tokenizer.hpp promises:
 //   - every id is inside the vocabulary;
 //   - the ids' bytes are the input, when every byte has a token
 //     (bytes_without_token() == 0) — otherwise, the input with each tokenless
 //     byte replaced by the unknown token's bytes, or removed;
+//   - SentencePiece: the same, with "▁" read as the space it stands for on both
+//     sides, and the space prefix each stretch gets (at the start and after
+//     each special token) taken off the ids' bytes;
 //   - streaming decode, token by token, equals the whole decode;
 //   - encoding the same text again gives the same ids (no state leaks through
 //     the scratch).

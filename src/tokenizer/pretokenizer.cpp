@@ -38,6 +38,53 @@ std::size_t match_gpt2(const Char* c, std::size_t i, std::size_t end) noexcept {
   return run - 1;
 }
 
+// Length in chars of a contraction of either case ('s 'T 're 'VE ...) at i, or 0.
+std::size_t contraction_any_case(const Char* c, std::size_t i, std::size_t end) noexcept {
+  if (c[i].code_point != U'\'' || i + 1 >= end) return 0;
+  const auto lower = [](char32_t x) { return (x >= U'A' && x <= U'Z') ? x + (U'a' - U'A') : x; };
+  const char32_t a = lower(c[i + 1].code_point);
+  if (a == U's' || a == U't' || a == U'm' || a == U'd') return 2;
+  if (i + 2 >= end) return 0;
+  const char32_t b = lower(c[i + 2].code_point);
+  if ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l')) return 3;
+  return 0;
+}
+
+bool is_cr_lf(char32_t x) noexcept { return x == U'\r' || x == U'\n'; }
+
+// End (exclusive, in chars) of Llama 3's pattern's match at i, within [i, end);
+// numbers_max is 3 for llama3, 1 for qwen2.
+std::size_t match_llama3(const Char* c, std::size_t i, std::size_t end, std::size_t numbers_max) noexcept {
+  if (const std::size_t n = contraction_any_case(c, i, end); n != 0) return i + n;
+  // '[^\r\n\p{L}\p{N}]?\p{L}+'
+  if (c[i].cls == CharClass::letter) return run_end(c, i, end, CharClass::letter);
+  if (c[i].cls != CharClass::number && !is_cr_lf(c[i].code_point) && i + 1 < end &&
+      c[i + 1].cls == CharClass::letter) {
+    return run_end(c, i + 1, end, CharClass::letter);
+  }
+  // '\p{N}{1,numbers_max}'
+  if (c[i].cls == CharClass::number) {
+    std::size_t j = i + 1;
+    while (j < end && j - i < numbers_max && c[j].cls == CharClass::number) ++j;
+    return j;
+  }
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  const std::size_t body = (c[i].code_point == U' ' && i + 1 < end && c[i + 1].cls == CharClass::other) ? i + 1 : i;
+  if (c[body].cls == CharClass::other) {
+    std::size_t j = run_end(c, body, end, CharClass::other);
+    while (j < end && is_cr_lf(c[j].code_point)) ++j;
+    return j;
+  }
+  // c[i] is white space. '\s*[\r\n]+': through the run's last CR or LF, if it has one.
+  const std::size_t run = run_end(c, i, end, CharClass::space);
+  for (std::size_t j = run; j > i; --j) {
+    if (is_cr_lf(c[j - 1].code_point)) return j;
+  }
+  // '\s+(?!\S)' then '\s+', as in the GPT-2 pattern.
+  if (run == end || run - i == 1) return run;
+  return run - 1;
+}
+
 }  // namespace
 
 void pretokenize(PreTokenizerKind kind, std::string_view text, PreTokenizerScratch& scratch,
@@ -55,7 +102,14 @@ void pretokenize(PreTokenizerKind kind, std::string_view text, PreTokenizerScrat
   const std::size_t count = chars.size() - 1;
   const std::size_t first_piece = pieces.size();
 
-  if (kind == PreTokenizerKind::gpt2) {
+  if (kind == PreTokenizerKind::llama3 || kind == PreTokenizerKind::qwen2) {
+    const std::size_t numbers_max = kind == PreTokenizerKind::llama3 ? 3 : 1;
+    for (std::size_t i = 0; i < count;) {
+      const std::size_t next = match_llama3(c, i, count, numbers_max);
+      pieces.push_back(Piece{c[i].begin, c[next].begin});
+      i = next;
+    }
+  } else if (kind == PreTokenizerKind::gpt2) {
     for (std::size_t i = 0; i < count;) {
       const std::size_t next = match_gpt2(c, i, count);
       pieces.push_back(Piece{c[i].begin, c[next].begin});

@@ -1,7 +1,9 @@
 // pretokenizer.hpp — splits text into the pieces BPE merges within.
 //
 // BPE never merges across a piece boundary, so the pieces decide much of the
-// result. Two splitters run in sequence, exactly as the reference tokenizer
+// result. Each kind below is one value (or family) of tokenizer.ggml.pre.
+//
+// gpt2 and smollm: two splitters run in sequence, exactly as the reference tokenizer
 // (`tokenizers`: Sequence[Digits(individual_digits=True), ByteLevel(use_regex)])
 // composes them:
 //
@@ -11,7 +13,11 @@
 //      (?!\S) sees only that piece:
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //
-// The pattern is matched by hand (first alternative that matches at the cursor
+// llama3 (Llama 3's tokenizer.json; qwen2 is the same with \p{N} alone instead of \p{N}{1,3}):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+//
+// Each pattern is matched by hand (first alternative that matches at the cursor
 // wins, each greedy), not by a regex engine: it needs only the four classes of
 // unicode_class.hpp and one step of backtracking for \s+(?!\S). Pieces are byte
 // ranges of the input; their concatenation is always the input (the invariant
@@ -31,6 +37,8 @@ namespace activekv::tokenizer {
 enum class PreTokenizerKind {
   gpt2,    // the GPT-2 pattern alone
   smollm,  // individual digits, then the GPT-2 pattern (tokenizer.ggml.pre = "smollm")
+  llama3,  // Llama 3's pattern, numbers in runs of up to three
+  qwen2,   // Llama 3's pattern, every number on its own
 };
 
 struct Piece {

@@ -6,7 +6,8 @@
 // {"ids": [...], "decoded": "..."}, where decoded is decode(ids) with special
 // tokens kept.
 //
-//   activekv_tokenize --model m.gguf --corpus in.jsonl [--special allow|plain]
+//   activekv_tokenize --model m.gguf --corpus in.jsonl [--special allow|plain|user]
+// (user: only user-defined tokens are matched, as llama.cpp's tokenizer tests do)
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "GGUF model file")->required();
   app.add_option("--corpus", corpus, "one JSON string per line")->required();
   app.add_option("--special", special, "allow: special-token text becomes control tokens; plain: it does not")
-      ->check(CLI::IsMember({"allow", "plain"}));
+      ->check(CLI::IsMember({"allow", "plain", "user"}));
   CLI11_PARSE(app, argc, argv);
 
   Result<gguf::File> file = gguf::File::open(model);
@@ -44,7 +45,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "activekv_tokenize: --corpus: cannot open {}\n", corpus);
     return 1;
   }
-  const tokenizer::Special mode = special == "allow" ? tokenizer::Special::allow : tokenizer::Special::plain;
+  const tokenizer::Special mode = special == "allow"  ? tokenizer::Special::allow
+                                  : special == "user" ? tokenizer::Special::user_defined
+                                                      : tokenizer::Special::plain;
   tokenizer::EncodeScratch scratch;
   std::vector<tokenizer::TokenId> ids;
   std::string line;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <unordered_map>
 
@@ -14,6 +15,51 @@
 #include "tokenizer/unicode_class.hpp"
 
 namespace activekv::tokenizer {
+
+namespace {
+
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// One accepted tokenizer.ggml.pre value and what llama.cpp does for it.
+struct PreTokenizerName {
+  std::string_view name;
+  PreTokenizerKind kind;
+  bool ignore_merges;  // a piece that is a token is taken whole (Llama 3's tokenizer.json)
+  bool add_bos;        // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+};
+
+constexpr PreTokenizerName kPreTokenizerNames[] = {
+    {"gpt-2", PreTokenizerKind::gpt2, false, false},
+    {"gpt2", PreTokenizerKind::gpt2, false, false},
+    {"phi-2", PreTokenizerKind::gpt2, false, false},
+    {"mpt", PreTokenizerKind::gpt2, false, false},
+    {"olmo", PreTokenizerKind::gpt2, false, false},
+    {"smollm", PreTokenizerKind::smollm, false, false},
+    {"starcoder", PreTokenizerKind::smollm, false, false},
+    {"refact", PreTokenizerKind::smollm, false, false},
+    {"command-r", PreTokenizerKind::smollm, false, false},
+    {"llama-bpe", PreTokenizerKind::llama3, true, true},
+    {"llama3", PreTokenizerKind::llama3, true, true},
+    {"llama-v3", PreTokenizerKind::llama3, true, true},
+    {"falcon3", PreTokenizerKind::llama3, true, true},
+    {"dbrx", PreTokenizerKind::llama3, false, false},
+    {"smaug-bpe", PreTokenizerKind::llama3, false, false},
+    {"qwen2", PreTokenizerKind::qwen2, false, false},
+    {"deepseek-r1-qwen", PreTokenizerKind::qwen2, false, false},
+    {"stablelm2", PreTokenizerKind::qwen2, false, false},
+};
+
+constexpr std::string_view kPreTokenizerList =
+    "gpt-2, gpt2, phi-2, mpt, olmo, smollm, starcoder, refact, command-r, llama-bpe, llama3, llama-v3, falcon3, "
+    "dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, stablelm2";
+
+std::string_view spm_text_of(const void* owner, std::int32_t id) {
+  return static_cast<const Tokenizer*>(owner)->token_text(id);
+}
+
+}  // namespace
+
+std::string_view pre_tokenizer_names() noexcept { return kPreTokenizerList; }
 
 // Friend of Tokenizer: fills it from a gguf::File, one key at a time.
 class Loader {
@@ -25,9 +71,17 @@ class Loader {
     if (Status s = pre(); !s) return s;
     if (Status s = tokens(); !s) return s;
     if (Status s = types(); !s) return s;
+    decode_bytes();
     if (Status s = special_ids(); !s) return s;
-    byte_tokens();
-    if (Status s = merges(); !s) return s;
+    t_.index_.build(t_.vocab_size(), [this](TokenId id) { return t_.token_text(id); });
+    if (t_.kind_ == VocabKind::spm) {
+      if (Status s = scores(); !s) return s;
+      spm_byte_tokens();
+      spm_joinable();
+    } else {
+      byte_tokens();
+      if (Status s = merges(); !s) return s;
+    }
     specials();
     return {};
   }
@@ -40,28 +94,46 @@ class Loader {
   Status model() {
     Result<std::string_view> model = file_.get_string("tokenizer.ggml.model");
     if (!model) return model.error();
-    if (*model != "gpt2") {
+    if (*model == "gpt2") {
+      t_.kind_ = VocabKind::bpe;
+    } else if (*model == "llama") {
+      t_.kind_ = VocabKind::spm;
+      t_.add_bos_ = true;           // llama.cpp's default for SentencePiece; the file may say otherwise
+      t_.add_space_prefix_ = true;
+    } else {
       return fail(ErrorCode::unsupported, "tokenizer.ggml.model",
-                  "model '" + std::string(*model) + "' is not supported; only byte-level BPE ('gpt2') is");
+                  "model '" + std::string(*model) +
+                      "' is not supported; ActiveKV reads byte-level BPE ('gpt2') and SentencePiece ('llama')");
     }
     return {};
   }
 
+  // tokenizer.ggml.pre names the pre-tokenizer; each accepted name is one that
+  // llama.cpp maps to a pattern implemented here. Anything else — "default" and an
+  // absent key included, for which llama.cpp falls back to a pattern not
+  // implemented here — is refused by name.
   Status pre() {
+    if (t_.kind_ == VocabKind::spm) return {};  // SentencePiece has no pre-tokenizer
     if (!file_.has("tokenizer.ggml.pre")) {
-      t_.pre_ = PreTokenizerKind::gpt2;
-      return {};
+      return fail(ErrorCode::unsupported, "tokenizer.ggml.pre",
+                  "is absent (llama.cpp then guesses its 'default' pre-tokenizer); ActiveKV does not guess: "
+                  "supported values are " + std::string(pre_tokenizer_names()));
     }
     Result<std::string_view> pre = file_.get_string("tokenizer.ggml.pre");
     if (!pre) return pre.error();
-    if (*pre == "smollm") {
-      t_.pre_ = PreTokenizerKind::smollm;
-    } else if (*pre == "gpt2" || *pre == "gpt-2" || *pre == "default") {
-      t_.pre_ = PreTokenizerKind::gpt2;
-    } else {
-      return fail(ErrorCode::unsupported, "tokenizer.ggml.pre",
-                  "pre-tokenizer '" + std::string(*pre) + "' is not supported (smollm, gpt2 and default are)");
+    const PreTokenizerName* found = nullptr;
+    for (const PreTokenizerName& entry : kPreTokenizerNames) {
+      if (entry.name == *pre) found = &entry;
     }
+    if (found == nullptr) {
+      return fail(ErrorCode::unsupported, "tokenizer.ggml.pre",
+                  "pre-tokenizer '" + std::string(*pre) + "' is not supported; supported values are " +
+                      std::string(pre_tokenizer_names()));
+    }
+    t_.pre_ = found->kind;
+    t_.pre_name_ = std::string(*pre);
+    t_.ignore_merges_ = found->ignore_merges;
+    t_.add_bos_ = found->add_bos;
     return {};
   }
 
@@ -88,7 +160,6 @@ class Loader {
       // A duplicate text keeps its first id for lookups (the vocabulary maps text -> id).
       ids_.emplace(text, static_cast<TokenId>(i));
     }
-    decode_bytes();
     t_.sorted_ids_.resize(tokens->size());
     for (std::size_t i = 0; i < tokens->size(); ++i) t_.sorted_ids_[i] = static_cast<TokenId>(i);
     std::stable_sort(t_.sorted_ids_.begin(), t_.sorted_ids_.end(),
@@ -103,9 +174,87 @@ class Loader {
     t_.byte_offsets_.push_back(0);
     for (TokenId id = 0; id < n; ++id) {
       const std::string_view text = t_.token_text(id);
-      if (!decode_byte_level(text, t_.bytes_)) t_.bytes_.append(text);
+      if (t_.kind_ == VocabKind::spm) {
+        decode_spm(text, t_.token_type(id) == TokenType::byte, t_.bytes_);
+      } else if (!decode_byte_level(text, t_.bytes_)) {
+        t_.bytes_.append(text);
+      }
       t_.byte_offsets_.push_back(static_cast<std::uint32_t>(t_.bytes_.size()));
       t_.max_token_bytes_ = std::max<std::size_t>(t_.max_token_bytes_, t_.byte_offsets_.back() - t_.byte_offsets_[static_cast<std::size_t>(id)]);
+    }
+  }
+
+  // SentencePiece text: a byte token "<0xNN>" is the byte NN, "▁" a space, the rest itself.
+  static void decode_spm(std::string_view text, bool byte_token, std::string& out) {
+    if (const int byte = byte_token ? spm_byte_value(text) : -1; byte >= 0) {
+      out.push_back(static_cast<char>(byte));
+      return;
+    }
+    for (std::size_t at = 0; at < text.size();) {
+      if (text.compare(at, kSpmSpace.size(), kSpmSpace) == 0) {
+        out.push_back(' ');
+        at += kSpmSpace.size();
+      } else {
+        out.push_back(text[at++]);
+      }
+    }
+  }
+
+  // The byte a "<0xNN>" token text names (hex digits upper case, as SentencePiece writes them), or -1.
+  static int spm_byte_value(std::string_view text) {
+    if (text.size() != 6 || !text.starts_with("<0x") || text[5] != '>') return -1;
+    int value = 0;
+    for (const char c : text.substr(3, 2)) {
+      const int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+      if (digit < 0) return -1;
+      value = value * 16 + digit;
+    }
+    return value;
+  }
+
+  Status scores() {
+    Result<std::vector<float>> scores = file_.get_array<float>("tokenizer.ggml.scores");
+    if (!scores) return scores.error();
+    if (scores->size() != static_cast<std::size_t>(t_.vocab_size())) {
+      return fail(ErrorCode::malformed, "tokenizer.ggml.scores",
+                  "has " + std::to_string(scores->size()) + " entries for " + std::to_string(t_.vocab_size()) + " tokens");
+    }
+    for (std::size_t i = 0; i < scores->size(); ++i) {
+      if (!std::isfinite((*scores)[i])) {
+        return fail(ErrorCode::malformed, "tokenizer.ggml.scores", "token " + std::to_string(i) + " has a score that is not finite");
+      }
+    }
+    t_.scores_ = std::move(*scores);
+    // Byte tokens stand for a byte, not for their text: merging never forms them
+    // (their bytes come only from fallback), so their merge score is -infinity.
+    for (std::size_t i = 0; i < t_.scores_.size(); ++i) {
+      if (t_.types_[i] == TokenType::byte) t_.scores_[i] = -std::numeric_limits<float>::infinity();
+    }
+    return {};
+  }
+
+  // Each byte's fallback token: "<0xNN>", else the one-byte text itself (as
+  // llama.cpp looks it up), else the unknown token, else none (the byte is dropped).
+  void spm_byte_tokens() {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (unsigned b = 0; b < 256; ++b) {
+      const char name[6] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      const char raw = static_cast<char>(b);
+      TokenId id = t_.find_text(std::string_view(name, 6));
+      if (id < 0) id = t_.find_text(std::string_view(&raw, 1));
+      if (id < 0) ++t_.bytes_without_token_;
+      t_.byte_token_[b] = id >= 0 ? id : t_.unknown_.value_or(-1);
+    }
+  }
+
+  void spm_joinable() {
+    t_.joinable_.assign(65536 / 64, 0);
+    for (TokenId id = 0; id < t_.vocab_size(); ++id) {
+      const std::string_view text = t_.token_text(id);
+      for (std::size_t i = 1; i < text.size(); ++i) {
+        const std::size_t bit = std::size_t{static_cast<unsigned char>(text[i - 1])} * 256 + static_cast<unsigned char>(text[i]);
+        t_.joinable_[bit / 64] |= std::uint64_t{1} << (bit % 64);
+      }
     }
   }
 
@@ -202,6 +351,11 @@ class Loader {
       if (!add) return add.error();
       t_.add_bos_ = *add;
     }
+    if (t_.kind_ == VocabKind::spm && file_.has("tokenizer.ggml.add_space_prefix")) {
+      Result<bool> add = file_.get_bool("tokenizer.ggml.add_space_prefix");
+      if (!add) return add.error();
+      t_.add_space_prefix_ = *add;
+    }
     return {};
   }
 
@@ -210,6 +364,7 @@ class Loader {
       const TokenType type = t_.token_type(id);
       if ((type == TokenType::control || type == TokenType::user_defined) && !t_.token_text(id).empty()) {
         t_.specials_.push_back(id);
+        if (type == TokenType::user_defined) t_.has_user_defined_ = true;
         t_.special_first_byte_[static_cast<unsigned char>(t_.token_text(id)[0])] = true;
       }
     }
@@ -256,10 +411,15 @@ std::optional<TokenId> Tokenizer::find(std::string_view text) const noexcept {
   return *it;
 }
 
-TokenId Tokenizer::special_at(std::string_view text, std::size_t at) const noexcept {
+TokenId Tokenizer::find_text(std::string_view text) const noexcept {
+  return index_.find(text, [this](TokenId id) { return token_text(id); });
+}
+
+TokenId Tokenizer::special_at(std::string_view text, std::size_t at, Special special) const noexcept {
   if (!special_first_byte_[static_cast<unsigned char>(text[at])]) return -1;
   const std::string_view rest = text.substr(at);
   for (const TokenId id : specials_) {
+    if (special == Special::user_defined && token_type(id) != TokenType::user_defined) continue;
     if (rest.starts_with(token_text(id))) return id;
   }
   return -1;
@@ -267,13 +427,13 @@ TokenId Tokenizer::special_at(std::string_view text, std::size_t at) const noexc
 
 void Tokenizer::encode(std::string_view text, Special special, EncodeScratch& scratch,
                        std::vector<TokenId>& out) const {
-  if (special == Special::plain || specials_.empty()) {
+  if (special == Special::plain || specials_.empty() || (special == Special::user_defined && !has_user_defined_)) {
     encode_plain(text, scratch, out);
     return;
   }
   std::size_t start = 0;  // start of the stretch not yet encoded
   for (std::size_t at = 0; at < text.size();) {
-    const TokenId id = special_at(text, at);
+    const TokenId id = special_at(text, at, special);
     if (id < 0) {
       ++at;
       continue;
@@ -293,14 +453,45 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, Special special) c
   return out;
 }
 
+// A stretch of text (the whole input, or what lies between special tokens) gets
+// the space prefix, as llama.cpp gives every raw-text fragment after the start or
+// a special token.
+void Tokenizer::encode_spm(std::string_view text, EncodeScratch& scratch, std::vector<TokenId>& out) const {
+  std::string& escaped = scratch.escaped;
+  escaped.clear();
+  if (add_space_prefix_) escaped.append(kSpmSpace);
+  for (const char c : text) {
+    if (c == ' ') {
+      escaped.append(kSpmSpace);
+    } else {
+      escaped.push_back(c);
+    }
+  }
+  const SpmVocab vocab{&index_, &spm_text_of, this, scores_.data(), &byte_token_, &joinable_};
+  spm_merge(vocab, escaped, scratch.spm, out);
+}
+
 void Tokenizer::encode_plain(std::string_view text, EncodeScratch& scratch, std::vector<TokenId>& out) const {
   if (text.empty()) return;
+  if (kind_ == VocabKind::spm) {
+    encode_spm(text, scratch, out);
+    return;
+  }
   scratch.pieces.clear();
   pretokenize(pre_, text, scratch.pretokenizer, scratch.pieces);
   scratch.cache.bind(instance_id_);
   for (const Piece& piece : scratch.pieces) {
     const std::string_view bytes = text.substr(piece.begin, piece.end - piece.begin);
     if (scratch.cache.find(bytes, out)) continue;
+    if (ignore_merges_) {
+      scratch.escaped.clear();
+      for (const char c : bytes) append_byte_level(static_cast<std::uint8_t>(c), scratch.escaped);
+      if (const TokenId whole = find_text(scratch.escaped); whole >= 0) {
+        out.push_back(whole);
+        scratch.cache.store(bytes, out.data() + out.size() - 1, 1);
+        continue;
+      }
+    }
     scratch.byte_ids.clear();
     for (const char c : bytes) {
       const TokenId id = byte_token_[static_cast<unsigned char>(c)];

@@ -1,22 +1,31 @@
-// tokenizer.hpp — byte-level BPE built from a GGUF file's tokenizer metadata.
+// tokenizer.hpp — the tokenizer a GGUF file's metadata describes: byte-level BPE
+// or SentencePiece.
 //
 // This is the public header of target activekv_tokenizer (include it as
 // "tokenizer/tokenizer.hpp"). What it reads from the file:
 //
-//   tokenizer.ggml.model        must be "gpt2" (byte-level BPE)
-//   tokenizer.ggml.pre          "smollm" (digits, then GPT-2 pattern) or "gpt2"/"default" (pattern only)
-//   tokenizer.ggml.tokens       id -> token text (byte-level characters, see byte_level.hpp)
-//   tokenizer.ggml.token_type   1 normal, 3 control, 4 user-defined, ... (optional)
-//   tokenizer.ggml.merges       "left right" per line; line number = rank
+//   tokenizer.ggml.model        "gpt2" (byte-level BPE) or "llama" (SentencePiece, scores)
+//   tokenizer.ggml.pre          BPE only: the pre-tokenizer, by name (pre_tokenizer_names();
+//                               absent = "default"); any other name is refused, never guessed
+//   tokenizer.ggml.tokens       id -> token text (BPE: byte-level characters, see byte_level.hpp;
+//                               SPM: spaces as "▁", bytes as "<0xNN>")
+//   tokenizer.ggml.scores       SPM: one score per token (merges take the highest first)
+//   tokenizer.ggml.token_type   1 normal, 3 control, 4 user-defined, 6 byte ... (optional)
+//   tokenizer.ggml.merges       BPE: "left right" per line; line number = rank
 //   tokenizer.ggml.{bos,eos,unknown,padding}_token_id   (optional)
+//   tokenizer.ggml.add_bos_token     default: true for SPM and Llama 3, else false
+//   tokenizer.ggml.add_space_prefix  SPM: default true (a stretch of text gets a leading space)
 //
-// Encoding is, in order: (1) when the caller allows, cut the text at special
-// tokens (control and user-defined tokens, matched leftmost-longest as whole
-// strings) and emit their ids; (2) pre-tokenize each remaining stretch into
-// pieces (pretokenizer.hpp); (3) map each piece's bytes to their single-byte
-// tokens and merge them by rank (bpe.hpp). Decoding maps each token back to its
-// bytes (byte-level map reversed; a token whose text is not byte-level, such as
-// "<|im_end|>", stands for its own text).
+// Encoding is, in order: (1) cut the text at special tokens (control and
+// user-defined tokens, matched leftmost-longest as whole strings; which of them
+// depends on Special) and emit their ids; (2) BPE: pre-tokenize each remaining
+// stretch into pieces (pretokenizer.hpp), map each piece's bytes to their
+// single-byte tokens and merge them by rank (bpe.hpp) — Llama 3 first takes a
+// piece that is itself a token whole; SPM: prefix the stretch with a space when
+// add_space_prefix, write spaces as "▁" and merge by score (spm.hpp), bytes
+// without a token falling back to "<0xNN>" tokens. Decoding maps each token back
+// to its bytes (byte-level map reversed, or "▁" -> space and "<0xNN>" -> the
+// byte; a token whose text is neither, such as "<|im_end|>", stands for its own text).
 //
 // The invariant: every merge rule's two sides and its result are tokens of the
 // vocabulary (loading refuses a file that breaks it, naming the key and the
@@ -45,6 +54,8 @@
 #include "tokenizer/merge_table.hpp"
 #include "tokenizer/piece_cache.hpp"
 #include "tokenizer/pretokenizer.hpp"
+#include "tokenizer/spm.hpp"
+#include "tokenizer/text_index.hpp"
 
 namespace activekv::tokenizer {
 
@@ -62,15 +73,27 @@ enum class TokenType : std::int32_t {
 };
 
 enum class Special {
-  allow,  // "<|im_start|>" in the text becomes the control token
-  plain,  // special-token text is encoded like any other text
+  allow,         // "<|im_start|>" in the text becomes the control token
+  plain,         // special-token text is encoded like any other text
+  user_defined,  // only user-defined tokens are matched, as llama.cpp and the reference
+                 // `tokenizers` do when special tokens are not parsed (the vocabulary vectors)
 };
+
+enum class VocabKind {
+  bpe,  // tokenizer.ggml.model = "gpt2": byte-level BPE with a merge list
+  spm,  // tokenizer.ggml.model = "llama": SentencePiece, merges by token score
+};
+
+// The tokenizer.ggml.pre values ActiveKV reads (comma-separated), for messages.
+std::string_view pre_tokenizer_names() noexcept;
 
 struct EncodeScratch {
   PreTokenizerScratch pretokenizer;
   std::vector<Piece> pieces;
   std::vector<TokenId> byte_ids;
   BpeScratch bpe;
+  SpmScratch spm;
+  std::string escaped;  // SPM: the stretch with its space prefix and spaces as "▁"; BPE: a piece's byte-level text
   PieceCache cache;  // BPE results of short pieces seen before (piece_cache.hpp)
 };
 
@@ -96,7 +119,10 @@ class Tokenizer {
   bool is_control(TokenId id) const noexcept { return token_type(id) == TokenType::control; }
   std::optional<TokenId> find(std::string_view token_text) const noexcept;
   std::size_t max_token_bytes() const noexcept { return max_token_bytes_; }
+  VocabKind kind() const noexcept { return kind_; }
   PreTokenizerKind pre_tokenizer() const noexcept { return pre_; }
+  std::string_view pre_tokenizer_name() const noexcept { return pre_name_; }  // as the file says
+  bool add_space_prefix() const noexcept { return add_space_prefix_; }     // SPM only
   std::size_t merge_count() const noexcept { return merges_.size(); }
   // Bytes with no single-byte token (they encode as unknown(), or vanish without one).
   std::size_t bytes_without_token() const noexcept { return bytes_without_token_; }
@@ -115,8 +141,10 @@ class Tokenizer {
   Tokenizer() = default;
 
   void encode_plain(std::string_view text, EncodeScratch& scratch, std::vector<TokenId>& out) const;
-  // The longest special token whose text starts at text[at], or -1.
-  TokenId special_at(std::string_view text, std::size_t at) const noexcept;
+  void encode_spm(std::string_view text, EncodeScratch& scratch, std::vector<TokenId>& out) const;
+  // The longest special token allowed by `special` whose text starts at text[at], or -1.
+  TokenId special_at(std::string_view text, std::size_t at, Special special) const noexcept;
+  TokenId find_text(std::string_view text) const noexcept;
 
   std::string texts_;                  // every token's text, back to back
   std::string bytes_;                  // every token's decoded bytes, back to back
@@ -130,7 +158,15 @@ class Tokenizer {
   MergeTable merges_;
   std::vector<TokenId> specials_;  // control and user-defined tokens, longest text first
   std::array<bool, 256> special_first_byte_{};
+  VocabKind kind_ = VocabKind::bpe;
   PreTokenizerKind pre_ = PreTokenizerKind::smollm;
+  std::string pre_name_;
+  std::vector<float> scores_;  // SPM: one per token
+  std::vector<std::uint64_t> joinable_;  // SPM: 65,536 bits, byte pairs some token holds (spm.hpp)
+  TextIndex index_;            // text -> id (SPM merging, Llama 3's whole-piece tokens)
+  bool ignore_merges_ = false; // Llama 3: a piece that is a token is emitted whole
+  bool add_space_prefix_ = false;
+  bool has_user_defined_ = false;
   std::size_t max_token_bytes_ = 0;
   std::optional<TokenId> bos_, eos_, unknown_, padding_;
   bool add_bos_ = false;

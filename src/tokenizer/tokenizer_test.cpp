@@ -238,17 +238,22 @@ std::string load_error(const gguf::testing::Builder& b) {
 
 TEST(TokenizerLoad, RefusesBrokenMetadataNamingTheKey) {
   Vocab v;
-  EXPECT_NE(load_error(gguf::testing::Builder().string("tokenizer.ggml.model", "gpt2")).find("tokenizer.ggml.tokens"),
+  EXPECT_NE(load_error(gguf::testing::Builder().string("tokenizer.ggml.model", "gpt2").string("tokenizer.ggml.pre", "smollm")).find("tokenizer.ggml.tokens"),
             std::string::npos);
-  EXPECT_NE(load_error(gguf::testing::Builder().string("tokenizer.ggml.model", "llama")).find("not supported"),
+  EXPECT_NE(load_error(gguf::testing::Builder().string("tokenizer.ggml.model", "t5")).find("model 't5' is not supported"),
             std::string::npos);
   EXPECT_NE(load_error(v.builder().string("tokenizer.ggml.pre", "x")).find("appears twice"), std::string::npos);
 
   Vocab bad_pre;
   gguf::testing::Builder b;
-  b.string("tokenizer.ggml.model", "gpt2").string("tokenizer.ggml.pre", "qwen2")
+  b.string("tokenizer.ggml.model", "gpt2").string("tokenizer.ggml.pre", "deepseek-llm")
       .string_array("tokenizer.ggml.tokens", bad_pre.tokens).string_array("tokenizer.ggml.merges", bad_pre.merges);
-  EXPECT_NE(load_error(b).find("pre-tokenizer 'qwen2'"), std::string::npos);
+  EXPECT_NE(load_error(b).find("pre-tokenizer 'deepseek-llm' is not supported; supported values are gpt-2"),
+            std::string::npos);
+  gguf::testing::Builder no_pre;  // absent: llama.cpp guesses 'default'; ActiveKV refuses
+  no_pre.string("tokenizer.ggml.model", "gpt2")
+      .string_array("tokenizer.ggml.tokens", bad_pre.tokens).string_array("tokenizer.ggml.merges", bad_pre.merges);
+  EXPECT_NE(load_error(no_pre).find("'tokenizer.ggml.pre': is absent"), std::string::npos);
 
   Vocab unknown_merge;
   unknown_merge.merges.push_back("zz q");
