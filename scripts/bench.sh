@@ -195,7 +195,7 @@ def area_sparse_speed():
             f"{float(m.group(1)):.2f}× wall, {float(m.group(2)):.2f}× CPU", cmd=cmd, when=t, l=l)
 
 def area_planner():
-    cmd = (f"{build}/src/core/activekv_core_bench --benchmark_filter='^decode_256x16_32k$' "
+    cmd = (f"{build}/src/core/activekv_core_bench --benchmark_filter='^decode_256x16_32k' "
            f"--benchmark_format=json")
     t, l = now(), load()
     j = json.loads(run("planner", cmd))
@@ -215,7 +215,7 @@ def area_copies():
         cpu_.append(float(m.group(2)))
     row("copies", f"decode with a 25% device pool / 100% ({'one run' if runs == 1 else f'median of {runs} runs'})",
         f"{med(wall):.3f} wall, {med(cpu_):.3f} CPU", cmd=cmd + (f"   # {runs} runs" if runs > 1 else ""), when=t, l=l)
-    cmd = (f"{build}/src/backends/host/activekv_backend_bench --benchmark_filter='^(copy|plain_memcpy)/4194304$"
+    cmd = (f"{build}/src/backends/host/activekv_backend_bench --benchmark_filter='^(copy|plain_memcpy)/4194304"
            f"|attention_smollm2_30_layers/8192/2/30|memcpy_kv_30_layers' --benchmark_min_time=0.2 --benchmark_format=json")
     t, l = now(), load()
     j = {b["name"]: b for b in json.loads(run("copies", cmd))["benchmarks"]}
