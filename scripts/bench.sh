@@ -39,6 +39,11 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+areas=" peer run serve reuse tier sparse-quality sparse-speed planner copies "
+for a in ${only//,/ }; do
+  [[ $areas == *" $a "* ]] || { echo "bench.sh: --only $a: give some of:$areas" >&2; exit 2; }
+done
+
 model=$(scripts/find-model.sh) || { echo "bench.sh: the default model is not installed (scripts/find-model.sh; scripts/install-deps.sh installs it)" >&2; exit 1; }
 targets=(activekv engine_bench activekv_runtime_bench activekv_core_bench activekv_backend_bench)
 if [[ ! -f $build_dir/build.ninja && $build_dir == build/release ]]; then cmake --preset release >/dev/null; fi
