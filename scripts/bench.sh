@@ -261,7 +261,8 @@ head = (f"ActiveKV {commit}, {'--quick' if quick else 'full'} run {started}–{n
 md = [head, "", "| area | measure | ActiveKV | llama.cpp | ratio | command | when (UTC) | machine |",
       "|---|---|---|---|---|---|---|---|"]
 for r in rows:
-    md.append(f"| {r['area']} | {r['measure']} | {r['activekv']} | {r['peer']} | {r['ratio']} | `{r['command']}` | "
+    cell = r["command"].replace("|", "\\|")  # a pipe inside a command would split the Markdown cell
+    md.append(f"| {r['area']} | {r['measure']} | {r['activekv']} | {r['peer']} | {r['ratio']} | `{cell}` | "
               f"{r['when_utc']} | {r['machine']} |")
 open(os.path.join(out, "bench.md"), "w").write("\n".join(md) + "\n")
 json.dump({"commit": commit, "quick": quick, "started_utc": started, "cores": cores, "cpu": cpu, "loaded": loaded,
