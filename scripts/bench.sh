@@ -3,7 +3,7 @@
 #
 #   scripts/bench.sh [--quick] [--out DIR] [--only AREA,...] [--no-peer] [--build-dir DIR]
 #
-#   --quick      a few-minute version: shorter contexts, fewer rounds (each row names its command)
+#   --quick      shorter contexts, fewer rounds (each row names its command)
 #   --out DIR    where the table goes: DIR/bench.md, DIR/bench.json, DIR/logs/ (default out/bench)
 #   --only       some areas: peer, run, serve, reuse, tier, sparse-quality, sparse-speed, planner, copies
 #   --no-peer    leave llama.cpp out even where its script exists
