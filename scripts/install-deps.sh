@@ -12,7 +12,7 @@ packages=(build-essential cmake ninja-build pkg-config python3 python3-pip
           libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev libfmt-dev
           pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers libcpp-httplib-dev libhiredis-dev)
 if (( want_test )); then
-  packages+=(clang libclang-rt-14-dev chromium redis-server)  # redis-server: the KV tier's tests start their own
+  packages+=(clang libclang-rt-14-dev chromium redis-server curl)  # redis-server: the KV tier's tests start their own
 fi
 
 missing=()
