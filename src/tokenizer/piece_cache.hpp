@@ -53,7 +53,7 @@ class PieceCache {
     s.piece_bytes = static_cast<std::uint8_t>(piece.size());
     s.id_count = static_cast<std::uint8_t>(count);
     std::memcpy(s.piece, piece.data(), piece.size());
-    std::memcpy(s.ids, ids, count * sizeof(std::int32_t));
+    if (count != 0) std::memcpy(s.ids, ids, count * sizeof(std::int32_t));  // a piece may encode to no ids (ids null)
   }
 
  private:
