@@ -5,7 +5,10 @@
 //   - every id is inside the vocabulary;
 //   - the ids' bytes are the input, when every byte has a token
 //     (bytes_without_token() == 0) — otherwise, the input with each tokenless
-//     byte replaced by the unknown token's bytes, or removed;
+//     byte replaced by the unknown token's bytes, or removed, except inside the
+//     special tokens the mode matches: those stand for their own text, whether or
+//     not their bytes have tokens (a control token " " in a vocabulary with no
+//     space token: "a b" gives back "a b" with specials allowed, "ab" plain);
 //   - SentencePiece: the same, with "▁" read as the space it stands for on both
 //     sides, and the space prefix each stretch gets (at the start and after
 //     each special token) taken off the ids' bytes;
