@@ -39,7 +39,9 @@ for s in $STAGES; do
       stage "tsan: backend and runtime tests"
       cmake --preset tsan >/dev/null
       cmake --build --preset tsan -- -j"$JOBS" tests_backend tests_runtime
-      TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" ctest --preset tsan -j"$JOBS" -L "backend|runtime" -LE cuda
+      # portable_kernel: the portable inner loops again, below the same thread split (release and
+      # asan run them; docs/TESTING.md).
+      TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" ctest --preset tsan -j"$JOBS" -L "backend|runtime" -LE "cuda|portable_kernel"
       ;;
     fuzz)
       stage "fuzz: every fuzzer briefly"
