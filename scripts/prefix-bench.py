@@ -20,7 +20,8 @@ pass only.
 order (choose N and --prefix-cache so they do not all fit), and prints the hit rate of the second
 round (requests with cached_tokens > 0 over requests; every prompt shares the chat template's
 first page, so a hit of one page is counted apart as "stem only"). --words-min/--words-max set
-the prompts' length in words (default 40 to 900).
+the prompts' length in words (default 40 to 900). --skew S: round 2 draws N requests with
+replacement instead, the prompt of rank r with weight 1/r^S (popular prompts come back often).
 
 --llama-server PATH (with --llama-model) runs the same two passes against llama-server
 (`-np 4 -c 32768`, its default --cache-ram), alone, after activekv, and prints its table too.
@@ -194,11 +195,17 @@ def activekv(args, texts):
         if args.distinct > 0:
             many = make_prompts(args.distinct, args.seed + 1, args.words_min, args.words_max)
             order = list(range(len(many)))
-            random.Random(args.seed + 2).shuffle(order)
+            if args.skew > 0:  # popular prompts come back more often: rank r drawn with weight 1 / r^skew
+                weights = [1.0 / (r + 1) ** args.skew for r in range(len(many))]
+                order = random.Random(args.seed + 2).choices(order, weights=weights, k=len(many))
+            else:
+                random.Random(args.seed + 2).shuffle(order)
             cold = run_pass(server.port, many, args.clients, args.max_tokens)
             warm = run_pass(server.port, [many[i] for i in order], args.clients, args.max_tokens)
             m2 = metrics(server.port)
-            print_table(f"{args.distinct} distinct prompts, then again shuffled",
+            again = (f"then {len(order)} drawn by popularity (skew {args.skew}; {len(set(order))} distinct)"
+                     if args.skew > 0 else "then again shuffled")
+            print_table(f"{args.distinct} distinct prompts, {again}",
                         [("round 1", cold), ("round 2", warm)])
             print(f"round 2 hit rate: {warm['hits']}/{warm['requests']} requests = {warm['hits'] / warm['requests']:.0%}; "
                   f"cached tokens {warm['cached_tokens']} of {warm['prompt_tokens']} prompt tokens "
@@ -242,6 +249,8 @@ def main():
     ap.add_argument("--host-pool", default="")
     ap.add_argument("--prefix-cache", default="")
     ap.add_argument("--distinct", type=int, default=0)
+    ap.add_argument("--skew", type=float, default=0.0,
+                    help="with --distinct: round 2 draws its requests with replacement, rank r with weight 1/r^skew")
     ap.add_argument("--passes", type=int, choices=(1, 2), default=2,
                     help="1: the cold pass only (what the cache holds after it), no comparison")
     ap.add_argument("--words-min", type=int, default=40)
