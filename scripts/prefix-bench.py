@@ -168,7 +168,7 @@ def capacity_line(m, prompts):
     each = pages / prompts
     return (f"prefix cache: the {prompts} prompts with their answers hold {pages:.0f} of its {capacity:.0f} pages "
             f"({m.get('prefix_cache_bytes', 0) / 2**20:.1f} MiB, {each:.1f} pages each on average), none evicted: "
-            f"it holds all {prompts}, and about {capacity / each:.0f} prompts like them")
+            f"it holds all {prompts}, and about {int(capacity // each)} prompts like them")
 
 
 def activekv(args, texts):
