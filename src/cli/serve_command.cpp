@@ -163,13 +163,15 @@ Status chat_frontend(const gguf::File& file, serve::StepEngine& engine, server::
   } else {
     Result<std::string_view> jinja = file.get_string("tokenizer.chat_template");
     if (!jinja) return jinja.error();
-    std::string head(jinja->substr(0, 60));
+    std::size_t cut = std::min<std::size_t>(jinja->size(), 60);
+    while (cut > 0 && cut < jinja->size() && (static_cast<unsigned char>((*jinja)[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8
+    std::string head(jinja->substr(0, cut));
     for (char& c : head) {
       if (c == '\n' || c == '\r' || c == '\t') c = ' ';
     }
     refusal = fmt::format("the model's chat template is not one ActiveKV renders (it begins '{}'{}; ActiveKV renders "
                           "ChatML, Llama 3, Gemma and Mistral Nemo templates); use /v1/completions",
-                          head, jinja->size() > 60 ? "..." : "");
+                          head, cut < jinja->size() ? "..." : "");
   }
   line = fmt::format("chat       not served: {}; generation stops on {}\n", chat->reason(), stop_names);
   frontend.render_chat = [refusal](const std::vector<server::ApiMessage>&) -> Result<std::string> {
