@@ -3,7 +3,7 @@
 
     scripts/prefix-bench.py [build/release/src/cli/activekv] [--requests 24] [--clients 6] [--max-tokens 64]
                             [--config configs/default.json] [--prefix-cache SIZE] [--host-pool SIZE]
-                            [--distinct N] [--llama-server PATH --llama-model GGUF]
+                            [--distinct N] [--passes 1|2] [--llama-server PATH --llama-model GGUF]
 
 The workload: `--requests` chat requests (/v1/chat/completions), prompts of 40 to 900 words
 (deterministic, seeded), sent by `--clients` concurrent streaming clients, `--max-tokens` each,
@@ -11,13 +11,17 @@ temperature 0; then the same requests again (pass 2). Prints, per pass: wall tim
 tokens/s, TTFT p50 and p99 (client side, first streamed text), prompt tokens and cached tokens
 (from `usage.prompt_tokens_details.cached_tokens`); then /metrics' prefix cache figures
 (activekv_prefix_cache_bytes, _pages, _pages_capacity, _hits_total, _evictions_total). The
-outputs of pass 2 are checked equal to pass 1's, byte for byte (exit 1 if not).
+outputs of pass 2 are checked equal to pass 1's, byte for byte (exit 1 if not). Last, how many
+prompts like these the cache holds: the plan's capacity in pages over the pages they took
+(activekv_prefix_cache_pages after the passes, when nothing was evicted). --passes 1 runs the cold
+pass only.
 
 --distinct N runs a third phase: N distinct prompts once each, then again in a seeded shuffled
 order (choose N and --prefix-cache so they do not all fit), and prints the hit rate of the second
 round (requests with cached_tokens > 0 over requests; every prompt shares the chat template's
 first page, so a hit of one page is counted apart as "stem only"). --words-min/--words-max set
-the prompts' length in words (default 40 to 900).
+the prompts' length in words (default 40 to 900). --skew S: round 2 draws N requests with
+replacement instead, the prompt of rank r with weight 1/r^S (popular prompts come back often).
 
 --llama-server PATH (with --llama-model) runs the same two passes against llama-server
 (`-np 4 -c 32768`, its default --cache-ram), alone, after activekv, and prints its table too.
@@ -144,11 +148,27 @@ def print_table(title, passes):
         print(row(name, p))
 
 
-def two_passes(port, texts, clients, max_tokens, model=None):
+def two_passes(port, texts, clients, max_tokens, model=None, passes=2):
     first = run_pass(port, texts, clients, max_tokens, model)
+    if passes == 1:
+        return first, None, None
     second = run_pass(port, texts, clients, max_tokens, model)
     same = sum(1 for a, b in zip(first["outputs"], second["outputs"]) if a == b)
     return first, second, same
+
+
+def capacity_line(m, prompts):
+    """How many prompts like these the cache holds: its capacity (the plan's prefix_cache_pages) over the
+    pages these prompts take with their answers (/metrics, while none was evicted)."""
+    pages, capacity = m.get("prefix_cache_pages", 0), m.get("prefix_cache_pages_capacity", 0)
+    if pages == 0 or capacity == 0:
+        return "prefix cache: none, or nothing stored"
+    if m.get("prefix_cache_evictions_total", 0) > 0:
+        return f"prefix cache: {pages:.0f} of {capacity:.0f} pages held after evictions (the {prompts} prompts do not all fit)"
+    each = pages / prompts
+    return (f"prefix cache: the {prompts} prompts with their answers hold {pages:.0f} of its {capacity:.0f} pages "
+            f"({m.get('prefix_cache_bytes', 0) / 2**20:.1f} MiB, {each:.1f} pages each on average), none evicted: "
+            f"it holds all {prompts}, and about {int(capacity // each)} prompts like them")
 
 
 def activekv(args, texts):
@@ -161,20 +181,31 @@ def activekv(args, texts):
         extra += ["--prefix-cache", args.prefix_cache]
     server = Server(args.binary, extra, ready_timeout=300)
     try:
-        first, second, same = two_passes(server.port, texts, args.clients, args.max_tokens)
+        first, second, same = two_passes(server.port, texts, args.clients, args.max_tokens, passes=args.passes)
         m = metrics(server.port)
-        print_table(f"activekv serve ({' '.join(extra)})", [("1 (cold)", first), ("2 (same prompts)", second)])
-        print(f"pass 2 outputs equal to pass 1, byte for byte: {same} of {len(texts)}")
-        print("metrics after pass 2: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(m.items())))
-        ok = same == len(texts)
+        if second is None:
+            print_table(f"activekv serve ({' '.join(extra)})", [("1 (cold)", first)])
+            ok = True
+        else:
+            print_table(f"activekv serve ({' '.join(extra)})", [("1 (cold)", first), ("2 (same prompts)", second)])
+            print(f"pass 2 outputs equal to pass 1, byte for byte: {same} of {len(texts)}")
+            ok = same == len(texts)
+        print(f"metrics after pass {args.passes}: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(m.items())))
+        print(capacity_line(m, len(texts)))
         if args.distinct > 0:
             many = make_prompts(args.distinct, args.seed + 1, args.words_min, args.words_max)
             order = list(range(len(many)))
-            random.Random(args.seed + 2).shuffle(order)
+            if args.skew > 0:  # popular prompts come back more often: rank r drawn with weight 1 / r^skew
+                weights = [1.0 / (r + 1) ** args.skew for r in range(len(many))]
+                order = random.Random(args.seed + 2).choices(order, weights=weights, k=len(many))
+            else:
+                random.Random(args.seed + 2).shuffle(order)
             cold = run_pass(server.port, many, args.clients, args.max_tokens)
             warm = run_pass(server.port, [many[i] for i in order], args.clients, args.max_tokens)
             m2 = metrics(server.port)
-            print_table(f"{args.distinct} distinct prompts, then again shuffled",
+            again = (f"then {len(order)} drawn by popularity (skew {args.skew}; {len(set(order))} distinct)"
+                     if args.skew > 0 else "then again shuffled")
+            print_table(f"{args.distinct} distinct prompts, {again}",
                         [("round 1", cold), ("round 2", warm)])
             print(f"round 2 hit rate: {warm['hits']}/{warm['requests']} requests = {warm['hits'] / warm['requests']:.0%}; "
                   f"cached tokens {warm['cached_tokens']} of {warm['prompt_tokens']} prompt tokens "
@@ -218,6 +249,10 @@ def main():
     ap.add_argument("--host-pool", default="")
     ap.add_argument("--prefix-cache", default="")
     ap.add_argument("--distinct", type=int, default=0)
+    ap.add_argument("--skew", type=float, default=0.0,
+                    help="with --distinct: round 2 draws its requests with replacement, rank r with weight 1/r^skew")
+    ap.add_argument("--passes", type=int, choices=(1, 2), default=2,
+                    help="1: the cold pass only (what the cache holds after it), no comparison")
     ap.add_argument("--words-min", type=int, default=40)
     ap.add_argument("--words-max", type=int, default=900)
     ap.add_argument("--llama-server", default="")

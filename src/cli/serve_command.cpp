@@ -14,10 +14,13 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
+#include "activekv/assert.hpp"
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
@@ -88,13 +91,95 @@ Result<serve::RunConfig> load_config(const ServeOptions& o) {
 struct Loaded {
   std::unique_ptr<serve::StepEngine> engine;
   server::Frontend frontend;
+  std::string chat_line;  // what startup prints about the chat format and the stop tokens
 };
 
-std::string plain_chat(const std::vector<server::ApiMessage>& messages) {
+Result<std::string> plain_chat(const std::vector<server::ApiMessage>& messages) {
   std::string text;
   for (const server::ApiMessage& m : messages) text += m.role + ": " + m.content + "\n";
   return text + "assistant: ";
 }
+
+#ifdef ACTIVEKV_SERVE_HAS_ENGINE
+// The end-of-turn token each family's template writes after a turn: generation stops on it.
+std::string_view end_of_turn_text(tokenizer::ChatFamily family) {
+  switch (family) {
+    case tokenizer::ChatFamily::chatml: return "<|im_end|>";
+    case tokenizer::ChatFamily::llama3: return "<|eot_id|>";
+    case tokenizer::ChatFamily::gemma: return "<end_of_turn>";
+    case tokenizer::ChatFamily::mistral: return "";  // a turn ends with EOS
+    case tokenizer::ChatFamily::unsupported: return "";
+  }
+  return "";
+}
+
+// The chat side of the model: its template, recognised from tokenizer.chat_template, renders
+// chats in the model's own format; a template of no family ActiveKV renders, or none at all
+// (a base model), turns every chat request into a 400 that says so, while completions work.
+// Generation stops, besides on EOS, on the file's EOT id and on the family's end-of-turn token.
+Status chat_frontend(const gguf::File& file, serve::StepEngine& engine, server::Frontend& frontend, std::string& line) {
+  auto chat = tokenizer::ChatTemplate::recognise(file);
+  if (!chat) return chat.error();
+  std::vector<std::int32_t> stops;  // distinct ids
+  const auto add_stop = [&](std::int32_t id) {
+    if (id >= 0 && std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+  };
+  add_stop(engine.plan().eos_token);
+  if (file.has("tokenizer.ggml.eot_token_id")) {
+    Result<std::uint32_t> eot = file.get_u32("tokenizer.ggml.eot_token_id");
+    if (!eot) return eot.error();
+    if (*eot <= static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::max())) add_stop(static_cast<std::int32_t>(*eot));
+  }
+  const std::string_view marker = end_of_turn_text(chat->family());
+  if (!marker.empty()) {
+    if (auto t = engine.encode(marker); t && t->size() == 1) add_stop((*t)[0]);
+  }
+  AK_ASSERT(stops.size() <= serve::no_stop_tokens.size(), "EOS, EOT and one end-of-turn token at most");
+  serve::StopTokens stop_tokens = serve::no_stop_tokens;
+  std::copy(stops.begin(), stops.end(), stop_tokens.begin());
+  frontend.chat_stop_tokens = stop_tokens;
+  frontend.completion_stop_tokens = stop_tokens;
+  std::string stop_names = stops.empty() ? std::string("max_tokens only (the file names no EOS)") : std::string();
+  for (std::int32_t id : stops) {
+    stop_names += fmt::format("{}{} ({})", stop_names.empty() ? "" : ", ", engine.decode(std::span<const std::int32_t>(&id, 1)), id);
+  }
+
+  if (chat->supported()) {
+    line = fmt::format("chat       {} template (tokenizer.chat_template); generation stops on {}\n",
+                       tokenizer::chat_family_name(chat->family()), stop_names);
+    frontend.render_chat = [chat = std::move(chat).value()](const std::vector<server::ApiMessage>& messages) -> Result<std::string> {
+      std::vector<tokenizer::ChatMessage> m;
+      m.reserve(messages.size());
+      for (const server::ApiMessage& x : messages) m.push_back(tokenizer::ChatMessage{x.role, x.content});
+      if (Status s = chat.accepts(m); !s) return make_error(ErrorCode::invalid_argument, "messages", "messages: " + s.error().message);
+      return chat.render(m, true);
+    };
+    return {};
+  }
+  std::string refusal;
+  if (!file.has("tokenizer.chat_template")) {
+    refusal = "the model has no chat template (its file has no tokenizer.chat_template: a base model); "
+              "use /v1/completions with a prompt you format yourself";
+  } else {
+    Result<std::string_view> jinja = file.get_string("tokenizer.chat_template");
+    if (!jinja) return jinja.error();
+    std::size_t cut = std::min<std::size_t>(jinja->size(), 60);
+    while (cut > 0 && cut < jinja->size() && (static_cast<unsigned char>((*jinja)[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8
+    std::string head(jinja->substr(0, cut));
+    for (char& c : head) {
+      if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    }
+    refusal = fmt::format("the model's chat template is not one ActiveKV renders (it begins '{}'{}; ActiveKV renders "
+                          "ChatML, Llama 3, Gemma and Mistral Nemo templates); use /v1/completions",
+                          head, cut < jinja->size() ? "..." : "");
+  }
+  line = fmt::format("chat       not served: {}; generation stops on {}\n", chat->reason(), stop_names);
+  frontend.render_chat = [refusal](const std::vector<server::ApiMessage>&) -> Result<std::string> {
+    return make_error(ErrorCode::unsupported, "messages", refusal);
+  };
+  return {};
+}
+#endif
 
 Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
   Loaded l;
@@ -118,21 +203,9 @@ Result<Loaded> load_engine(const ServeOptions& o, const serve::RunConfig& c) {
   if (!e) return e.error();
   auto file = gguf::File::open(*path);
   if (!file) return file.error();
-  auto chat = tokenizer::ChatTemplate::from_gguf(*file);
-  if (!chat) return chat.error();
   l.engine = std::move(e).value();
   l.frontend.model_name = std::filesystem::path(*path).stem().string();
-  l.frontend.render_chat = [chat = std::move(chat).value()](const std::vector<server::ApiMessage>& messages) {
-    std::vector<tokenizer::ChatMessage> m;
-    m.reserve(messages.size());
-    for (const server::ApiMessage& x : messages) m.push_back(tokenizer::ChatMessage{x.role, x.content});
-    return chat.render(m, true);
-  };
-  const std::int32_t eos = l.engine->plan().eos_token;
-  std::int32_t im_end = -1;
-  if (auto t = l.engine->encode("<|im_end|>"); t && t->size() == 1) im_end = (*t)[0];
-  l.frontend.chat_stop_tokens = {eos, im_end};
-  l.frontend.completion_stop_tokens = {eos, -1};
+  if (Status s = chat_frontend(*file, *l.engine, l.frontend, l.chat_line); !s) return s.error();
   return l;
 #else
   return make_error(ErrorCode::unsupported, "--engine", "this build has no model engine (src/engine); use --engine fake");
@@ -220,6 +293,7 @@ int serve_main(const ServeOptions& o) {
   }
   fmt::print("{}", engine.plan_text());
   fmt::print("{}", serve::admission_text(engine.plan(), *config));
+  fmt::print("{}", loaded->chat_line);
   // From here this thread only attaches, prints and waits: it allocates beside the engine
   // thread like the HTTP threads do, so it is left out of the step path's count as they are.
   testing::mark_io_thread();

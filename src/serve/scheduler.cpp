@@ -473,7 +473,7 @@ void Scheduler::apply_outputs(std::size_t entries, double now_s) {
     } else {
       AK_ASSERT(live_, "apply_outputs: token samples beyond the reserved capacity");
     }
-    const bool stop = token == eos_token_ || (token >= 0 && (token == r.stop_tokens[0] || token == r.stop_tokens[1]));
+    const bool stop = token == eos_token_ || is_stop_token(r.stop_tokens, token);
     if (r.output_tokens >= r.max_tokens || stop) {
       end_request(i, RequestState::finished, now_s);
     } else if (r.cancel_after_tokens >= 0 && r.output_tokens >= r.cancel_after_tokens) {

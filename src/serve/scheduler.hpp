@@ -101,6 +101,15 @@ enum class RejectReason : std::uint8_t {
 };
 const char* reject_reason_name(RejectReason reason) noexcept;
 
+// Tokens that finish a request when generated (-1: none): the file's EOS, its EOT and the chat
+// family's end-of-turn token, whichever the model has. EOS from the plan finishes a request too
+// when stop_at_eos is set.
+using StopTokens = std::array<std::int32_t, 3>;
+inline constexpr StopTokens no_stop_tokens{-1, -1, -1};
+inline bool is_stop_token(const StopTokens& stops, std::int32_t token) noexcept {
+  return token >= 0 && (token == stops[0] || token == stops[1] || token == stops[2]);
+}
+
 // One request, from load to its end. Plain data; read by the report.
 struct RequestRecord {
   std::string id;
@@ -126,7 +135,7 @@ struct RequestRecord {
   WaitReason first_wait_reason = WaitReason::behind_queue_head;
   ContextHandle context{};
   SamplingSettings sampling{};             // set on the engine at admission
-  std::array<std::int32_t, 2> stop_tokens{-1, -1};  // besides EOS, tokens that finish it (-1: none)
+  StopTokens stop_tokens = no_stop_tokens;  // tokens that finish it
   double ready_s = -1;        // joined the queue (arrival, or when the previous turn finished)
   double admitted_s = -1;
   double first_token_s = -1;
@@ -146,7 +155,7 @@ struct Submission {
   std::span<const std::int32_t> prompt{};
   std::uint32_t max_tokens = 0;
   SamplingSettings sampling{};
-  std::array<std::int32_t, 2> stop_tokens{-1, -1};
+  StopTokens stop_tokens = no_stop_tokens;
 };
 
 // One step, for the report's time series.

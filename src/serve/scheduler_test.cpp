@@ -411,7 +411,7 @@ TEST(Scheduler, LiveSlotsServeSubmissionsAndAreReusedWithoutAllocating) {
   for (int round = 0; round < 2; ++round) {
     for (std::uint32_t slot = 0; slot < 3; ++slot) {
       const auto& p = prompts[static_cast<std::size_t>(round * 3 + static_cast<int>(slot))];
-      s.submit(slot, Submission{p, 5 + slot, {}, {-1, -1}});
+      s.submit(slot, Submission{p, 5 + slot, {}, no_stop_tokens});
     }
     for (int guard = 0; s.running() + s.queued() > 0; ++guard) {
       ASSERT_TRUE(s.advance());
@@ -452,8 +452,8 @@ TEST(Scheduler, LiveSubmitAndAdvanceAllocateNothing) {
   const std::vector<std::int32_t> prompt(100, 3), too_long(250, 4);
   const std::uint64_t before = activekv::testing::heap_allocations();
   for (int round = 0; round < 3; ++round) {
-    for (std::uint32_t slot = 0; slot < 3; ++slot) s.submit(slot, Submission{prompt, 20, {}, {-1, -1}});
-    s.submit(3, Submission{too_long, 10, {}, {-1, -1}});  // prompt + max_tokens > 256: rejected at once
+    for (std::uint32_t slot = 0; slot < 3; ++slot) s.submit(slot, Submission{prompt, 20, {}, no_stop_tokens});
+    s.submit(3, Submission{too_long, 10, {}, no_stop_tokens});  // prompt + max_tokens > 256: rejected at once
     EXPECT_EQ(s.requests()[3].state, RequestState::rejected);
     EXPECT_EQ(s.requests()[3].reject_reason, RejectReason::longer_than_max_context);
     s.cancel(2);  // queued behind two running: cancelled without a context

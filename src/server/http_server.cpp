@@ -204,11 +204,15 @@ void handle_completion(State& st, const httplib::Request& req, httplib::Response
                       "model_not_found");
   }
   std::string text;
-  try {
-    text = kind == ApiKind::chat ? st.frontend.render_chat(r.messages) : r.prompt;
-  } catch (const std::exception& e) {
-    core.count_bad_request();
-    return send_error(res, 400, "invalid_request_error", "messages", fmt::format("messages: cannot render ({})", e.what()));
+  if (kind == ApiKind::chat) {
+    Result<std::string> rendered = st.frontend.render_chat(r.messages);
+    if (!rendered) {
+      core.count_bad_request();
+      return send_error(res, 400, "invalid_request_error", "messages", rendered.error().message);
+    }
+    text = std::move(rendered).value();
+  } else {
+    text = r.prompt;
   }
   auto encoded = st.engine->encode(text);
   if (!encoded) {

@@ -37,11 +37,13 @@ class Server;
 namespace activekv::server {
 
 // What the model brings to the adapter: its chat format and its stop tokens.
+// render_chat's error (a model whose template ActiveKV does not render, or messages
+// the template refuses) is the 400 the chat request gets; completions never use it.
 struct Frontend {
   std::string model_name;                                          // what /v1/models lists
-  std::function<std::string(const std::vector<ApiMessage>&)> render_chat;
-  std::array<std::int32_t, 2> chat_stop_tokens{-1, -1};            // e.g. EOS and <|im_end|>
-  std::array<std::int32_t, 2> completion_stop_tokens{-1, -1};      // e.g. EOS
+  std::function<Result<std::string>(const std::vector<ApiMessage>&)> render_chat;
+  serve::StopTokens chat_stop_tokens = serve::no_stop_tokens;        // e.g. EOS, EOT and <|im_end|>
+  serve::StopTokens completion_stop_tokens = serve::no_stop_tokens;  // the same: every end-of-generation token
   std::uint32_t default_max_tokens = 512;                          // when a request gives none
 };
 

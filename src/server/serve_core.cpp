@@ -245,7 +245,7 @@ void ServeCore::publish() {
       p.cached_tokens = r.reused_tokens;
       const std::int32_t eos = settings_.config.stop_at_eos ? engine_.plan().eos_token : -1;
       p.hit_stop_token = r.state == serve::RequestState::finished && !out.empty() &&
-                         (out.back() == eos || (out.back() >= 0 && (out.back() == r.stop_tokens[0] || out.back() == r.stop_tokens[1])));
+                         (out.back() == eos || serve::is_stop_token(r.stop_tokens, out.back()));
       if (r.admitted_s >= 0) stats_.queue.observe(r.admitted_s - r.ready_s);
       stats_.e2e.observe(r.ended_s - r.arrival_s);
       s.ended_s = r.ended_s;

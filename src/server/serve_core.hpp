@@ -61,7 +61,7 @@ struct SubmitSpec {
   std::span<const std::int32_t> prompt;
   std::uint32_t max_tokens = 0;
   serve::SamplingSettings sampling{};
-  std::array<std::int32_t, 2> stop_tokens{-1, -1};
+  serve::StopTokens stop_tokens = serve::no_stop_tokens;
 };
 
 // What a waiter learns: tokens so far (copied out), and the end once there is one.

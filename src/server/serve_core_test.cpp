@@ -75,7 +75,7 @@ TEST_F(ServeCoreTest, LiveOutputsEqualTheSameRequestsReplayedFromATrace) {
   (*core)->start();
   std::vector<Ticket> tickets;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    auto t = (*core)->submit(SubmitSpec{prompts[i], 10 + static_cast<std::uint32_t>(i), {}, {-1, -1}});
+    auto t = (*core)->submit(SubmitSpec{prompts[i], 10 + static_cast<std::uint32_t>(i), {}, serve::no_stop_tokens});
     ASSERT_TRUE(t.ok()) << t.error().describe();
     tickets.push_back(*t);
   }
@@ -108,15 +108,15 @@ TEST_F(ServeCoreTest, AFullQueueIsRefusedWithTheReasonAndTooLongAtOnce) {
   const std::vector<std::int32_t> prompt(8, 3);
   std::vector<Ticket> held;
   for (int i = 0; i < 3; ++i) {
-    auto t = (*core)->submit(SubmitSpec{prompt, 200, {}, {-1, -1}});
+    auto t = (*core)->submit(SubmitSpec{prompt, 200, {}, serve::no_stop_tokens});
     ASSERT_TRUE(t.ok());
     held.push_back(*t);
   }
-  auto refused = (*core)->submit(SubmitSpec{prompt, 10, {}, {-1, -1}});
+  auto refused = (*core)->submit(SubmitSpec{prompt, 10, {}, serve::no_stop_tokens});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, ErrorCode::exhausted);
   EXPECT_NE(refused.error().message.find("host pool holds 2 histories"), std::string::npos) << refused.error().message;
-  auto too_long = (*core)->submit(SubmitSpec{prompt, 250, {}, {-1, -1}});
+  auto too_long = (*core)->submit(SubmitSpec{prompt, 250, {}, serve::no_stop_tokens});
   ASSERT_FALSE(too_long.ok());
   EXPECT_EQ(too_long.error().code, ErrorCode::refused);
   EXPECT_NE(too_long.error().message.find("max context of 256"), std::string::npos);
@@ -147,8 +147,8 @@ TEST_F(ServeCoreTest, AStopStringEndsTheRequestAndCountsItAsFinished) {
   ASSERT_TRUE(core.ok());
   (*core)->start();
   const std::vector<std::int32_t> prompt(8, 3);
-  auto stopped = (*core)->submit(SubmitSpec{prompt, 200, {}, {-1, -1}});
-  auto cancelled = (*core)->submit(SubmitSpec{prompt, 200, {}, {-1, -1}});
+  auto stopped = (*core)->submit(SubmitSpec{prompt, 200, {}, serve::no_stop_tokens});
+  auto cancelled = (*core)->submit(SubmitSpec{prompt, 200, {}, serve::no_stop_tokens});
   ASSERT_TRUE(stopped.ok() && cancelled.ok());
   while ((*core)->metrics().generation_tokens < 4) std::this_thread::sleep_for(1ms);
   (*core)->stop_at_string(*stopped);  // what the HTTP adapter does when the text holds a stop string
@@ -172,7 +172,7 @@ TEST_F(ServeCoreTest, DrainCancelsWhatOutlivesTheGracePeriod) {
   ASSERT_TRUE(core.ok());
   (*core)->start();
   const std::vector<std::int32_t> prompt(8, 3);
-  auto t = (*core)->submit(SubmitSpec{prompt, 240, {}, {-1, -1}});  // ~1.2 s of steps
+  auto t = (*core)->submit(SubmitSpec{prompt, 240, {}, serve::no_stop_tokens});  // ~1.2 s of steps
   ASSERT_TRUE(t.ok());
   std::thread drainer([&] { (*core)->drain(0.05); });
   Progress p;
@@ -180,7 +180,7 @@ TEST_F(ServeCoreTest, DrainCancelsWhatOutlivesTheGracePeriod) {
   drainer.join();
   EXPECT_EQ(p.state, serve::RequestState::cancelled);
   EXPECT_TRUE(engine.all_returned());
-  auto late = (*core)->submit(SubmitSpec{prompt, 5, {}, {-1, -1}});
+  auto late = (*core)->submit(SubmitSpec{prompt, 5, {}, serve::no_stop_tokens});
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.error().code, ErrorCode::unsupported);
 }

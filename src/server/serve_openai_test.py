@@ -10,7 +10,11 @@
    allocations after warm-up are 0 (device and heap), a request was
    cancelled, and SIGINT ends the server with every page and history back
    and exit code 0.
+3. The same prompt twice: usage.prompt_tokens_details.cached_tokens is 0, then
+   every full page of the prompt but the one holding its last token (from the
+   plan's page size), and the two answers are byte for byte equal.
 """
+import json
 import signal
 import subprocess
 import sys
@@ -24,6 +28,9 @@ from serve_harness import Server, binary_from_argv, free_port
 
 PROMPT = "What is the capital of France? Answer in one sentence."
 FOLLOW_UP = "And of Germany?"
+SYSTEM = ("You answer questions about computer memory. A KV cache keeps the keys and values of every token a "
+          "model has seen, so that each new token attends to the history without recomputing it.")
+QUESTION = "In one sentence: why does a server keep a KV cache on the host?"
 MAX_TOKENS = 24
 failures = []
 
@@ -148,6 +155,23 @@ def main():
         completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4,
                                                temperature=0)
         check(completion.choices[0].text.strip() != "", "an empty plain completion")
+
+        # The same prompt twice (a system prompt and a document resent): the first request reuses
+        # nothing, the second adopts every full page of the prompt that leaves a token to prefill,
+        # (prompt_tokens - 1) // page_tokens pages, and its text is byte for byte the first's.
+        page_tokens = json.loads(server.request("GET", "/v1/activekv/plan")[2])["arena"]["page_tokens"]
+        twice = [client.chat.completions.create(model=model, messages=[{"role": "system", "content": SYSTEM},
+                                                                       {"role": "user", "content": QUESTION}],
+                                                temperature=0, max_tokens=16) for _ in range(2)]
+        prompt_tokens = twice[0].usage.prompt_tokens
+        cached = [r.usage.prompt_tokens_details.cached_tokens for r in twice]
+        expected = (prompt_tokens - 1) // page_tokens * page_tokens
+        print(f"same prompt twice: {prompt_tokens} prompt tokens, cached {cached}, expected [0, {expected}] "
+              f"(pages of {page_tokens})", flush=True)
+        check(cached == [0, expected], f"cached_tokens {cached}, expected [0, {expected}]")
+        check(twice[1].usage.prompt_tokens == prompt_tokens, "the second request's prompt_tokens differ")
+        check(twice[0].choices[0].message.content.encode() == twice[1].choices[0].message.content.encode() and
+              twice[0].choices[0].message.content, "the repeated prompt's output differs from the first's")
 
         # A small real-model load, one client leaving mid-stream.
         results = []

@@ -59,7 +59,9 @@ struct Server {
   std::uint32_t q_heads = 2;
 };
 
-inline Server make_server(const std::string& url, std::uint32_t histories = 2, const Geometry& g = geometry()) {
+// cache_pages: a host prefix cache of that many pages (one page index of every layer) beside the histories.
+inline Server make_server(const std::string& url, std::uint32_t histories = 2, const Geometry& g = geometry(),
+                          std::uint32_t cache_pages = 0) {
   Server s;
   s.g = g;
   s.q_heads = 2 * g.kv_heads;
@@ -88,6 +90,8 @@ inline Server make_server(const std::string& url, std::uint32_t histories = 2, c
   m.max_seqs = histories;
   m.chunk_tokens = 2 * kPage;
   m.host_pool_bytes = std::uint64_t{histories} * s.g.dense_layers * kMaxContext * s.g.row_bytes();
+  m.prefix_cache_bytes = std::uint64_t{cache_pages} * kPage * s.g.row_bytes() * s.g.dense_layers;
+  m.host_pool_bytes += m.prefix_cache_bytes;
   const std::uint64_t floor_pages = std::uint64_t{s.g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, kPage));
   const std::uint64_t pages = floor_pages * histories + 8;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +

@@ -90,6 +90,54 @@ TEST_F(TierRuntime, ALocalPrefixIsExtendedFromTheTierPastIt) {
   EXPECT_EQ(second.rt->check(), nullptr);
 }
 
+// The host prefix cache is the first level and Redis the second: a prompt whose retained history
+// was taken and whose cache pages were evicted (least recently used) by later prompts is found
+// again in the tier, restored whole-block by whole-block, with the rows it would have written.
+TEST_F(TierRuntime, APromptEvictedFromTheLocalPrefixCacheIsFoundAgainInTheTier) {
+  // One history, no retained allowance, a cache of 6 pages: one 25-token prompt's full pages fill it.
+  Server sv = make_server(redis.url(), 1, geometry(), /*cache_pages=*/6);
+  ASSERT_EQ(sv.rt->counters().prefix_cache_pages_total, 6u);
+  const Sequence first = sequence_of(25, 11);  // 6 full pages (3 whole blocks) + 1 token
+  std::uint32_t reused = 99;
+  auto a = open_ready(sv, 1, first.tokens, reused);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(reused, 0u);
+  prefill(sv, a->handle, first, 0, 25);
+  sv.rt->finish_retaining(a->handle, first.tokens);
+  sv.tier->drain();
+  EXPECT_EQ(sv.rt->counters().prefix_cache_pages, 6u);
+  EXPECT_EQ(sv.tier->counters().writes.load(), 3u);
+  // Two other prompts take the only history in turn and push every page of the first out of the cache.
+  for (std::uint64_t seed : {12u, 13u}) {
+    const Sequence other = sequence_of(25, seed);
+    auto b = open_ready(sv, seed, other.tokens, reused);
+    ASSERT_TRUE(b.ok());
+    ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+    EXPECT_EQ(reused, 0u);
+    prefill(sv, b->handle, other, 0, 25);
+    sv.rt->finish_retaining(b->handle, other.tokens);
+    sv.tier->drain();
+  }
+  EXPECT_EQ(sv.rt->counters().prefix_cache_evictions, 12u);
+  EXPECT_EQ(sv.rt->counters().retained_dropped, 2u);
+  EXPECT_EQ(sv.tier->counters().writes.load(), 9u);
+  // The first prompt again: nothing local holds it (its history was taken, its cache pages evicted);
+  // the tier holds its 3 blocks, so 24 tokens are restored from Redis and only the last is prefilled.
+  const KvCounters before = sv.rt->counters();
+  auto c = open_ready(sv, 4, first.tokens, reused);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 24u);
+  EXPECT_EQ(sv.rt->counters().prefix_cache_hit_tokens, before.prefix_cache_hit_tokens) << "a local miss";
+  EXPECT_EQ(sv.rt->counters().prefix_cache_lookups, before.prefix_cache_lookups + 1);
+  EXPECT_EQ(sv.rt->counters().prefix_reused_tokens, before.prefix_reused_tokens);
+  EXPECT_EQ(sv.rt->counters().tier_restored_tokens, before.tier_restored_tokens + 24);
+  expect_rows(sv, c->handle, first, 24);
+  prefill(sv, c->handle, first, 24, 25);  // attention over all 25 rows checked against the reference
+  sv.rt->finish(c->handle);
+  EXPECT_EQ(sv.rt->check(), nullptr);
+}
+
 TEST_F(TierRuntime, WithTheStoreDownEveryRequestPrefillsAndTheErrorsAreCounted) {
   Server first = make_server(redis.url());
   Sequence conversation = sequence_of(30, 3);
