@@ -6,6 +6,7 @@
 #
 # Per context C:
 #   1. activekv eval --model G --text data/eval_text.txt --context C --max-windows W --json --dump-prompt D
+#      (with one sparse setting reading every page, the fewest eval runs: exact is settings[0])
 #      ActiveKV's perplexity over the windows' scored tokens (stride min(256, C/2));
 #   2. scripts/peer-passkey.sh text D: llama.cpp (libllama) on the very ids of D, the same windows and
 #      scored tokens: its perplexity, and the two perplexities' ratio;
@@ -49,7 +50,7 @@ for c in "${clist[@]}"; do
   dump="$work/text-$c.json"
   echo "== context $c (load $(load))"
   if ! ours=$("$build_dir/src/cli/activekv" eval --model "$model" --text data/eval_text.txt --context "$c" \
-              --max-windows "$max_windows" --threads "$threads" --json --quiet --dump-prompt "$dump" 2>&1); then
+              --max-windows "$max_windows" --threads "$threads" --sparse-fraction 1 --json --quiet --dump-prompt "$dump" 2>&1); then
     echo "ActiveKV refused context $c: $(tail -n 3 <<<"$ours")"
     continue
   fi
