@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   chunk = std::min<std::uint32_t>(chunk, static_cast<std::uint32_t>(ids.size()));
 
   const std::uint32_t page_tokens = 16;
-  const auto length = static_cast<std::uint32_t>((ids.size() + page_tokens) / page_tokens * page_tokens);
+  const auto length = static_cast<std::uint32_t>((ids.size() + page_tokens - 1) / page_tokens * page_tokens);
   const ForwardLimits limits{chunk, 1, length};
   if (Status s = check_runnable(*model, limits); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 2;
   MemorySettings memory;
