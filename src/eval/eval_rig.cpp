@@ -21,6 +21,10 @@ Result<std::unique_ptr<EvalRig>> EvalRig::create(const engine::Model& model, eng
                       fmt::format("{} is out of range: give 1 to --context {}", rig.page_tokens, rig.context_tokens));
   // A prefill chunk longer than the context would be refused by the plan: no step can carry more than the context.
   const engine::ForwardLimits limits{std::min(rig.chunk_tokens, rig.context_tokens), 1, rig.context_tokens};
+  // A window layer narrower than the context (until the KV keeps window rings) is refused here, naming --context.
+  if (Status runnable = engine::check_runnable(model, limits); !runnable)
+    return make_error(ErrorCode::invalid_argument, "--context",
+                      fmt::format("{} tokens cannot run on this model: {}", rig.context_tokens, runnable.error().message));
   MemorySettings memory;
   memory.max_context_tokens = rig.context_tokens;
   memory.page_tokens = rig.page_tokens;

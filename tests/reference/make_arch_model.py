@@ -10,6 +10,11 @@ the chosen mix of types:
   f32   every matrix F32            f16  every matrix F16
   q8    attention Q8_0, FFN Q4_0, token_embd Q8_0 (output, where separate, Q8_0)
   q4    attention Q4_0, FFN Q8_0, token_embd F16 (output, where separate, Q4_0)
+  q4_k_m  as llama.cpp's Q4_K_M lays it out: attn_v and ffn_down Q6_K, the other matrices Q4_K,
+        token_embd Q4_K (Q6_K when tied), output Q6_K. The `gguf` package cannot quantise
+        K-quants, so these blocks are random bytes with their f16 scale fields chosen so that the
+        matrix has the spread a normal draw would (every column count a multiple of 256:
+        give --embedding 256 or more)
 
 Variants (--variant) exercise the optional parts of each architecture:
   llama   plain | rope_freqs (Llama 3 factors, separate output) | window (Mistral-style, every layer)
@@ -18,16 +23,25 @@ Variants (--variant) exercise the optional parts of each architecture:
   qwen3   plain (per-head Q/K norms, key_length ≠ embedding / heads)
   gemma3  plain (6 layers: 5 window + 1 full, the default pattern) | pattern (a per-layer array)
 
+Sizes (--embedding, --ffn, --heads, --kv-heads, --head-dim, --layers, --context) default to the
+small shapes the engine's tests use. --vocab-from VOCAB.gguf copies that file's tokenizer.* keys
+(a real vocabulary, e.g. llama.cpp's models/ggml-vocab-*.gguf) and sizes the embeddings by it, so
+that other implementations load the file too (scripts/peer-logits.sh); without it the file has
+a 256-token vocabulary and no tokenizer.
+
 Usage: make_arch_model.py --arch A --mix M [--variant V] --out FILE.gguf
 Exit code 3 when numpy or gguf is missing.
 """
 import argparse
+import os
+import pickle
 import sys
 
 try:
     import numpy as np
     import gguf
     from gguf import GGMLQuantizationType as T
+    from gguf import GGUFReader, GGUFValueType
 except ImportError as exc:
     print(f"missing python package: {exc}", file=sys.stderr)
     sys.exit(3)
@@ -39,7 +53,66 @@ MIXES = {
     "f16": dict(attn=T.F16, ffn=T.F16, embd=T.F16, out=T.F16),
     "q8": dict(attn=T.Q8_0, ffn=T.Q4_0, embd=T.Q8_0, out=T.Q8_0),
     "q4": dict(attn=T.Q4_0, ffn=T.Q8_0, embd=T.F16, out=T.Q4_0),
+    "q4_k_m": dict(attn=T.Q4_K, ffn=T.Q4_K, embd=T.Q4_K, out=T.Q6_K, wide=T.Q6_K),
 }
+
+# K-quant blocks: byte offsets of their f16 scale fields and the ratio of the fields to each other
+# (Q4_K's dmin = 7.5 d centres its sub-blocks: the mean 4-bit value is 7.5).
+K_SCALES = {T.Q4_K: [(0, 1.0), (2, 7.5)], T.Q6_K: [(208, 1.0)]}
+
+
+def random_kquant(rng, rows, cols, qtype, spread):
+    """Random K-quant blocks whose dequantised values have standard deviation ≈ spread."""
+    block_elements, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    assert cols % block_elements == 0, f"{cols} columns are not whole {qtype.name} blocks: use --embedding 256 or more"
+    blocks = rows * cols // block_elements
+    raw = rng.integers(0, 256, size=(blocks, block_bytes), dtype=np.uint8)
+    jitter = 0.5 + rng.random(blocks)
+
+    def set_scales(unit):
+        for offset, ratio in K_SCALES[qtype]:
+            raw[:, offset:offset + 2] = (unit * ratio * jitter).astype(np.float16).view(np.uint8).reshape(blocks, 2)
+
+    set_scales(1e-3)
+    measured = float(np.std(gguf.quants.dequantize(raw[: min(blocks, 64)], qtype)))
+    set_scales(1e-3 * spread / measured)
+    return raw.reshape(rows, cols // block_elements * block_bytes)
+
+
+def tokenizer_fields(path, cache_dir=None):
+    """The tokenizer.* keys of `path` as (key, value, type, sub_type). GGUFReader takes a minute on
+    a 150K-token vocabulary, so with `cache_dir` they are kept there as a pickle, by file name and size."""
+    cached = None
+    if cache_dir:
+        os.makedirs(cache_dir, exist_ok=True)
+        cached = os.path.join(cache_dir, f"{os.path.basename(path)}.{os.path.getsize(path)}.tokenizer.pickle")
+        if os.path.exists(cached):
+            with open(cached, "rb") as f:
+                return pickle.load(f)
+    reader = GGUFReader(path)
+    fields = []
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            array = field.types[0] == GGUFValueType.ARRAY
+            fields.append((key, field.contents(), field.types[0], field.types[-1] if array else None))
+    if cached:
+        with open(cached + ".tmp", "wb") as f:
+            pickle.dump(fields, f)
+        os.replace(cached + ".tmp", cached)
+    return fields
+
+
+def copy_tokenizer(writer, path, cache_dir=None):
+    """Copies the tokenizer.* keys of `path`; returns its token count."""
+    tokens = 0
+    for key, value, vtype, sub_type in tokenizer_fields(path, cache_dir):
+        if sub_type is not None:
+            writer.add_key_value(key, value, vtype, sub_type=sub_type)
+        else:
+            writer.add_key_value(key, value, vtype)
+        if key == "tokenizer.ggml.tokens":
+            tokens = len(value)
+    return tokens
 
 
 def main():
@@ -50,27 +123,39 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--window", type=int, default=64, help="attention.sliding_window where the file has one")
+    ap.add_argument("--embedding", type=int, default=EMBEDDING)
+    ap.add_argument("--ffn", type=int, default=FFN)
+    ap.add_argument("--heads", type=int, default=HEADS)
+    ap.add_argument("--kv-heads", type=int, default=KV_HEADS)
+    ap.add_argument("--head-dim", type=int, default=0, help="0: 32 for qwen3/gemma3 at the default sizes, else embedding / heads")
+    ap.add_argument("--layers", type=int, default=0, help="0: 6 for gemma3, 2 otherwise")
+    ap.add_argument("--context", type=int, default=CONTEXT)
+    ap.add_argument("--vocab-from", default=None, help="copy this GGUF's tokenizer (a real vocabulary)")
+    ap.add_argument("--vocab-cache", default=None, help="a folder where --vocab-from's keys are kept between runs")
     args = ap.parse_args()
     arch, variant, mix = args.arch, args.variant, MIXES[args.mix]
     rng = np.random.default_rng(args.seed)
+    EMB, HEADS_, KV_HEADS_ = args.embedding, args.heads, args.kv_heads
 
-    layers = 6 if arch == "gemma3" else 2
-    head_dim = 32 if arch in ("qwen3", "gemma3") else EMBEDDING // HEADS
-    q_dim, kv_dim = HEADS * head_dim, KV_HEADS * head_dim
+    layers = args.layers or (6 if arch == "gemma3" else 2)
+    small = EMB == EMBEDDING and HEADS_ == HEADS
+    head_dim = args.head_dim or (32 if arch in ("qwen3", "gemma3") and small else EMB // HEADS_)
+    q_dim, kv_dim = HEADS_ * head_dim, KV_HEADS_ * head_dim
     tied = arch in ("gemma3",) or (arch == "llama" and variant in ("plain", "window"))
 
     w = gguf.GGUFWriter(args.out, arch)
     w.add_name(f"random {arch} {variant} {args.mix}")
+    vocab = copy_tokenizer(w, args.vocab_from, args.vocab_cache) if args.vocab_from else VOCAB
     p = arch + "."
     w.add_uint32(p + "block_count", layers)
-    w.add_uint32(p + "embedding_length", EMBEDDING)
-    w.add_uint32(p + "feed_forward_length", FFN)
-    w.add_uint32(p + "attention.head_count", HEADS)
-    w.add_uint32(p + "attention.head_count_kv", KV_HEADS)
-    w.add_uint32(p + "context_length", CONTEXT)
+    w.add_uint32(p + "embedding_length", EMB)
+    w.add_uint32(p + "feed_forward_length", args.ffn)
+    w.add_uint32(p + "attention.head_count", HEADS_)
+    w.add_uint32(p + "attention.head_count_kv", KV_HEADS_)
+    w.add_uint32(p + "context_length", args.context)
     w.add_float32(p + "rope.freq_base", 1000000.0 if arch != "llama" else 10000.0)
     w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6 if arch != "llama" else 1e-5)
-    if head_dim != EMBEDDING // HEADS:
+    if head_dim != EMB // HEADS_:
         w.add_uint32(p + "attention.key_length", head_dim)
         w.add_uint32(p + "attention.value_length", head_dim)
     if arch == "llama":
@@ -86,6 +171,13 @@ def main():
             w.add_array(p + "attention.sliding_window_pattern", [True, False, True, True, False, True])
 
     def matrix(name, rows, cols, qtype, scale):
+        if "wide" in mix and name.endswith(("attn_v.weight", "ffn_down.weight")):
+            qtype = mix["wide"]  # the K-quant mix's wider type, where llama.cpp's Q4_K_M puts it
+        if "wide" in mix and tied and name == "token_embd.weight":
+            qtype = mix["out"]  # tied: the embeddings are the output matrix too
+        if qtype in K_SCALES:
+            w.add_tensor(name, random_kquant(rng, rows, cols, qtype, scale), raw_dtype=qtype)
+            return
         data = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
         if qtype == T.F32:
             w.add_tensor(name, data)
@@ -97,21 +189,21 @@ def main():
     def vector(name, n, mean, spread):
         w.add_tensor(name, (mean + spread * rng.standard_normal(n)).astype(np.float32))
 
-    matrix("token_embd.weight", VOCAB, EMBEDDING, mix["embd"], 1.0)
-    vector("output_norm.weight", EMBEDDING, 1.0, 0.1)
+    matrix("token_embd.weight", vocab, EMB, mix["embd"], 1.0)
+    vector("output_norm.weight", EMB, 1.0, 0.1)
     if not tied:
-        matrix("output.weight", VOCAB, EMBEDDING, mix["out"], 0.15)
+        matrix("output.weight", vocab, EMB, mix["out"], 0.15)
     if arch == "llama" and variant == "rope_freqs":
         # Llama 3's factors: 1 for the fast frequencies, up to 8 for the slow ones.
         w.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32))
-    a = 1.0 / np.sqrt(EMBEDDING)
+    a = 1.0 / np.sqrt(EMB)
     for l in range(layers):
         b = f"blk.{l}."
-        vector(b + "attn_norm.weight", EMBEDDING, 1.0, 0.1)
-        matrix(b + "attn_q.weight", q_dim, EMBEDDING, mix["attn"], 2.0 * a)
-        matrix(b + "attn_k.weight", kv_dim, EMBEDDING, mix["attn"], 2.0 * a)
-        matrix(b + "attn_v.weight", kv_dim, EMBEDDING, mix["attn"], a)
-        matrix(b + "attn_output.weight", EMBEDDING, q_dim, mix["attn"], 1.0 / np.sqrt(q_dim))
+        vector(b + "attn_norm.weight", EMB, 1.0, 0.1)
+        matrix(b + "attn_q.weight", q_dim, EMB, mix["attn"], 2.0 * a)
+        matrix(b + "attn_k.weight", kv_dim, EMB, mix["attn"], 2.0 * a)
+        matrix(b + "attn_v.weight", kv_dim, EMB, mix["attn"], a)
+        matrix(b + "attn_output.weight", EMB, q_dim, mix["attn"], 1.0 / np.sqrt(q_dim))
         if arch == "qwen2":
             vector(b + "attn_q.bias", q_dim, 0.0, 0.2)
             vector(b + "attn_k.bias", kv_dim, 0.0, 0.2)
@@ -120,12 +212,12 @@ def main():
             vector(b + "attn_q_norm.weight", head_dim, 1.0, 0.2)
             vector(b + "attn_k_norm.weight", head_dim, 1.0, 0.2)
         if arch == "gemma3":
-            vector(b + "post_attention_norm.weight", EMBEDDING, 1.0, 0.1)
-            vector(b + "post_ffw_norm.weight", EMBEDDING, 1.0, 0.1)
-        vector(b + "ffn_norm.weight", EMBEDDING, 1.0, 0.1)
-        matrix(b + "ffn_gate.weight", FFN, EMBEDDING, mix["ffn"], a)
-        matrix(b + "ffn_up.weight", FFN, EMBEDDING, mix["ffn"], a)
-        matrix(b + "ffn_down.weight", EMBEDDING, FFN, mix["ffn"], 1.0 / np.sqrt(FFN))
+            vector(b + "post_attention_norm.weight", EMB, 1.0, 0.1)
+            vector(b + "post_ffw_norm.weight", EMB, 1.0, 0.1)
+        vector(b + "ffn_norm.weight", EMB, 1.0, 0.1)
+        matrix(b + "ffn_gate.weight", args.ffn, EMB, mix["ffn"], a)
+        matrix(b + "ffn_up.weight", args.ffn, EMB, mix["ffn"], a)
+        matrix(b + "ffn_down.weight", EMB, args.ffn, mix["ffn"], 1.0 / np.sqrt(args.ffn))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

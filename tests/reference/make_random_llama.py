@@ -14,16 +14,20 @@ Mixes: a single type name (Q4_K, Q6_K, Q8_0, ...: every matrix of that type), or
   Q5_K_M  the same with Q5_K in place of Q4_K
 
 Usage: python3 tests/reference/make_random_llama.py OUT.gguf --mix Q4_K_M
-           [--vocab-from DEFAULT.gguf] [--layers 8] [--embedding 1024] [--ffn 2816]
+           [--vocab-from DEFAULT.gguf] [--vocab-cache DIR] [--layers 8] [--embedding 1024] [--ffn 2816]
            [--heads 16] [--kv-heads 4] [--seed 1]
 """
 import argparse
 import os
 import subprocess
+import sys
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGUFWriter
 from gguf import GGMLQuantizationType as T
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_arch_model import copy_tokenizer  # noqa: E402  (the tokenizer.* keys, cached with --vocab-cache)
 
 # Byte offsets of each type's f16 scale fields, and the scale they get.
 SCALES = {
@@ -56,26 +60,12 @@ def matrix_type(mix, name):
     return T[mix]
 
 
-def copy_tokenizer(writer, path):
-    reader = GGUFReader(path)
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        value = field.contents()
-        vtype = field.types[0]
-        if vtype == GGUFValueType.ARRAY:
-            writer.add_key_value(key, value, vtype, sub_type=field.types[-1])
-        else:
-            writer.add_key_value(key, value, vtype)
-    tokens = reader.fields["tokenizer.ggml.tokens"]
-    return len(tokens.data)
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("output")
     p.add_argument("--mix", default="Q4_K_M")
     p.add_argument("--vocab-from", default=None)
+    p.add_argument("--vocab-cache", default=None, help="a folder where --vocab-from's keys are kept between runs")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--embedding", type=int, default=1024)
     p.add_argument("--ffn", type=int, default=2816)
@@ -100,7 +90,7 @@ def main():
     w.add_rope_freq_base(10000.0)
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
-    vocab = copy_tokenizer(w, vocab_from)
+    vocab = copy_tokenizer(w, vocab_from, a.vocab_cache)
     w.add_vocab_size(vocab)
 
     def add(name, cols, rows):
