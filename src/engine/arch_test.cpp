@@ -114,13 +114,15 @@ Runtime make_runtime(const Model& model, double fraction, const ForwardLimits& l
   memory.max_seqs = 1;
   KvRuntimeSettings settings = runtime_settings(model, memory, limits);
   const std::uint64_t row_bytes = settings.memory.geometry.row_bytes();
-  const std::uint64_t pages_needed = std::uint64_t{model.config().layers} * (kContext / kPageTokens);
+  const std::uint32_t dense = settings.memory.geometry.dense_layers;  // a hybrid's attention layers only
+  const std::uint64_t pages_needed = std::uint64_t{dense} * (kContext / kPageTokens);
   const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(pages_needed) * fraction));
-  settings.memory.host_pool_bytes = std::uint64_t{model.config().layers} * kContext * row_bytes;
+  settings.memory.host_pool_bytes = std::uint64_t{dense} * kContext * row_bytes;
   // Each arena part rounded up to its alignment, no more: the pages are the part under test.
   const auto aligned = [](std::uint64_t b) { return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes; };
   settings.memory.device_pool_bytes =
-      aligned(std::uint64_t{memory.tiles} * memory.tile_tokens * row_bytes) + aligned(pages * kPageTokens * row_bytes);
+      aligned(std::uint64_t{memory.tiles} * memory.tile_tokens * row_bytes) + aligned(pages * kPageTokens * row_bytes) +
+      aligned(settings.memory.geometry.recurrent_state_bytes);  // one context's recurrent slot (hybrids)
   BackendOptions options;
   options.compute_threads = 2;
   Result<std::unique_ptr<Backend>> backend = make_backend("host", options);
@@ -283,6 +285,8 @@ const Case kCases[] = {
     {"llama", "window", "q8", 2},      {"qwen2", "plain", "f16", 0},   {"qwen2", "plain", "q8", 0},
     {"qwen3", "plain", "q4", 0},       {"qwen3", "plain", "f16", 0},   {"gemma3", "plain", "q8", 5},
     {"gemma3", "plain", "f16", 5},     {"gemma3", "pattern", "q4", 4},
+    // The Qwen3.5 hybrid: Gated DeltaNet and gated attention layers (no window layers).
+    {"qwen35", "plain", "f32", 0},     {"qwen35", "plain", "q8", 0},   {"qwen35", "flags", "f16", 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Files, ArchReference, ::testing::ValuesIn(kCases),
