@@ -15,12 +15,13 @@
 //   history_slots     = concurrency + retained_histories   (the histories mapped; the extra ones
 //                       never run a context, they only keep retained prefixes: docs/PREFIX.md)
 //   pinned            = history_slots × history_bytes + prefix_cache_pages × prefix_cache_page_bytes
-//                       (the cache's pages lie after the histories)
+//                       + history_slots × state_bytes_history (hybrid models: state_plan.hpp)
+//                       (the cache's pages lie after the histories, the state area after the cache)
 //
 // Device arena, one allocation, parts in this order, each non-empty part aligned to arena_alignment_bytes:
 //   staging tiles   tiles × tile_tokens × row_bytes
 //   page pool       pages × page_tokens × row_bytes
-//   recurrent slots concurrency × recurrent_state_bytes
+//   recurrent slots concurrency × recurrent_state_bytes (host concurrency: one per running context)
 //   page summaries  histories × dense_layers × pages × summary page bytes (sparse only; else empty)
 //   headroom        headroom_bytes (explicit, revocable; may be 0)
 // The page pool gets what the device pool leaves after the other parts.
@@ -40,6 +41,7 @@
 
 #include "activekv/geometry.hpp"
 #include "activekv/result.hpp"
+#include "activekv/state_plan.hpp"
 
 namespace activekv {
 
@@ -74,6 +76,8 @@ struct MemorySettings {
                                             // only for retained prefixes (docs/PREFIX.md)
   std::uint64_t prefix_cache_bytes = 0;     // prefix_cache / --prefix-cache: the host prefix cache's part of the
                                             // host pool (docs/PREFIX.md); 0: no cache
+  std::uint32_t state_checkpoint_pages = 0;  // --state-checkpoint-pages K: hybrid models keep a state
+                                             // checkpoint every K pages per history (state_plan.hpp)
 };
 
 struct HostPoolPlan {
@@ -119,7 +123,8 @@ struct ArenaPlan {
   std::uint32_t tile_pages = 0;         // T / P: whole pages per tile
   std::uint32_t tiles = 0;              // staging tile slots
   std::uint32_t pages = 0;              // pool pages
-  std::uint32_t recurrent_slots = 0;    // = concurrency when the model has recurrent state, else 0
+  std::uint32_t recurrent_slots = 0;    // = host concurrency when the model has recurrent state, else 0
+                                        //   (bound per running context at admission: state_plan.hpp)
   std::uint64_t recurrent_slot_bytes = 0;
   ArenaPart staging_tiles;              // tiles × tile_bytes
   ArenaPart page_pool;                  // pages × page_bytes
@@ -165,6 +170,7 @@ struct MemoryPlan {
   ArenaPlan arena;
   BudgetPlan budget;
   SummaryPlan summaries;
+  StatePlan state;                      // recurrent state: device slots, host checkpoints (state_plan.hpp)
   std::uint32_t chunk_tokens = 0;
   std::uint32_t promoted_pages_per_layer = 0;
   std::uint32_t queue_max = 0;
