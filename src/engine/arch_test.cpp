@@ -38,6 +38,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "activekv/state_plan.hpp"
 #include "engine/forward.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/runtime_kv.hpp"
@@ -117,7 +118,8 @@ Runtime make_runtime(const Model& model, double fraction, const ForwardLimits& l
   const std::uint32_t dense = settings.memory.geometry.dense_layers;  // a hybrid's attention layers only
   const std::uint64_t pages_needed = std::uint64_t{dense} * (kContext / kPageTokens);
   const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(pages_needed) * fraction));
-  settings.memory.host_pool_bytes = std::uint64_t{dense} * kContext * row_bytes;
+  // One history: the attention layers' segments and, for a hybrid, its state checkpoints (state_plan.hpp).
+  settings.memory.host_pool_bytes = std::uint64_t{dense} * kContext * row_bytes + state_bytes_per_history(settings.memory);
   // Each arena part rounded up to its alignment, no more: the pages are the part under test.
   const auto aligned = [](std::uint64_t b) { return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes; };
   settings.memory.device_pool_bytes =
