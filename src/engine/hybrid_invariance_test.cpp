@@ -17,6 +17,7 @@
 // have them, and the whole recurrent state after the last token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "activekv/state_plan.hpp"
 #include "engine/forward.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/runtime_kv.hpp"
@@ -162,6 +164,53 @@ class HybridInvariance : public ::testing::Test {
     return feed(*model_, kv, a, b, pool, tokens_, other_, steps);
   }
 
+  // A run through the ActiveKV runtime (host backend, history staged through the tiles) with
+  // `fraction` of the history's pages on the device.
+  Outcome runtime_run(const std::vector<std::uint32_t>& steps, double fraction, bool batched) {
+    const ForwardLimits limits{kStepTokensMax + 5, 2, kContext};
+    MemorySettings memory;
+    memory.page_tokens = kPageTokens;
+    memory.tile_tokens = 64;
+    memory.tiles = 2;
+    memory.max_context_tokens = kContext;
+    memory.max_seqs = 2;
+    // The floor follows the largest step (the second context appends 5 at a time).
+    memory.chunk_tokens = std::max<std::uint32_t>(*std::max_element(steps.begin(), steps.end()), 5);
+    KvRuntimeSettings settings = runtime_settings(*model_, memory, limits);
+    const Geometry& g = settings.memory.geometry;
+    const auto aligned = [](std::uint64_t b) {
+      return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes;
+    };
+    const std::uint64_t pages_one = std::uint64_t{g.dense_layers} * (kContext / kPageTokens);
+    const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(2 * pages_one) * fraction));
+    settings.memory.host_pool_bytes =
+        2 * (std::uint64_t{g.dense_layers} * kContext * g.row_bytes() + state_bytes_per_history(settings.memory));
+    settings.memory.device_pool_bytes = aligned(std::uint64_t{memory.tiles} * memory.tile_tokens * g.row_bytes()) +
+                                        aligned(pages * kPageTokens * g.row_bytes()) +
+                                        aligned(2 * g.recurrent_state_bytes);
+    BackendOptions options;
+    options.compute_threads = 2;
+    Result<std::unique_ptr<Backend>> backend = make_backend("host", options);
+    EXPECT_TRUE(backend.ok());
+    if (!backend.ok()) return {};
+    Result<std::unique_ptr<KvRuntime>> rt = KvRuntime::create(settings, **backend);
+    EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
+    if (!rt.ok()) return {};
+    Result<AdmitResult> a = (*rt)->open_context(1, kContext);
+    Result<AdmitResult> b = (*rt)->open_context(2, kContext);
+    EXPECT_TRUE(a.ok() && a->outcome == AdmitOutcome::admitted && b.ok() && b->outcome == AdmitOutcome::admitted);
+    if (!a.ok() || !b.ok()) return {};
+    RuntimeKv kv(**rt);
+    std::optional<ContextId> other;
+    if (batched) other = b->handle;
+    Outcome out = feed(*model_, kv, a->handle, other, pool_, tokens_, other_, steps);
+    const std::uint64_t staged = (*rt)->counters().bytes_staged;
+    if (fraction < 1.0) {
+      EXPECT_GT(staged, 0u) << "a quarter of the pages on the device: history must be staged";
+    }
+    return out;
+  }
+
   static inline std::string path_;
   static inline int rc_ = 0;
   std::unique_ptr<Model> model_;
@@ -182,6 +231,13 @@ TEST_F(HybridInvariance, EveryChunkingBatchAndThreadCountGivesTheSameBits) {
   bool nonzero = false;
   for (std::byte b : whole.state) nonzero = nonzero || b != std::byte{0};
   EXPECT_TRUE(nonzero);
+}
+
+TEST_F(HybridInvariance, EveryDeviceBudgetGivesTheSameBits) {
+  const Outcome whole = runtime_run({kLength}, 1.0, false);
+  expect_same(whole, runtime_run(chunks_of(256), 1.0, false), "runtime: one chunk vs chunks of 256");
+  expect_same(whole, runtime_run(chunks_of(7), 0.25, false), "runtime: a quarter of the pages, chunks of 7");
+  expect_same(whole, runtime_run(chunks_of(1), 0.25, true), "runtime: a quarter, one token at a time, batched");
 }
 
 }  // namespace
