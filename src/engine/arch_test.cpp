@@ -291,6 +291,30 @@ const Case kCases[] = {
     {"qwen35", "plain", "f32", 0},     {"qwen35", "plain", "q8", 0},   {"qwen35", "flags", "f16", 0},
 };
 
+// A malformed hybrid file is refused in one line naming the key or the tensor.
+TEST(HybridRefusals, MalformedFilesNameTheKeyOrTensor) {
+  struct Broken {
+    const char* kind;
+    const char* named;  // what the message must name
+  };
+  for (const Broken& b : {Broken{"interval0", "qwen35.full_attention_interval"},
+                          Broken{"state", "blk.0.attn_qkv.weight"},
+                          Broken{"missing", "blk.0.ssm_a"}}) {
+    const std::string path = ::testing::TempDir() + "arch_qwen35_" + b.kind + ".gguf";
+    const std::string make = std::string("python3 " ACTIVEKV_REFERENCE_DIR "/make_arch_model.py --arch qwen35 --mix f16 "
+                                         "--malformed ") + b.kind + " --out '" + path + "'";
+    const int rc = std::system(make.c_str());
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) GTEST_SKIP() << "numpy or gguf missing: run scripts/install-deps.sh --test";
+    ASSERT_EQ(rc, 0) << make;
+    Result<std::unique_ptr<Model>> model = Model::load(path);
+    ASSERT_FALSE(model.ok()) << b.kind << " loaded";
+    const std::string message = model.error().describe();
+    std::printf("%-10s %s\n", b.kind, message.c_str());
+    EXPECT_NE(message.find(b.named), std::string::npos) << b.kind << ": " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << b.kind << ": one line";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Files, ArchReference, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& param) { return name_of(param.param); });
 

@@ -28,6 +28,7 @@
 
 #include "activekv/assert.hpp"
 #include "engine/blocks.hpp"
+#include "engine/delta_net.hpp"
 #include "engine/forward.hpp"
 
 namespace activekv::engine {
@@ -62,6 +63,50 @@ void l2_normalise(float* x, std::uint32_t n, float eps, float scale) noexcept {
 }
 
 }  // namespace
+
+// Sums in 8 lanes (lane l takes i ≡ l mod 8, then the lanes are added in order): a fixed order the
+// compiler can vectorise, the same for every chunking and thread.
+namespace {
+constexpr std::uint32_t kLanes = 8;
+
+float lane_sum(const float (&lanes)[kLanes]) noexcept {
+  float s = 0.0f;
+  for (std::uint32_t l = 0; l < kLanes; ++l) s += lanes[l];
+  return s;
+}
+}  // namespace
+
+void delta_rule_token(float* m, const float* q, const float* k, const float* v, float decay, float beta, float* o,
+                      std::uint32_t S) noexcept {
+  const std::uint32_t full = S / kLanes * kLanes;
+  for (std::uint32_t j = 0; j < S; ++j) {
+    float* mj = m + std::size_t{j} * S;
+    float mk[kLanes] = {};
+    for (std::uint32_t i = 0; i < full; i += kLanes) {
+      for (std::uint32_t l = 0; l < kLanes; ++l) {
+        mj[i + l] *= decay;
+        mk[l] += mj[i + l] * k[i + l];
+      }
+    }
+    for (std::uint32_t i = full; i < S; ++i) {
+      mj[i] *= decay;
+      mk[i - full] += mj[i] * k[i];
+    }
+    const float d = beta * (v[j] - lane_sum(mk));
+    float mq[kLanes] = {};
+    for (std::uint32_t i = 0; i < full; i += kLanes) {
+      for (std::uint32_t l = 0; l < kLanes; ++l) {
+        mj[i + l] += d * k[i + l];
+        mq[l] += mj[i + l] * q[i + l];
+      }
+    }
+    for (std::uint32_t i = full; i < S; ++i) {
+      mj[i] += d * k[i];
+      mq[i - full] += mj[i] * q[i];
+    }
+    o[j] = lane_sum(mq);
+  }
+}
 
 Status Blocks::delta_net(std::uint32_t layer) {
   const LayerWeights& w = weights(layer);
@@ -177,21 +222,7 @@ void Blocks::delta_recurrence(const LayerWeights& w, std::span<float* const> sta
                 std::exp(softplus(b.alpha_[r * s.v_heads + hv] + x.w->dt_bias[hv]) * x.w->a[hv]);
             const float beta = sigmoid(b.beta_[r * s.v_heads + hv]);
             float* o = b.core_.data() + r * s.inner + std::size_t{hv} * S;
-            for (std::uint32_t j = 0; j < S; ++j) {
-              float* mj = m + std::size_t{j} * S;
-              float mk = 0.0f;
-              for (std::uint32_t i = 0; i < S; ++i) {
-                mj[i] *= decay;
-                mk += mj[i] * k[i];
-              }
-              const float d = beta * (v[j] - mk);
-              float mq = 0.0f;
-              for (std::uint32_t i = 0; i < S; ++i) {
-                mj[i] += d * k[i];
-                mq += mj[i] * q[i];
-              }
-              o[j] = mq;
-            }
+            delta_rule_token(m, q, k, v, decay, beta, o, S);
           }
         }
       },

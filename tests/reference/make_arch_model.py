@@ -60,6 +60,9 @@ def main():
     ap.add_argument("--interval", type=int, default=3, help="qwen35: full_attention_interval")
     ap.add_argument("--embedding", type=int, default=EMBEDDING, help="qwen35: embedding_length")
     ap.add_argument("--vocab-from", default="", help="qwen35: copy the vocabulary of this GGUF")
+    ap.add_argument("--malformed", default="", choices=["", "interval0", "state", "missing"],
+                    help="qwen35: a broken file (full_attention_interval 0; ssm.state_size and ssm.inner_size "
+                         "twice what the tensors hold; blk.0.ssm_a left out)")
     args = ap.parse_args()
     arch, variant, mix = args.arch, args.variant, MIXES[args.mix]
     if arch == "qwen35":
@@ -202,15 +205,16 @@ def write_qwen35(args, mix):
     w.add_uint32(p + "rope.dimension_count", rope_dims)
     w.add_array(p + "rope.dimension_sections", [3, 3, 2, 0])
     w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
+    told = 2 if args.malformed == "state" else 1  # metadata that contradicts the tensors
     w.add_uint32(p + "ssm.conv_kernel", conv_kernel)
-    w.add_uint32(p + "ssm.state_size", state)
+    w.add_uint32(p + "ssm.state_size", state * told)
     w.add_uint32(p + "ssm.group_count", k_heads)
     w.add_uint32(p + "ssm.time_step_rank", v_heads)
-    w.add_uint32(p + "ssm.inner_size", inner)
+    w.add_uint32(p + "ssm.inner_size", inner * told)
     if flags:
         w.add_array(p + "attention.recurrent_layers", recurrent)
     else:
-        w.add_uint32(p + "full_attention_interval", args.interval)
+        w.add_uint32(p + "full_attention_interval", 0 if args.malformed == "interval0" else args.interval)
     vocab = VOCAB
     if args.vocab_from:
         vocab = copy_vocabulary(w, args.vocab_from)
@@ -246,7 +250,8 @@ def write_qwen35(args, mix):
             w.add_tensor(b + "ssm_conv1d.weight", (rng.standard_normal((conv_dim, conv_kernel)) * 0.5).astype(np.float32))
             vector(b + "ssm_dt.bias", v_heads, 0.0, 0.5)
             # -exp(A_log), A_log ~ log(U(1, 16)) as the published initialisation; decays from ~0.4 to ~1.
-            w.add_tensor(b + "ssm_a", (-np.exp(np.log(rng.uniform(1.0, 16.0, v_heads))) * 0.1).astype(np.float32))
+            if not (args.malformed == "missing" and l == 0):
+                w.add_tensor(b + "ssm_a", (-np.exp(np.log(rng.uniform(1.0, 16.0, v_heads))) * 0.1).astype(np.float32))
             vector(b + "ssm_norm.weight", state, 1.0, 0.1)
         else:
             matrix(b + "attn_q.weight", 2 * q_dim, embedding, mix["attn"], 2.0 * a)
