@@ -78,30 +78,24 @@ float lane_sum(const float (&lanes)[kLanes]) noexcept {
 
 void delta_rule_token(float* m, const float* q, const float* k, const float* v, float decay, float beta, float* o,
                       std::uint32_t S) noexcept {
+  // (decay · m_j)·k = decay · (m_j·k): the first pass only reads the row, the second writes it once.
   const std::uint32_t full = S / kLanes * kLanes;
   for (std::uint32_t j = 0; j < S; ++j) {
     float* mj = m + std::size_t{j} * S;
     float mk[kLanes] = {};
-    for (std::uint32_t i = 0; i < full; i += kLanes) {
-      for (std::uint32_t l = 0; l < kLanes; ++l) {
-        mj[i + l] *= decay;
-        mk[l] += mj[i + l] * k[i + l];
-      }
-    }
-    for (std::uint32_t i = full; i < S; ++i) {
-      mj[i] *= decay;
-      mk[i - full] += mj[i] * k[i];
-    }
-    const float d = beta * (v[j] - lane_sum(mk));
+    for (std::uint32_t i = 0; i < full; i += kLanes)
+      for (std::uint32_t l = 0; l < kLanes; ++l) mk[l] += mj[i + l] * k[i + l];
+    for (std::uint32_t i = full; i < S; ++i) mk[i - full] += mj[i] * k[i];
+    const float d = beta * (v[j] - decay * lane_sum(mk));
     float mq[kLanes] = {};
     for (std::uint32_t i = 0; i < full; i += kLanes) {
       for (std::uint32_t l = 0; l < kLanes; ++l) {
-        mj[i + l] += d * k[i + l];
+        mj[i + l] = decay * mj[i + l] + d * k[i + l];
         mq[l] += mj[i + l] * q[i + l];
       }
     }
     for (std::uint32_t i = full; i < S; ++i) {
-      mj[i] += d * k[i];
+      mj[i] = decay * mj[i] + d * k[i];
       mq[i - full] += mj[i] * q[i];
     }
     o[j] = lane_sum(mq);
