@@ -91,8 +91,15 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
                        h.segments);
   }
-  out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
-                     h.dense_layers, h.histories, format_bytes(h.history_bytes));
+  if (!plan.state.enabled()) {
+    out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
+                       h.dense_layers, h.histories, format_bytes(h.history_bytes));
+  } else {
+    out += fmt::format("  histories         = min(floor(segments {} / dense_layers {}), floor((host_pool {} − prefix_cache {}) / "
+                       "(history {} + state checkpoints {}))) = {}\n",
+                       h.segments, h.dense_layers, format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes),
+                       format_bytes(h.history_bytes), format_bytes(plan.state.bytes_per_history), h.histories);
+  }
   out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
                      h.dense_layers, h.leftover_segments);
   if (h.retained_histories == 0) {
