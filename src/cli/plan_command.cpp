@@ -121,6 +121,7 @@ Result<MemorySettings> settings_from(const PlanOptions& o) {
                                     o.state_checkpoint_pages));
     }
     s.state_checkpoint_pages = static_cast<std::uint32_t>(*pages);
+    s.state_checkpoints = true;  // the plan of a runtime with prefix reuse on
   }
   if (!o.prefix_cache.empty()) {
     Result<std::uint64_t> bytes = parse_size(o.prefix_cache, "--prefix-cache", /*zero_allowed=*/true);

@@ -32,7 +32,11 @@ std::string format_state_plan(const MemoryPlan& plan) {
           ? std::string("0 (--state-checkpoint-pages 0)")
           : fmt::format("floor(max_context {} / (K {} × page_tokens {}))", plan.host.max_context_tokens, sp.checkpoint_pages,
                         sp.page_tokens);
-  out += fmt::format("  checkpoints       = newest 1 + prompt 1 + every K pages {} = {}\n", every, sp.checkpoints);
+  if (sp.checkpoints == 0) {
+    out += "  checkpoints       = 0 (prefix reuse off: no context resumes, so no state is kept on the host)\n";
+  } else {
+    out += fmt::format("  checkpoints       = newest 1 + prompt 1 + every K pages {} = {}\n", every, sp.checkpoints);
+  }
   out += fmt::format("  state_bytes       = {} per context; per history checkpoints {} × {} = {}\n", format_bytes(sp.state_bytes),
                      sp.checkpoints, format_bytes(sp.state_bytes), format_bytes(sp.bytes_per_history));
   out += fmt::format("  histories         ≤ floor((host_pool {} − prefix_cache {}) / (history {} + state {})) (the state area counts)\n",
@@ -53,7 +57,7 @@ std::string cache_term(const HostPoolPlan& h) {
 
 // " + state area 32 × 882 MiB" in the pinned line (hybrid models).
 std::string state_term(const MemoryPlan& plan) {
-  if (!plan.state.enabled()) return {};
+  if (plan.state.bytes == 0) return {};
   return fmt::format(" + state area {} × {}", plan.state.histories, format_bytes(plan.state.bytes_per_history));
 }
 
@@ -91,7 +95,7 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
                        h.segments);
   }
-  if (!plan.state.enabled()) {
+  if (plan.state.bytes_per_history == 0) {
     out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
                        h.dense_layers, h.histories, format_bytes(h.history_bytes));
   } else {

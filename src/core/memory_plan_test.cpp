@@ -33,7 +33,15 @@ std::uint64_t largest_fitting(std::uint64_t unit, std::uint64_t total) {
 }
 
 TEST(MemoryPlan, SeedFiguresForHybrid27b) {
-  const MemoryPlan plan = make_memory_plan(hybrid_settings()).value();
+  // Without prefix reuse no state is kept on the host: the seed's figures.
+  const MemoryPlan seed = make_memory_plan(hybrid_settings()).value();
+  EXPECT_EQ(seed.host.histories, 32u);
+  EXPECT_EQ(seed.state.checkpoints, 0u);
+  EXPECT_EQ(seed.arena.recurrent_slots, 32u);
+  EXPECT_EQ(seed.arena.recurrent.size_bytes, 32 * find_preset("hybrid-27b")->geometry.recurrent_state_bytes);
+  MemorySettings reuse = hybrid_settings();
+  reuse.state_checkpoints = true;
+  const MemoryPlan plan = make_memory_plan(reuse).value();
   EXPECT_EQ(plan.host.row_bytes, 4096u);
   EXPECT_EQ(plan.host.segment_bytes, 128 * MiB);
   EXPECT_EQ(plan.host.history_bytes, 2 * GiB);
@@ -51,11 +59,6 @@ TEST(MemoryPlan, SeedFiguresForHybrid27b) {
   EXPECT_EQ(plan.arena.recurrent_slots, 27u);
   EXPECT_EQ(plan.arena.recurrent.size_bytes, 27 * state);
   EXPECT_EQ(plan.host.used_bytes, 27 * (2 * GiB + 2 * state));
-  // Without recurrent state the same pool holds the seed's 32.
-  MemorySettings dense = hybrid_settings();
-  dense.geometry.recurrent_layers = 0;
-  dense.geometry.recurrent_state_bytes = 0;
-  EXPECT_EQ(make_memory_plan(dense)->host.histories, 32u);
 }
 
 TEST(MemoryPlan, PresetsMatchAnIndependentComputation) {
@@ -66,6 +69,7 @@ TEST(MemoryPlan, PresetsMatchAnIndependentComputation) {
     s.host_pool_bytes = 100 * GiB + 12345;
     s.device_pool_bytes = 80 * GiB;
     s.max_seqs = 1000;
+    s.state_checkpoints = true;
     const MemoryPlan plan = make_memory_plan(s).value();
     const std::uint64_t row = 2ull * preset.geometry.kv_heads * preset.geometry.head_dim * dtype_bytes(preset.geometry.dtype);
     const std::uint64_t segment = 8192 * row;
@@ -100,6 +104,8 @@ TEST(MemoryPlan, RandomGeometriesMatchAnIndependentComputationAndLayoutHolds) {
     s.chunk_tokens = 1 + static_cast<std::uint32_t>(rng() % std::min(512u, s.max_context_tokens));
     s.max_seqs = 1 + static_cast<std::uint32_t>(rng() % 512);
     s.host_pool_bytes = 1 + rng() % (512 * GiB);
+    s.state_checkpoints = rng() % 2 == 0;
+    s.state_checkpoint_pages = static_cast<std::uint32_t>(rng() % 64);
     s.device_pool_bytes = 1 + rng() % (160 * GiB);
     const Result<MemoryPlan> result = make_memory_plan(s);
     const std::uint64_t row = s.geometry.row_bytes();
@@ -385,7 +391,9 @@ TEST(MemoryPlan, ZeroAndMalformedSettingsAreRefusedByName) {
 }
 
 TEST(MemoryPlan, PrintsFormulasAndJsonWithTheFormulasTerms) {
-  const MemoryPlan plan = make_memory_plan(hybrid_settings()).value();
+  MemorySettings s = hybrid_settings();
+  s.state_checkpoints = true;  // prefix reuse on
+  const MemoryPlan plan = make_memory_plan(s).value();
   const std::string text = format_memory_plan(plan);
   EXPECT_NE(text.find("segment_bytes     = max_context 32768 × row_bytes 4096 = 128 MiB"), std::string::npos) << text;
   // A hybrid's histories also hold their state checkpoints (state_plan.hpp): 27, not 32.
@@ -414,6 +422,7 @@ TEST(MemoryPlan, PrintsFormulasAndJsonWithTheFormulasTerms) {
 // the plan is the exact plan (same layout, no summaries line).
 TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   MemorySettings s = hybrid_settings();
+  s.state_checkpoints = true;  // prefix reuse on: the hybrid's histories keep state checkpoints
   s.headroom_bytes = 1 * GiB;
   const MemoryPlan exact = make_memory_plan(s).value();
   EXPECT_EQ(exact.summaries.bytes, 0u);

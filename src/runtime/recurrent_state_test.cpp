@@ -72,6 +72,7 @@ KvRuntimeSettings hybrid_settings(const Geometry& g, std::uint32_t histories, st
   m.max_seqs = histories;
   m.chunk_tokens = 8;
   m.state_checkpoint_pages = checkpoint_pages;
+  m.state_checkpoints = true;  // as create() sets it with prefix reuse on
   MemorySettings probe = m;
   m.host_pool_bytes = std::uint64_t{histories} * (std::uint64_t{g.dense_layers} * 64 * g.row_bytes() +
                                                    state_bytes_per_history(probe));
