@@ -76,8 +76,11 @@ struct MemorySettings {
                                             // only for retained prefixes (docs/PREFIX.md)
   std::uint64_t prefix_cache_bytes = 0;     // prefix_cache / --prefix-cache: the host prefix cache's part of the
                                             // host pool (docs/PREFIX.md); 0: no cache
-  std::uint32_t state_checkpoint_pages = 0;  // --state-checkpoint-pages K: hybrid models keep a state
-                                             // checkpoint every K pages per history (state_plan.hpp)
+  // Hybrid models (state_plan.hpp): each history keeps recurrent-state checkpoints on the host, for
+  // prefix reuse (the KV runtime sets it when prefix reuse is on; plan: --state-checkpoint-pages).
+  // Off: no state is kept on the host (no context resumes), and the host formula is the dense one.
+  bool state_checkpoints = false;
+  std::uint32_t state_checkpoint_pages = 0;  // --state-checkpoint-pages K: also one every K pages
 };
 
 struct HostPoolPlan {

@@ -13,7 +13,8 @@
 //             prompt   the prompt's last whole page before its last token (note_prompt)
 //             every K  one per K pages (--state-checkpoint-pages K; none when K = 0)
 //
-//   checkpoints          = 2 + (K > 0 ? floor(max_context / (K × page_tokens)) : 0)
+//   checkpoints          = 2 + (K > 0 ? floor(max_context / (K × page_tokens)) : 0)   (with prefix reuse;
+//                          0 without: no context resumes, so no state is kept on the host)
 //   state_bytes_history  = checkpoints × state_bytes
 //   histories            = floor((host_pool − prefix_cache) / (history_bytes + state_bytes_history))
 //   state area           = history_slots × state_bytes_history, after the histories and the cache

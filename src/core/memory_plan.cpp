@@ -241,6 +241,14 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   h.histories = h.segments / h.dense_layers;
   h.histories = std::min<std::uint64_t>(h.histories, static_cast<std::uint64_t>(histories_with_state(s, h.history_bytes)));
   h.leftover_segments = h.segments - h.histories * h.dense_layers;
+  if (h.histories == 0 && state_bytes_per_history(s) != 0 && h.segments >= h.dense_layers) {
+    return refused("--host-pool",
+                   fmt::format("host pool must be at least {} for one history: its {} segments of {} and its {} recurrent-"
+                               "state checkpoints of {} (state_plan.hpp); raise --host-pool, or lower "
+                               "--state-checkpoint-pages",
+                               format_bytes(h.history_bytes + state_bytes_per_history(s)), h.dense_layers,
+                               format_bytes(h.segment_bytes), state_checkpoints(s), format_bytes(s.geometry.recurrent_state_bytes)));
+  }
   if (h.histories == 0) {
     const std::uint64_t fit_tokens = h.host_pool_bytes / (static_cast<std::uint64_t>(h.dense_layers) * h.row_bytes);
     const std::uint64_t fit_pages = fit_tokens / s.page_tokens * s.page_tokens;

@@ -6,7 +6,7 @@
 namespace activekv {
 
 std::uint32_t state_checkpoints(const MemorySettings& s) noexcept {
-  if (s.geometry.recurrent_state_bytes == 0 || s.page_tokens == 0) return 0;
+  if (s.geometry.recurrent_state_bytes == 0 || s.page_tokens == 0 || !s.state_checkpoints) return 0;
   const std::uint64_t every_tokens = std::uint64_t{s.state_checkpoint_pages} * s.page_tokens;
   const std::uint64_t every = every_tokens == 0 ? 0 : s.max_context_tokens / every_tokens;
   return static_cast<std::uint32_t>(StatePlan::every_first + every);

@@ -172,6 +172,7 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
   }
   MemorySettings memory = settings.memory;
   memory.sparse_summaries = settings.sparse.enabled();  // the plan shows (and sizes) the page summaries
+  memory.state_checkpoints = settings.prefix_reuse;     // a hybrid's histories keep state checkpoints for reuse
   Result<MemoryPlan> plan = make_memory_plan(memory);
   if (!plan.ok()) return plan.error();
   if (settings.step_entries_max > plan->budget.concurrency) {

@@ -66,7 +66,7 @@ void KvRuntimeImpl::release_state(std::uint32_t slot) noexcept {
 
 void KvRuntimeImpl::drop_checkpoints(std::uint32_t slot, std::uint32_t above_tokens) noexcept {
   if (!plan_.state.enabled()) return;
-  std::uint32_t* pos = &checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints];
+  std::uint32_t* pos = checkpoint_pos_.data() + std::size_t{slot} * plan_.state.checkpoints;
   for (std::uint32_t i = 0; i < plan_.state.checkpoints; ++i) {
     if (pos[i] != UINT32_MAX && pos[i] > above_tokens) pos[i] = UINT32_MAX;
   }
@@ -75,7 +75,7 @@ void KvRuntimeImpl::drop_checkpoints(std::uint32_t slot, std::uint32_t above_tok
 std::uint32_t KvRuntimeImpl::checkpoint_before(std::uint32_t slot, std::uint32_t tokens, std::uint32_t* index) const noexcept {
   std::uint32_t best = 0;
   if (index != nullptr) *index = UINT32_MAX;
-  const std::uint32_t* pos = &checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints];
+  const std::uint32_t* pos = checkpoint_pos_.data() + std::size_t{slot} * plan_.state.checkpoints;
   for (std::uint32_t i = 0; i < plan_.state.checkpoints; ++i) {
     if (pos[i] == UINT32_MAX || pos[i] > tokens || pos[i] <= best) continue;
     best = pos[i];
@@ -86,6 +86,7 @@ std::uint32_t KvRuntimeImpl::checkpoint_before(std::uint32_t slot, std::uint32_t
 
 runtime::PrefixMatch KvRuntimeImpl::clamp_to_checkpoint(runtime::PrefixMatch match) noexcept {
   if (!plan_.state.enabled() || match.pages == 0) return match;
+  AK_ASSERT(plan_.state.checkpoints != 0, "kv runtime: a prefix match without state checkpoints (reuse is on)");
   const std::uint32_t P = plan_.arena.page_tokens;
   const std::uint32_t tokens = checkpoint_before(match.slot, match.pages * P, nullptr);
   AK_ASSERT(tokens % P == 0, "kv runtime: a state checkpoint off a page boundary");
@@ -157,7 +158,7 @@ std::uint32_t KvRuntimeImpl::checkpoint_index(std::uint32_t slot, std::uint32_t 
 }
 
 void KvRuntimeImpl::checkpoint_states() noexcept {
-  if (!plan_.state.enabled() || fault_.what != nullptr) return;
+  if (plan_.state.checkpoints == 0 || fault_.what != nullptr) return;  // no reuse: nothing to keep
   const StatePlan& sp = plan_.state;
   std::uint32_t pending = 0;
   for (std::uint32_t e = 0; e < entries(); ++e) {
