@@ -78,6 +78,13 @@ struct Explanation {
   std::uint32_t adopted_device_promoted = 0;  // of those, the source's promoted pages below its run, promoted here too
   std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history
   std::uint64_t adopted_host_pages = 0;    // the rest (adopted pages × dense layers − the two above): streamed from the host pool
+  // Recurrent state (hybrid models; filled by the KV runtime): the device slot holding it, and
+  // the history's checkpoints on the host.
+  std::uint64_t state_bytes = 0;              // 0: the model has no recurrent state
+  std::uint32_t recurrent_slot = UINT32_MAX;  // the arena's recurrent slot bound to the context
+  std::uint32_t state_restored_tokens = 0;    // the state came from a checkpoint at this position (0: started empty)
+  std::uint32_t state_checkpoints_held = 0;   // checkpoints its history holds on the host
+  std::uint32_t state_checkpoint_newest = 0;  // the newest one's position (what a follow-up can adopt up to)
   // Sparse attention (filled by the KV runtime; empty in exact mode): the pages the last decode
   // step that selected read, per layer, ascending; the pages the context held then, per layer.
   std::uint64_t sparse_step = 0;

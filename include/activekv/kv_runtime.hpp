@@ -351,6 +351,13 @@ struct KvCounters {
   std::uint64_t h2d_bytes_adopting = 0;                // of h2d_bytes, staged or uploaded for contexts that adopted a prefix (follow-ups)
   std::uint64_t prefix_device_pages_copied = 0;        // pages those copies moved device to device (not staged from the host)
   std::uint64_t prefix_device_pages_promoted = 0;      // of them, the source's promoted pages below its run (promoted in the adopter too)
+  // Recurrent state (hybrid models; docs/RUNTIME.md "Recurrent state"):
+  std::uint64_t state_checkpoints = 0;        // states written device to host into a history's checkpoint
+  std::uint64_t state_checkpoint_bytes = 0;   // their bytes
+  std::uint64_t state_restores = 0;           // admissions whose state came from a checkpoint (adopted prefixes)
+  std::uint64_t state_restore_bytes = 0;
+  std::uint64_t state_clamped_tokens = 0;     // matched prompt tokens not adopted: past the newest checkpoint at or before the match
+  std::uint64_t state_failures = 0;           // checkpoint or restore copies whose fence failed (checkpoint dropped, context faulted)
   // Where the step calls' time went (steady clock, nanoseconds, summed over steps):
   std::uint64_t step_ns = 0;          // inside begin_step, write_kv, attend, attend_none, end_step
   std::uint64_t plan_ns = 0;          // the core's planner (in begin_step)
@@ -460,6 +467,26 @@ class KvRuntime {
     (void)context, (void)layer, (void)group, (void)logical;
     return UINT32_MAX;
   }
+  // ---- recurrent state (hybrid models; docs/RUNTIME.md "Recurrent state") ---------
+  // The context's recurrent state: plan().geometry.recurrent_state_bytes bytes (every recurrent
+  // layer together, laid out by the model: the runtime only keeps and moves the bytes), in the
+  // context's slot of the arena's recurrent part, host-addressable. All zero for a context that
+  // starts empty; for one that adopted a prefix, the state at its length (restored from a
+  // checkpoint: the adopted length is always a checkpoint's position). Valid from begin_step to
+  // end_step for a context in that step: the forward pass reads and updates it in place. Refused,
+  // naming the cause: a geometry without recurrent state, a context not in the open step.
+  virtual Result<std::span<std::byte>> recurrent_state(ContextId context) = 0;
+  // The prompt's length, for a context admitted without its prompt (take_admitted; open_context
+  // with a prompt notes it itself): the runtime keeps a checkpoint of the state at the prompt's
+  // last whole page before its last token. No-op without recurrent state.
+  virtual void note_prompt(ContextId context, std::uint32_t prompt_tokens) = 0;
+  // Tokens the context may append before the next position where the runtime checkpoints its
+  // state (the prompt's checkpoint, every K pages): a caller that cuts its chunk there lets a step
+  // end exactly on it, and the runtime takes the checkpoint at that step's end. UINT32_MAX when no
+  // checkpoint lies ahead or the model has no recurrent state. Decode steps end on every page
+  // boundary by themselves (the newest page boundary is always checkpointed).
+  virtual std::uint32_t tokens_to_checkpoint(ContextId context) const = 0;
+
   // Invariants 1 and 2 (pages conserved, floors and bursts kept) and the lease
   // tables; nullptr when sound, else what broke.
   virtual const char* check() const = 0;

@@ -15,12 +15,13 @@
 //   history_slots     = concurrency + retained_histories   (the histories mapped; the extra ones
 //                       never run a context, they only keep retained prefixes: docs/PREFIX.md)
 //   pinned            = history_slots × history_bytes + prefix_cache_pages × prefix_cache_page_bytes
-//                       (the cache's pages lie after the histories)
+//                       + history_slots × state_bytes_history (hybrid models: state_plan.hpp)
+//                       (the cache's pages lie after the histories, the state area after the cache)
 //
 // Device arena, one allocation, parts in this order, each non-empty part aligned to arena_alignment_bytes:
 //   staging tiles   tiles × tile_tokens × row_bytes
 //   page pool       pages × page_tokens × row_bytes
-//   recurrent slots concurrency × recurrent_state_bytes
+//   recurrent slots concurrency × recurrent_state_bytes (host concurrency: one per running context)
 //   page summaries  histories × dense_layers × pages × summary page bytes (sparse only; else empty)
 //   headroom        headroom_bytes (explicit, revocable; may be 0)
 // The page pool gets what the device pool leaves after the other parts.
@@ -40,6 +41,7 @@
 
 #include "activekv/geometry.hpp"
 #include "activekv/result.hpp"
+#include "activekv/state_plan.hpp"
 
 namespace activekv {
 
@@ -74,6 +76,11 @@ struct MemorySettings {
                                             // only for retained prefixes (docs/PREFIX.md)
   std::uint64_t prefix_cache_bytes = 0;     // prefix_cache / --prefix-cache: the host prefix cache's part of the
                                             // host pool (docs/PREFIX.md); 0: no cache
+  // Hybrid models (state_plan.hpp): each history keeps recurrent-state checkpoints on the host, for
+  // prefix reuse (the KV runtime sets it when prefix reuse is on; plan: --state-checkpoint-pages).
+  // Off: no state is kept on the host (no context resumes), and the host formula is the dense one.
+  bool state_checkpoints = false;
+  std::uint32_t state_checkpoint_pages = 0;  // --state-checkpoint-pages K: also one every K pages
 };
 
 struct HostPoolPlan {
@@ -119,7 +126,8 @@ struct ArenaPlan {
   std::uint32_t tile_pages = 0;         // T / P: whole pages per tile
   std::uint32_t tiles = 0;              // staging tile slots
   std::uint32_t pages = 0;              // pool pages
-  std::uint32_t recurrent_slots = 0;    // = concurrency when the model has recurrent state, else 0
+  std::uint32_t recurrent_slots = 0;    // = host concurrency when the model has recurrent state, else 0
+                                        //   (bound per running context at admission: state_plan.hpp)
   std::uint64_t recurrent_slot_bytes = 0;
   ArenaPart staging_tiles;              // tiles × tile_bytes
   ArenaPart page_pool;                  // pages × page_bytes
@@ -165,6 +173,7 @@ struct MemoryPlan {
   ArenaPlan arena;
   BudgetPlan budget;
   SummaryPlan summaries;
+  StatePlan state;                      // recurrent state: device slots, host checkpoints (state_plan.hpp)
   std::uint32_t chunk_tokens = 0;
   std::uint32_t promoted_pages_per_layer = 0;
   std::uint32_t queue_max = 0;

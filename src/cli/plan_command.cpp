@@ -32,6 +32,7 @@ struct PlanOptions {
   std::string floor_pages, target_pages, burst_pages, promoted_pages, queue_max;
   std::string retained_histories;
   std::string prefix_cache;
+  std::string state_checkpoint_pages;
   bool json = false;
   bool sparse = false;
 };
@@ -111,6 +112,17 @@ Result<MemorySettings> settings_from(const PlanOptions& o) {
     }
     s.retained_histories = static_cast<std::uint32_t>(*retained);
   }
+  if (!o.state_checkpoint_pages.empty()) {
+    Result<std::uint64_t> pages = parse_count(o.state_checkpoint_pages, "--state-checkpoint-pages");
+    if (!pages) return pages.error();
+    if (*pages > UINT32_MAX) {
+      return make_error(ErrorCode::invalid_argument, "--state-checkpoint-pages",
+                        fmt::format("{} pages does not fit 32 bits: use 0 (no K-page checkpoints) or a page count",
+                                    o.state_checkpoint_pages));
+    }
+    s.state_checkpoint_pages = static_cast<std::uint32_t>(*pages);
+    s.state_checkpoints = true;  // the plan of a runtime with prefix reuse on
+  }
   if (!o.prefix_cache.empty()) {
     Result<std::uint64_t> bytes = parse_size(o.prefix_cache, "--prefix-cache", /*zero_allowed=*/true);
     if (!bytes) return bytes.error();
@@ -152,6 +164,9 @@ Action setup(CLI::App& sub) {
                              serve::retained_histories_max));
   sub.add_option("--prefix-cache", o->prefix_cache,
                  "the host prefix cache's part of the host pool (default 0: none; docs/PREFIX_CACHE.md)");
+  sub.add_option("--state-checkpoint-pages", o->state_checkpoint_pages,
+                 "hybrid models: keep a recurrent-state checkpoint every K pages per history, for prefix reuse "
+                 "(default 0: only the prompt's and the newest page boundary's)");
   sub.add_option("--page-tokens", o->page_tokens, "tokens per page (default 16)");
   sub.add_option("--tile-tokens", o->tile_tokens, "tokens per staging tile (default min(32768, max context))");
   sub.add_option("--tiles", o->tiles, "staging tiles (default 2)");

@@ -119,6 +119,13 @@ std::string explanation_text(const Explanation& e) {
     out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
                        e.tier_pages_first, e.tier_pages_end - 1);
   }
+  if (e.state_bytes != 0) {
+    out += fmt::format("  recurrent state: {} B in device slot {} ({}); host checkpoints: {} held, newest at token {}\n",
+                       e.state_bytes, e.recurrent_slot,
+                       e.state_restored_tokens == 0 ? std::string("started empty")
+                                                    : fmt::format("restored from the checkpoint at token {}", e.state_restored_tokens),
+                       e.state_checkpoints_held, e.state_checkpoint_newest);
+  }
   out += fmt::format("  staged each step: {} pages (not resident; {})\n", e.pages_staged_per_step,
                      e.staged_in_place ? "read in place in the host pool: the backend's kernel reads host memory"
                                        : "copied through the tiles");
@@ -195,6 +202,13 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["adopted_device_copied"] = e.adopted_device_copied;
   j["adopted_device_promoted"] = e.adopted_device_promoted;
   j["adopted_host_pages"] = e.adopted_host_pages;
+  if (e.state_bytes != 0) {
+    j["recurrent_state"] = {{"bytes", e.state_bytes},
+                            {"slot", e.recurrent_slot},
+                            {"restored_tokens", e.state_restored_tokens},
+                            {"checkpoints_held", e.state_checkpoints_held},
+                            {"checkpoint_newest", e.state_checkpoint_newest}};
+  }
   if (!e.sparse_picks.empty()) {
     nlohmann::json picks = nlohmann::json::array();
     for (const SparsePick& p : e.sparse_picks) {

@@ -37,10 +37,44 @@ namespace {
 
 constexpr std::uint64_t mib = 1024ull * 1024ull;
 
+// The seed's model, from Qwen3.5-27B's published configuration: 64 layers laid out as
+// 16 × (3 × Gated DeltaNet + 1 × gated full attention), so full_attention_interval 4.
+//   full attention: 4 KV heads × head dim 256; bf16 K and V → a row of 2 × 4 × 256 × 2 = 4,096 B,
+//     a 32K history 16 layers × 32,768 × 4,096 B = 2 GiB.
+//   Gated DeltaNet: 48 value heads, 16 query/key heads, head dims 128 (key and value), a causal
+//     convolution of kernel 4 over the q, k and v channels (2 × 16 × 128 + 48 × 128 = 10,240).
+//     Its state per layer: one key_dim × value_dim matrix per value head, 48 × 128 × 128 = 786,432
+//     elements, and the convolution's window, the last kernel − 1 = 3 inputs of every channel,
+//     3 × 10,240 = 30,720 elements.
+// The state dtypes decide the bytes. The delta-rule matrices kept in f32 (4 B: the recurrence
+// accumulates over the whole context) and the convolution window in bf16 (2 B: the model's own
+// activations) give 48 × (786,432 × 4 + 30,720 × 2) = 48 × 3,207,168 = 153,944,064 B = 146.8 MiB,
+// the seed's "147 MiB". (Everything f32: 156,893,184 B = 149.6 MiB; everything bf16: 74.8 MiB.)
+namespace qwen35_27b {
+constexpr std::uint64_t layers = 64, full_attention_interval = 4;
+constexpr std::uint64_t dense_layers = layers / full_attention_interval;  // 16
+constexpr std::uint64_t recurrent_layers = layers - dense_layers;         // 48
+constexpr std::uint64_t kv_heads = 4, head_dim = 256;
+constexpr std::uint64_t value_heads = 48, key_heads = 16, key_dim = 128, value_dim = 128, conv_kernel = 4;
+constexpr std::uint64_t conv_channels = 2 * key_heads * key_dim + value_heads * value_dim;
+constexpr std::uint64_t matrix_elements = value_heads * key_dim * value_dim;
+constexpr std::uint64_t window_elements = (conv_kernel - 1) * conv_channels;
+constexpr std::uint64_t matrix_dtype_bytes = 4, window_dtype_bytes = 2;  // f32 matrices, bf16 window
+constexpr std::uint64_t state_bytes = recurrent_layers * (matrix_elements * matrix_dtype_bytes + window_elements * window_dtype_bytes);
+static_assert(conv_channels == 10'240 && matrix_elements == 786'432 && window_elements == 30'720);
+static_assert(state_bytes == 153'944'064, "hybrid-27b: 48 × 3,207,168 B of recurrent state");
+static_assert((state_bytes + mib / 2) / mib == 147, "hybrid-27b: the seed's 147 MiB (rounded)");
+static_assert(dense_layers * 32768 * (2 * kv_heads * head_dim * 2) == 2048 * mib, "hybrid-27b: 2 GiB per 32K history");
+}  // namespace qwen35_27b
+
 constexpr std::array<Preset, 3> preset_table{{
     {"smollm2-135m", Geometry{30, 0, 3, 64, DType::f16, 0}, 8192},
     {"llama-3.1-8b", Geometry{32, 0, 8, 128, DType::bf16, 0}, 131072},
-    {"hybrid-27b", Geometry{16, 48, 4, 256, DType::bf16, 147 * mib}, 32768},
+    {"hybrid-27b",
+     Geometry{static_cast<std::uint32_t>(qwen35_27b::dense_layers), static_cast<std::uint32_t>(qwen35_27b::recurrent_layers),
+              static_cast<std::uint32_t>(qwen35_27b::kv_heads), static_cast<std::uint32_t>(qwen35_27b::head_dim), DType::bf16,
+              qwen35_27b::state_bytes},
+     32768},
 }};
 
 static_assert(2ull * 3 * 64 * 2 == 768, "smollm2-135m row bytes (DESIGN.md presets)");

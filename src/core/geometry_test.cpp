@@ -13,7 +13,15 @@ TEST(Geometry, PresetRowBytesMatchDesignTable) {
   EXPECT_EQ(hybrid.geometry.row_bytes(), 4096u);
   EXPECT_EQ(hybrid.geometry.dense_layers, 16u);
   EXPECT_EQ(hybrid.geometry.dense_layers + hybrid.geometry.recurrent_layers, 64u);
-  EXPECT_EQ(hybrid.geometry.recurrent_state_bytes, 147ull * 1024 * 1024);
+  // Derived from Qwen3.5-27B's configuration (geometry.cpp): 48 Gated DeltaNet layers, each 48 value
+  // heads × 128 × 128 f32 matrices + a bf16 convolution window of 3 × 10,240 channels.
+  const std::uint64_t per_layer = 48ull * 128 * 128 * 4 + 3ull * (2 * 16 * 128 + 48 * 128) * 2;
+  EXPECT_EQ(per_layer, 3'207'168u);
+  EXPECT_EQ(hybrid.geometry.recurrent_state_bytes, 48 * per_layer);
+  EXPECT_EQ((hybrid.geometry.recurrent_state_bytes + 512 * 1024) / (1024 * 1024), 147u) << "the seed's 147 MiB, rounded";
+  // And its 2 GiB per 32K-token history: 16 dense layers × 32,768 tokens × 4,096 B rows.
+  EXPECT_EQ(std::uint64_t{hybrid.geometry.dense_layers} * hybrid.max_context_tokens * hybrid.geometry.row_bytes(),
+            2ull * 1024 * 1024 * 1024);
 }
 
 TEST(Geometry, UnknownPresetNamesTheChoices) {

@@ -67,6 +67,30 @@ DeviceNeeds device_needs(const MemorySettings& s, std::uint32_t contexts) noexce
   return n;
 }
 
+// Histories the host pool holds when each also keeps its state checkpoints (state_plan.hpp); no
+// bound (all of them) without recurrent state.
+u128 histories_with_state(const MemorySettings& s, u128 history_bytes) noexcept {
+  const std::uint64_t state = state_bytes_per_history(s);
+  if (state == 0 || s.prefix_cache_bytes >= s.host_pool_bytes) return ~static_cast<u128>(0);
+  return static_cast<u128>(s.host_pool_bytes - s.prefix_cache_bytes) / (history_bytes + state);
+}
+
+StatePlan plan_state(const MemorySettings& s, const HostPoolPlan& h) noexcept {
+  StatePlan sp;
+  if (s.geometry.recurrent_state_bytes == 0) return sp;
+  sp.state_bytes = s.geometry.recurrent_state_bytes;
+  sp.page_tokens = s.page_tokens;
+  sp.checkpoint_pages = s.state_checkpoint_pages;
+  sp.checkpoints = state_checkpoints(s);
+  sp.bytes_per_history = state_bytes_per_history(s);
+  sp.histories = h.history_slots;
+  sp.offset = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes;
+  sp.bytes = std::uint64_t{sp.histories} * sp.bytes_per_history;
+  sp.device_slots = h.concurrency;
+  sp.device_bytes = std::uint64_t{sp.device_slots} * sp.state_bytes;
+  return sp;
+}
+
 // Sparse attention's page summaries for `histories` histories (zero when sparse is off).
 SummaryPlan plan_summaries(const MemorySettings& s, std::uint32_t histories) noexcept {
   SummaryPlan sp;
@@ -82,7 +106,8 @@ std::uint32_t host_concurrency(const MemorySettings& s) noexcept {
   const u128 segment = static_cast<u128>(s.max_context_tokens) * s.geometry.row_bytes();
   if (segment == 0 || s.geometry.dense_layers == 0) return 0;
   if (s.prefix_cache_bytes >= s.host_pool_bytes) return 0;
-  const u128 histories = static_cast<u128>(s.host_pool_bytes - s.prefix_cache_bytes) / segment / s.geometry.dense_layers;
+  u128 histories = static_cast<u128>(s.host_pool_bytes - s.prefix_cache_bytes) / segment / s.geometry.dense_layers;
+  histories = std::min<u128>(histories, histories_with_state(s, static_cast<u128>(segment) * s.geometry.dense_layers));
   if (histories <= s.retained_histories) return 0;
   return static_cast<std::uint32_t>(std::min<u128>(histories - s.retained_histories, s.max_seqs));
 }
@@ -214,7 +239,16 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   }
   h.segments = (h.host_pool_bytes - h.prefix_cache_bytes) / h.segment_bytes;
   h.histories = h.segments / h.dense_layers;
+  h.histories = std::min<std::uint64_t>(h.histories, static_cast<std::uint64_t>(histories_with_state(s, h.history_bytes)));
   h.leftover_segments = h.segments - h.histories * h.dense_layers;
+  if (h.histories == 0 && state_bytes_per_history(s) != 0 && h.segments >= h.dense_layers) {
+    return refused("--host-pool",
+                   fmt::format("host pool must be at least {} for one history: its {} segments of {} and its {} recurrent-"
+                               "state checkpoints of {} (state_plan.hpp); raise --host-pool, or lower "
+                               "--state-checkpoint-pages",
+                               format_bytes(h.history_bytes + state_bytes_per_history(s)), h.dense_layers,
+                               format_bytes(h.segment_bytes), state_checkpoints(s), format_bytes(s.geometry.recurrent_state_bytes)));
+  }
   if (h.histories == 0) {
     const std::uint64_t fit_tokens = h.host_pool_bytes / (static_cast<std::uint64_t>(h.dense_layers) * h.row_bytes);
     const std::uint64_t fit_pages = fit_tokens / s.page_tokens * s.page_tokens;
@@ -239,7 +273,8 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   h.concurrency = static_cast<std::uint32_t>(std::min<std::uint64_t>(h.histories - h.retained_histories, s.max_seqs));
   h.history_slots = h.concurrency + h.retained_histories;
   h.prefix_cache_offset = static_cast<std::uint64_t>(h.history_slots) * h.history_bytes;
-  h.used_bytes = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes;
+  h.used_bytes = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes +
+                 std::uint64_t{h.history_slots} * state_bytes_per_history(s);
   return h;
 }
 
@@ -259,7 +294,7 @@ Result<ArenaPlan> plan_arena(const MemorySettings& s, const HostPoolPlan& h, std
   a.tile_bytes = static_cast<std::uint64_t>(a.tile_tokens) * row;
   a.tile_pages = a.tile_tokens / a.page_tokens;
   a.tiles = s.tiles;
-  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.history_slots : 0;
+  a.recurrent_slots = s.geometry.recurrent_state_bytes != 0 ? h.concurrency : 0;
   a.recurrent_slot_bytes = s.geometry.recurrent_state_bytes;
 
   const u128 tiles_bytes = static_cast<u128>(a.tiles) * a.tile_bytes;
@@ -391,6 +426,7 @@ Result<MemoryPlan> make_memory_plan(const MemorySettings& s) {
   if (!host) return host.error();
   plan.host = *host;
   plan.summaries = plan_summaries(s, plan.host.history_slots);
+  plan.state = plan_state(s, plan.host);
   Result<ArenaPlan> arena = plan_arena(s, plan.host, plan.summaries.bytes);
   if (!arena) return arena.error();
   plan.arena = *arena;

@@ -21,10 +21,44 @@ nlohmann::json part_json(const ArenaPart& part) {
   return {{"offset_bytes", part.offset_bytes}, {"size_bytes", part.size_bytes}};
 }
 
+// The recurrent state's part of the plan (state_plan.hpp): the host checkpoints per history and the
+// device slots; empty without recurrent state.
+std::string format_state_plan(const MemoryPlan& plan) {
+  const StatePlan& sp = plan.state;
+  if (!sp.enabled()) return {};
+  std::string out = "\nrecurrent state (hybrid: one device slot per running context; checkpoints per history on the host):\n";
+  const std::string every =
+      sp.checkpoint_pages == 0
+          ? std::string("0 (--state-checkpoint-pages 0)")
+          : fmt::format("floor(max_context {} / (K {} × page_tokens {}))", plan.host.max_context_tokens, sp.checkpoint_pages,
+                        sp.page_tokens);
+  if (sp.checkpoints == 0) {
+    out += "  checkpoints       = 0 (prefix reuse off: no context resumes, so no state is kept on the host)\n";
+  } else {
+    out += fmt::format("  checkpoints       = newest 1 + prompt 1 + every K pages {} = {}\n", every, sp.checkpoints);
+  }
+  out += fmt::format("  state_bytes       = {} per context; per history checkpoints {} × {} = {}\n", format_bytes(sp.state_bytes),
+                     sp.checkpoints, format_bytes(sp.state_bytes), format_bytes(sp.bytes_per_history));
+  out += fmt::format("  histories         ≤ floor((host_pool {} − prefix_cache {}) / (history {} + state {})) (the state area counts)\n",
+                     format_bytes(plan.host.host_pool_bytes), format_bytes(plan.host.prefix_cache_bytes),
+                     format_bytes(plan.host.history_bytes), format_bytes(sp.bytes_per_history));
+  out += fmt::format("  state area        = history_slots {} × {} = {} at host offset {} (inside pinned)\n", sp.histories,
+                     format_bytes(sp.bytes_per_history), format_bytes(sp.bytes), sp.offset);
+  out += fmt::format("  recurrent slots   = concurrency {} × {} = {} on the device (never pages)\n", sp.device_slots,
+                     format_bytes(sp.state_bytes), format_bytes(sp.device_bytes));
+  return out;
+}
+
 // " + prefix cache 2912 pages × 360 KiB" in the pinned line, beside the running histories.
 std::string cache_term(const HostPoolPlan& h) {
   if (h.prefix_cache_pages == 0) return {};
   return fmt::format(" + prefix cache {} pages × {}", h.prefix_cache_pages, format_bytes(h.prefix_cache_page_bytes));
+}
+
+// " + state area 32 × 882 MiB" in the pinned line (hybrid models).
+std::string state_term(const MemoryPlan& plan) {
+  if (plan.state.bytes == 0) return {};
+  return fmt::format(" + state area {} × {}", plan.state.histories, format_bytes(plan.state.bytes_per_history));
 }
 
 }  // namespace
@@ -61,15 +95,22 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
                        h.segments);
   }
-  out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
-                     h.dense_layers, h.histories, format_bytes(h.history_bytes));
+  if (plan.state.bytes_per_history == 0) {
+    out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
+                       h.dense_layers, h.histories, format_bytes(h.history_bytes));
+  } else {
+    out += fmt::format("  histories         = min(floor(segments {} / dense_layers {}), floor((host_pool {} − prefix_cache {}) / "
+                       "(history {} + state checkpoints {}))) = {}\n",
+                       h.segments, h.dense_layers, format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes),
+                       format_bytes(h.history_bytes), format_bytes(plan.state.bytes_per_history), h.histories);
+  }
   out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
                      h.dense_layers, h.leftover_segments);
   if (h.retained_histories == 0) {
     out += fmt::format("  concurrency       = min(max_seqs {}, histories {}) = {}{}\n", h.max_seqs, h.histories,
                        h.concurrency, h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");
-    out += fmt::format("  pinned            = concurrency {} × {}{} = {}\n", h.concurrency, format_bytes(h.history_bytes),
-                       cache_term(h), format_bytes(h.used_bytes));
+    out += fmt::format("  pinned            = concurrency {} × {}{}{} = {}\n", h.concurrency, format_bytes(h.history_bytes),
+                       cache_term(h), state_term(plan), format_bytes(h.used_bytes));
   } else {
     out += fmt::format("  concurrency       = min(max_seqs {}, histories {} − retained_histories {}) = {}{}\n", h.max_seqs,
                        h.histories, h.retained_histories, h.concurrency,
@@ -77,10 +118,11 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     out += fmt::format("  history_slots     = concurrency {} + retained_histories {} = {}   (the {} extra never run a "
                        "context: they keep retained prefixes)\n",
                        h.concurrency, h.retained_histories, h.history_slots, h.retained_histories);
-    out += fmt::format("  pinned            = history_slots {} × {}{} = {}\n", h.history_slots, format_bytes(h.history_bytes),
-                       cache_term(h), format_bytes(h.used_bytes));
+    out += fmt::format("  pinned            = history_slots {} × {}{}{} = {}\n", h.history_slots, format_bytes(h.history_bytes),
+                       cache_term(h), state_term(plan), format_bytes(h.used_bytes));
   }
 
+  out += format_state_plan(plan);
   if (plan.summaries.bytes != 0) {
     const SummaryPlan& sp = plan.summaries;
     out += "\npage summaries (sparse attention; an arena part, and a host copy the pages are chosen from on the host):\n";
@@ -182,6 +224,14 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                            {"pages_per_layer", plan.summaries.pages_per_layer},
                            {"page_bytes", plan.summaries.page_bytes},
                            {"bytes", plan.summaries.bytes}};
+  }
+  if (plan.state.enabled()) {
+    const StatePlan& sp = plan.state;
+    j["recurrent_state"] = {{"state_bytes", sp.state_bytes},         {"checkpoint_pages", sp.checkpoint_pages},
+                            {"checkpoints", sp.checkpoints},         {"bytes_per_history", sp.bytes_per_history},
+                            {"histories", sp.histories},             {"host_offset", sp.offset},
+                            {"host_bytes", sp.bytes},                {"device_slots", sp.device_slots},
+                            {"device_bytes", sp.device_bytes}};
   }
   return j.dump(indent);
 }

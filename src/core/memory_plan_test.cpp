@@ -33,16 +33,32 @@ std::uint64_t largest_fitting(std::uint64_t unit, std::uint64_t total) {
 }
 
 TEST(MemoryPlan, SeedFiguresForHybrid27b) {
-  const MemoryPlan plan = make_memory_plan(hybrid_settings()).value();
+  // Without prefix reuse no state is kept on the host: the seed's figures.
+  const MemoryPlan seed = make_memory_plan(hybrid_settings()).value();
+  EXPECT_EQ(seed.host.histories, 32u);
+  EXPECT_EQ(seed.state.checkpoints, 0u);
+  EXPECT_EQ(seed.arena.recurrent_slots, 32u);
+  EXPECT_EQ(seed.arena.recurrent.size_bytes, 32 * find_preset("hybrid-27b")->geometry.recurrent_state_bytes);
+  MemorySettings reuse = hybrid_settings();
+  reuse.state_checkpoints = true;
+  const MemoryPlan plan = make_memory_plan(reuse).value();
   EXPECT_EQ(plan.host.row_bytes, 4096u);
   EXPECT_EQ(plan.host.segment_bytes, 128 * MiB);
   EXPECT_EQ(plan.host.history_bytes, 2 * GiB);
   EXPECT_EQ(plan.host.segments, 512u);
-  EXPECT_EQ(plan.host.histories, 32u);
-  EXPECT_EQ(plan.host.leftover_segments, 0u);
-  EXPECT_EQ(plan.host.concurrency, 32u);  // min(max_seqs 64, histories 32)
-  EXPECT_EQ(plan.arena.recurrent_slots, 32u);
-  EXPECT_EQ(plan.arena.recurrent.size_bytes, 32 * 147 * MiB);
+  // Each history also keeps its state checkpoints on the host (state_plan.hpp): the newest page
+  // boundary's and the prompt's, 2 × 153,944,064 B = 293.6 MiB. 64 GiB / (2 GiB + 293.6 MiB) = 27.99:
+  // 27 histories, not the 32 that segments alone would give.
+  const std::uint64_t state = find_preset("hybrid-27b")->geometry.recurrent_state_bytes;
+  EXPECT_EQ(plan.state.checkpoints, 2u);
+  EXPECT_EQ(plan.state.bytes_per_history, 2 * state);
+  EXPECT_EQ(plan.host.histories, 64 * GiB / (2 * GiB + 2 * state));
+  EXPECT_EQ(plan.host.histories, 27u);
+  EXPECT_EQ(plan.host.leftover_segments, 512u - 27 * 16);
+  EXPECT_EQ(plan.host.concurrency, 27u);  // min(max_seqs 64, histories 27)
+  EXPECT_EQ(plan.arena.recurrent_slots, 27u);
+  EXPECT_EQ(plan.arena.recurrent.size_bytes, 27 * state);
+  EXPECT_EQ(plan.host.used_bytes, 27 * (2 * GiB + 2 * state));
 }
 
 TEST(MemoryPlan, PresetsMatchAnIndependentComputation) {
@@ -53,12 +69,16 @@ TEST(MemoryPlan, PresetsMatchAnIndependentComputation) {
     s.host_pool_bytes = 100 * GiB + 12345;
     s.device_pool_bytes = 80 * GiB;
     s.max_seqs = 1000;
+    s.state_checkpoints = true;
     const MemoryPlan plan = make_memory_plan(s).value();
     const std::uint64_t row = 2ull * preset.geometry.kv_heads * preset.geometry.head_dim * dtype_bytes(preset.geometry.dtype);
     const std::uint64_t segment = 8192 * row;
     EXPECT_EQ(plan.host.segment_bytes, segment) << preset.name;
     EXPECT_EQ(plan.host.segments, largest_fitting(segment, s.host_pool_bytes)) << preset.name;
-    EXPECT_EQ(plan.host.histories, largest_fitting(segment * preset.geometry.dense_layers, s.host_pool_bytes)) << preset.name;
+    // A hybrid's history also holds its state checkpoints (state_plan.hpp).
+    EXPECT_EQ(plan.host.histories,
+              largest_fitting(segment * preset.geometry.dense_layers + state_bytes_per_history(s), s.host_pool_bytes))
+        << preset.name;
     EXPECT_EQ(plan.host.leftover_segments, plan.host.segments - plan.host.histories * preset.geometry.dense_layers);
     EXPECT_EQ(plan.host.concurrency, std::min<std::uint64_t>(1000, plan.host.histories));
   }
@@ -84,11 +104,14 @@ TEST(MemoryPlan, RandomGeometriesMatchAnIndependentComputationAndLayoutHolds) {
     s.chunk_tokens = 1 + static_cast<std::uint32_t>(rng() % std::min(512u, s.max_context_tokens));
     s.max_seqs = 1 + static_cast<std::uint32_t>(rng() % 512);
     s.host_pool_bytes = 1 + rng() % (512 * GiB);
+    s.state_checkpoints = rng() % 2 == 0;
+    s.state_checkpoint_pages = static_cast<std::uint32_t>(rng() % 64);
     s.device_pool_bytes = 1 + rng() % (160 * GiB);
     const Result<MemoryPlan> result = make_memory_plan(s);
     const std::uint64_t row = s.geometry.row_bytes();
     const std::uint64_t segment = static_cast<std::uint64_t>(s.max_context_tokens) * row;
-    const std::uint64_t histories = largest_fitting(segment * s.geometry.dense_layers, s.host_pool_bytes);
+    const std::uint64_t histories =
+        largest_fitting(segment * s.geometry.dense_layers + state_bytes_per_history(s), s.host_pool_bytes);
     if (histories == 0) {
       ASSERT_FALSE(result.ok());
       EXPECT_EQ(result.error().setting, "--host-pool");
@@ -106,7 +129,8 @@ TEST(MemoryPlan, RandomGeometriesMatchAnIndependentComputationAndLayoutHolds) {
     EXPECT_EQ(p.host.segments, largest_fitting(segment, s.host_pool_bytes));
     EXPECT_EQ(p.host.histories, histories);
     EXPECT_EQ(p.host.leftover_segments + p.host.histories * s.geometry.dense_layers, p.host.segments);
-    EXPECT_LT(p.host.leftover_segments, s.geometry.dense_layers);
+    if (s.geometry.recurrent_state_bytes == 0) EXPECT_LT(p.host.leftover_segments, s.geometry.dense_layers);
+    EXPECT_LE(p.host.used_bytes, s.host_pool_bytes);
     EXPECT_EQ(p.host.concurrency, std::min<std::uint64_t>(s.max_seqs, histories));
     // Arena: parts in order, aligned, disjoint, inside the device pool.
     const ArenaPlan& a = p.arena;
@@ -367,15 +391,26 @@ TEST(MemoryPlan, ZeroAndMalformedSettingsAreRefusedByName) {
 }
 
 TEST(MemoryPlan, PrintsFormulasAndJsonWithTheFormulasTerms) {
-  const MemoryPlan plan = make_memory_plan(hybrid_settings()).value();
+  MemorySettings s = hybrid_settings();
+  s.state_checkpoints = true;  // prefix reuse on
+  const MemoryPlan plan = make_memory_plan(s).value();
   const std::string text = format_memory_plan(plan);
   EXPECT_NE(text.find("segment_bytes     = max_context 32768 × row_bytes 4096 = 128 MiB"), std::string::npos) << text;
-  EXPECT_NE(text.find("histories         = floor(segments 512 / dense_layers 16) = 32"), std::string::npos) << text;
-  EXPECT_NE(text.find("concurrency       = min(max_seqs 64, histories 32) = 32"), std::string::npos) << text;
+  // A hybrid's histories also hold their state checkpoints (state_plan.hpp): 27, not 32.
+  EXPECT_NE(text.find("histories         = min(floor(segments 512 / dense_layers 16), floor((host_pool 64 GiB − "
+                      "prefix_cache 0 B) / (history 2 GiB + state checkpoints 293.62 MiB))) = 27"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("concurrency       = min(max_seqs 64, histories 27) = 27"), std::string::npos) << text;
+  EXPECT_NE(text.find("checkpoints       = newest 1 + prompt 1 + every K pages 0 (--state-checkpoint-pages 0) = 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("recurrent slots   = concurrency 27 × 146.81 MiB"), std::string::npos) << text;
   EXPECT_NE(text.find("page pool"), std::string::npos);
   const std::string json = memory_plan_json(plan);
-  for (const char* key : {"\"segment_bytes\": 134217728", "\"segments\": 512", "\"histories\": 32",
-                          "\"leftover_segments\": 0", "\"concurrency\": 32", "\"staging_tiles\"", "\"page_pool\"",
+  for (const char* key : {"\"segment_bytes\": 134217728", "\"segments\": 512", "\"histories\": 27",
+                          "\"leftover_segments\": 80", "\"concurrency\": 27", "\"staging_tiles\"", "\"page_pool\"",
+                          "\"checkpoints\": 2", "\"bytes_per_history\": 307888128",
                           "\"recurrent\"", "\"headroom\"", "\"floor_pages\"", "\"target_pages\"", "\"burst_pages\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << "\n" << json;
   }
@@ -387,6 +422,7 @@ TEST(MemoryPlan, PrintsFormulasAndJsonWithTheFormulasTerms) {
 // the plan is the exact plan (same layout, no summaries line).
 TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   MemorySettings s = hybrid_settings();
+  s.state_checkpoints = true;  // prefix reuse on: the hybrid's histories keep state checkpoints
   s.headroom_bytes = 1 * GiB;
   const MemoryPlan exact = make_memory_plan(s).value();
   EXPECT_EQ(exact.summaries.bytes, 0u);
@@ -400,10 +436,10 @@ TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   const SummaryPlan& sp = sparse.summaries;
   const Geometry& g = s.geometry;
   const std::uint64_t pages = 32768 / 16 + 1;
-  EXPECT_EQ(sp.histories, 32u);
+  EXPECT_EQ(sp.histories, 27u);  // the hybrid's histories (its state checkpoints count against the pool)
   EXPECT_EQ(sp.pages_per_layer, pages);
   EXPECT_EQ(sp.page_bytes, 2ull * g.kv_heads * g.head_dim * 2);
-  EXPECT_EQ(sp.bytes, 32ull * g.dense_layers * pages * sp.page_bytes);
+  EXPECT_EQ(sp.bytes, 27ull * g.dense_layers * pages * sp.page_bytes);
   const ArenaPlan& a = sparse.arena;
   EXPECT_EQ(a.summaries.size_bytes, sp.bytes);
   EXPECT_EQ(a.summaries.offset_bytes % arena_alignment_bytes, 0u);
@@ -416,7 +452,7 @@ TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   EXPECT_LE((exact.arena.pages - a.pages) * a.page_bytes, sp.bytes + 2 * arena_alignment_bytes + a.page_bytes);
   const std::string text = format_memory_plan(sparse);
   EXPECT_NE(text.find("page summaries"), std::string::npos) << text;
-  EXPECT_NE(text.find("histories 32 × dense_layers 16 × pages 2049 × page_bytes"), std::string::npos) << text;
+  EXPECT_NE(text.find("histories 27 × dense_layers 16 × pages 2049 × page_bytes"), std::string::npos) << text;
   EXPECT_NE(memory_plan_json(sparse).find("\"page_summaries\""), std::string::npos);
   // A pool that fits the exact plan's floor but not the summaries too is refused, naming them.
   s.device_pool_bytes = a.staging_tiles.size_bytes + a.recurrent.size_bytes + s.headroom_bytes + 64 * MiB;

@@ -26,6 +26,13 @@ expect_ok "histories         = floor(segments 512 / dense_layers 16) = 32   (2 G
 expect_ok "concurrency       = min(max_seqs 64, histories 32) = 32   (lowered" --preset hybrid-27b --host-pool 64GiB --device-pool 16GiB --max-seqs 64
 expect_ok "recurrent slots" "${seed[@]}"
 expect_ok "floor       288 pages" "${seed[@]}"
+# With prefix reuse, each history also keeps its recurrent-state checkpoints: 27 histories, K in the formula.
+expect_ok "histories         = min(floor(segments 512 / dense_layers 16), floor((host_pool 64 GiB − prefix_cache 0 B) / (history 2 GiB + state checkpoints 293.62 MiB))) = 27" \
+  "${seed[@]}" --state-checkpoint-pages 0
+expect_ok "checkpoints       = newest 1 + prompt 1 + every K pages floor(max_context 32768 / (K 512 × page_tokens 16)) = 6" \
+  "${seed[@]}" --state-checkpoint-pages 512
+expect_ok "recurrent slots   = concurrency 26 × 146.81 MiB" "${seed[@]}" --state-checkpoint-pages 2048
+expect_refused "--state-checkpoint-pages" "${seed[@]}" --state-checkpoint-pages many
 # The same geometry given field by field; sizes in plain bytes.
 expect_ok "segment_bytes     = max_context 32768 × row_bytes 4096 = 128 MiB" \
   --dense-layers 16 --kv-heads 4 --head-dim 256 --dtype bf16 --recurrent-layers 48 --recurrent-state-bytes 147MiB \

@@ -50,11 +50,14 @@ struct ArchTraits {
   std::uint32_t window_pattern;        // WindowRule::pattern: the default period n (layer l local iff l % n < n − 1)
   float window_rope_theta;             // WindowRule::pattern: window layers' default base (rope.freq_base_swa)
   float rms_epsilon;                   // default attention.layer_norm_rms_epsilon
+  // Qwen3.5's hybrid: Gated DeltaNet layers between gated full-attention layers (hparams.hpp
+  // SsmHParams; models/qwen35.cpp). Its attention layers' attn_q gives a query and a gate per head.
+  bool gated_delta_net;
 };
 
 // The row for `name`, or null.
 const ArchTraits* find_arch(std::string_view name) noexcept;
-// "llama, qwen2, qwen3, gemma3": for messages.
+// "llama, qwen2, qwen3, gemma3, qwen35": for messages.
 std::string arch_names();
 
 }  // namespace activekv::engine

@@ -38,6 +38,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
+#include "activekv/state_plan.hpp"
 #include "engine/forward.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/runtime_kv.hpp"
@@ -114,13 +115,16 @@ Runtime make_runtime(const Model& model, double fraction, const ForwardLimits& l
   memory.max_seqs = 1;
   KvRuntimeSettings settings = runtime_settings(model, memory, limits);
   const std::uint64_t row_bytes = settings.memory.geometry.row_bytes();
-  const std::uint64_t pages_needed = std::uint64_t{model.config().layers} * (kContext / kPageTokens);
+  const std::uint32_t dense = settings.memory.geometry.dense_layers;  // a hybrid's attention layers only
+  const std::uint64_t pages_needed = std::uint64_t{dense} * (kContext / kPageTokens);
   const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(pages_needed) * fraction));
-  settings.memory.host_pool_bytes = std::uint64_t{model.config().layers} * kContext * row_bytes;
+  // One history: the attention layers' segments and, for a hybrid, its state checkpoints (state_plan.hpp).
+  settings.memory.host_pool_bytes = std::uint64_t{dense} * kContext * row_bytes + state_bytes_per_history(settings.memory);
   // Each arena part rounded up to its alignment, no more: the pages are the part under test.
   const auto aligned = [](std::uint64_t b) { return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes; };
   settings.memory.device_pool_bytes =
-      aligned(std::uint64_t{memory.tiles} * memory.tile_tokens * row_bytes) + aligned(pages * kPageTokens * row_bytes);
+      aligned(std::uint64_t{memory.tiles} * memory.tile_tokens * row_bytes) + aligned(pages * kPageTokens * row_bytes) +
+      aligned(settings.memory.geometry.recurrent_state_bytes);  // one context's recurrent slot (hybrids)
   BackendOptions options;
   options.compute_threads = 2;
   Result<std::unique_ptr<Backend>> backend = make_backend("host", options);
@@ -283,7 +287,33 @@ const Case kCases[] = {
     {"llama", "window", "q8", 2},      {"qwen2", "plain", "f16", 0},   {"qwen2", "plain", "q8", 0},
     {"qwen3", "plain", "q4", 0},       {"qwen3", "plain", "f16", 0},   {"gemma3", "plain", "q8", 5},
     {"gemma3", "plain", "f16", 5},     {"gemma3", "pattern", "q4", 4},
+    // The Qwen3.5 hybrid: Gated DeltaNet and gated attention layers (no window layers).
+    {"qwen35", "plain", "f32", 0},     {"qwen35", "plain", "q8", 0},   {"qwen35", "flags", "f16", 0},
 };
+
+// A malformed hybrid file is refused in one line naming the key or the tensor.
+TEST(HybridRefusals, MalformedFilesNameTheKeyOrTensor) {
+  struct Broken {
+    const char* kind;
+    const char* named;  // what the message must name
+  };
+  for (const Broken& b : {Broken{"interval0", "qwen35.full_attention_interval"},
+                          Broken{"state", "blk.0.attn_qkv.weight"},
+                          Broken{"missing", "blk.0.ssm_a"}}) {
+    const std::string path = ::testing::TempDir() + "arch_qwen35_" + b.kind + ".gguf";
+    const std::string make = std::string("python3 " ACTIVEKV_REFERENCE_DIR "/make_arch_model.py --arch qwen35 --mix f16 "
+                                         "--malformed ") + b.kind + " --out '" + path + "'";
+    const int rc = std::system(make.c_str());
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) GTEST_SKIP() << "numpy or gguf missing: run scripts/install-deps.sh --test";
+    ASSERT_EQ(rc, 0) << make;
+    Result<std::unique_ptr<Model>> model = Model::load(path);
+    ASSERT_FALSE(model.ok()) << b.kind << " loaded";
+    const std::string message = model.error().describe();
+    std::printf("%-10s %s\n", b.kind, message.c_str());
+    EXPECT_NE(message.find(b.named), std::string::npos) << b.kind << ": " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << b.kind << ": one line";
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(Files, ArchReference, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& param) { return name_of(param.param); });

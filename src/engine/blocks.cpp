@@ -46,7 +46,17 @@ Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, std:
   gate_.assign(n * hp_.ffn, 0.0f);
   up_.assign(n * hp_.ffn, 0.0f);
   positions_.assign(n, 0);
-  scratch_stride_ = std::max({hp_.embedding, hp_.ffn, static_cast<std::uint32_t>(qd)});
+  if (hp_.recurrent_layers > 0 || hp_.arch->gated_delta_net) {
+    const SsmHParams& ssm = hp_.ssm;
+    wide_.assign(n * std::max<std::size_t>(2 * qd, ssm.conv_dim()), 0.0f);
+    aux_.assign(n * std::max<std::size_t>(qd, ssm.inner), 0.0f);
+    conv_.assign(n * ssm.conv_dim(), 0.0f);
+    core_.assign(n * ssm.inner, 0.0f);
+    beta_.assign(n * ssm.v_heads, 0.0f);
+    alpha_.assign(n * ssm.v_heads, 0.0f);
+    states_.assign(n, nullptr);  // at most one entry per row
+  }
+  scratch_stride_ = std::max({hp_.embedding, hp_.ffn, static_cast<std::uint32_t>(qd), hp_.ssm.inner});
   scratch_.assign(scratch_stride_ * pool.threads(), 0.0f);
   xq_q_.assign(n * scratch_stride_, 0);
   xq_d_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
@@ -203,11 +213,11 @@ Status Blocks::attention(std::uint32_t layer) {
   if (hp_.query_scale != 1.0f) scale(q_.data(), std::size_t{rows_} * hp_.q_dim(), hp_.query_scale);
   {
     Timed timed(times_.copies_ns);
-    if (Status written = kv_.write_kv(layer, k_.data(), v_.data()); !written) return written;
+    if (Status written = kv_.write_kv(hp_.layer[layer].kv_layer, k_.data(), v_.data()); !written) return written;
   }
   Timed timed(times_.attention_ns);
   pool_.park();  // attention runs on the KV backend's threads: the pool's workers sleep meanwhile
-  return kv_.attend(layer, q_.data(), attn_.data());
+  return kv_.attend(hp_.layer[layer].kv_layer, q_.data(), attn_.data());
 }
 
 void Blocks::activate(FfnKind kind) {

@@ -12,6 +12,7 @@
 //   attention(layer)                        k, v into the KV; attn = softmax(q kᵀ) v, through the KV
 //   activate(kind)                          gate = act(gate) ⊙ up (SwiGLU, GELU(tanh)-gated)
 //   add(x, y, width)                        x += y for each row (the residual)
+//   delta_net(layer)                        a Gated DeltaNet layer, h in, h out (delta_net.cpp)
 //
 // What it owns: every activation buffer and the RoPE tables, sized at
 // construction for step_tokens_max rows (forward.hpp), so no block allocates
@@ -53,6 +54,9 @@ class Blocks {
   std::uint32_t rows() const noexcept { return rows_; }
   void set_rows(std::uint32_t rows) noexcept;
   std::uint32_t* positions() noexcept { return positions_.data(); }
+  // The step's entries, in row order (set by the forward pass; the recurrent layers read each
+  // entry's state through the KV).
+  void set_entries(std::span<const StepEntry> entries) noexcept { entries_ = entries; }
 
   // Buffers, row-major, rows() rows each (widths in elements):
   float* x() noexcept { return x_.data(); }        // embedding: the residual stream
@@ -63,6 +67,9 @@ class Blocks {
   float* attn() noexcept { return attn_.data(); }  // q_dim: the attention output
   float* gate() noexcept { return gate_.data(); }  // ffn
   float* up() noexcept { return up_.data(); }      // ffn
+  // A hybrid's (empty otherwise):
+  float* wide() noexcept { return wide_.data(); }  // max(2 q_dim, conv_dim): query and gate, the conv input
+  float* aux() noexcept { return aux_.data(); }    // max(q_dim, inner): the attention gate, the DeltaNet's z
 
   void norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count);
   // Every product's y = x · wᵀ over `rows` rows, in one parallel region split by output rows.
@@ -79,8 +86,16 @@ class Blocks {
   Status attention(std::uint32_t layer);
   void activate(FfnKind kind);
   void add(float* x, const float* y, std::uint32_t width);
+  // One Gated DeltaNet layer (delta_net.cpp): h (normed input rows) in, h (the layer's output,
+  // embedding wide) out; each entry's state read and updated in place through the KV.
+  Status delta_net(std::uint32_t layer);
 
  private:
+  // delta_net's parts (delta_net.cpp).
+  void delta_conv(const LayerWeights& w, std::span<float* const> states);
+  void delta_recurrence(const LayerWeights& w, std::span<float* const> states);
+  void delta_gated_norm(const LayerWeights& w);
+
   // xq_ = x (n rows of `cols`) quantised to 16-bit blocks; split over the pool when n is large.
   void quantize(const float* x, std::uint32_t cols, std::uint32_t n);
   void build_rope_table(const RopeSpec& spec, std::uint32_t table);
@@ -94,6 +109,10 @@ class Blocks {
   std::uint32_t rows_ = 0;
 
   std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_;
+  std::span<const StepEntry> entries_;     // the step's, in row order
+  // A hybrid's buffers (delta_net.cpp), rows_max rows each; empty for other models.
+  std::vector<float> wide_, aux_, conv_, core_, beta_, alpha_;
+  std::vector<float*> states_;             // per entry: its state for the current recurrent layer
   std::vector<std::uint32_t> positions_;   // per token row
   std::vector<float> scratch_;             // per thread: the widest matrix row in fp32
   std::size_t scratch_stride_ = 0;

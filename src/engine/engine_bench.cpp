@@ -47,6 +47,7 @@
 
 #include "activekv/backend.hpp"
 #include "activekv/memory_plan.hpp"
+#include "activekv/state_plan.hpp"
 #include "engine/engine.hpp"
 #include "engine/model_path.hpp"
 #include "engine/reference_kv_access.hpp"
@@ -232,10 +233,14 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
       settings.sparse.layer_signal = sparse_layer_signal;
     }
     const std::uint64_t row = settings.memory.geometry.row_bytes();
+    const std::uint32_t dense = settings.memory.geometry.dense_layers;  // a hybrid's attention layers
     const std::uint64_t pages = static_cast<std::uint64_t>(
-        std::ceil(pool * cfg.layers * (final_length / page_tokens)));
-    settings.memory.host_pool_bytes = std::uint64_t{cfg.layers} * final_length * row;
-    settings.memory.device_pool_bytes = 4 * arena_alignment_bytes + 2ull * 1024 * row + pages * page_tokens * row;
+        std::ceil(pool * dense * (final_length / page_tokens)));
+    // One history, and a hybrid's state checkpoints (state_plan.hpp) and recurrent slot.
+    settings.memory.host_pool_bytes =
+        std::uint64_t{dense} * final_length * row + state_bytes_per_history(settings.memory);
+    settings.memory.device_pool_bytes = 5 * arena_alignment_bytes + 2ull * 1024 * row + pages * page_tokens * row +
+                                        settings.memory.geometry.recurrent_state_bytes;
     BackendOptions options;
     options.compute_threads = threads;
     Result<std::unique_ptr<Backend>> b = make_backend("host", options);

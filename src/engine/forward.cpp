@@ -116,6 +116,7 @@ Status Forward::step(std::span<const StepInput> inputs) {
   }
   const std::uint32_t n = row;
   blocks_.set_rows(n);
+  blocks_.set_entries(entries_);
   embed(inputs);
   lap.to(times_.other_ns);
 

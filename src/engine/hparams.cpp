@@ -106,23 +106,31 @@ Status read_sizes(const gguf::File& f, const std::string& p, HParams& h) {
   return Status::success();
 }
 
-// The head counts against layer 0's attention tensors: a count the tensors contradict is named
-// with the tensor, before the loader reports a shape.
+// The head counts against the first attention layer's tensors: a count the tensors contradict is
+// named with the tensor, before the loader reports a shape. A hybrid's attn_q gives a query and a
+// gate per head (twice the rows); its first layers may be recurrent.
 Status check_heads_against_tensors(const gguf::File& f, const std::string& p, const HParams& h) {
+  std::uint32_t first = 0;
+  while (first < h.layers && h.layer[first].recurrent) ++first;
+  if (first == h.layers) return Status::success();  // read_recurrent refused a model without attention layers
+  const std::uint64_t q_factor = h.arch->gated_delta_net ? 2 : 1;
   struct Check {
-    const char* tensor;
+    std::string tensor;
     const char* key;
     std::uint32_t heads;
+    std::uint64_t factor;
   };
-  for (const Check& c : {Check{"blk.0.attn_q.weight", "attention.head_count", h.q_heads},
-                         Check{"blk.0.attn_k.weight", "attention.head_count_kv", h.kv_heads}}) {
+  const std::string b = fmt::format("blk.{}.", first);
+  for (const Check& c : {Check{b + "attn_q.weight", "attention.head_count", h.q_heads, q_factor},
+                         Check{b + "attn_k.weight", "attention.head_count_kv", h.kv_heads, 1}}) {
     const gguf::TensorInfo* t = f.find_tensor(c.tensor);
     if (t == nullptr || t->n_dims != 2) continue;  // the loader names a missing or misshapen tensor
-    if (t->ne[1] == std::uint64_t{c.heads} * h.head_dim) continue;
+    const std::uint64_t want = c.factor * c.heads * h.head_dim;
+    if (t->ne[1] == want) continue;
     return hparams_error(f, ErrorCode::malformed,
-                         fmt::format("metadata '{}{}' is {}, but tensor '{}' has {} rows, not {} × head dim {} = {}", p,
-                                     c.key, c.heads, c.tensor, t->ne[1], c.heads, h.head_dim,
-                                     std::uint64_t{c.heads} * h.head_dim));
+                         fmt::format("metadata '{}{}' is {}, but tensor '{}' has {} rows, not {}{} × head dim {} = {}",
+                                     p, c.key, c.heads, c.tensor, t->ne[1], c.factor == 2 ? "2 × " : "", c.heads,
+                                     h.head_dim, want));
   }
   return Status::success();
 }
@@ -217,6 +225,117 @@ Status read_attention_scale(const gguf::File& f, const std::string& p, HParams& 
   return Status::success();
 }
 
+// Hybrids: which layers are recurrent, the Gated DeltaNet sizes, and the KV's dense layer of each
+// attention layer (every layer's own index where the model has no recurrent layers).
+Status read_layer_kinds(const gguf::File& f, const std::string& p, HParams& h) {
+  const std::string flags_key = p + "attention.recurrent_layers";
+  const std::string interval_key = p + "full_attention_interval";
+  if (f.has(flags_key)) {
+    Result<std::vector<bool>> flags = f.get_array<bool>(flags_key);
+    if (!flags) return flags.error();
+    if (flags->size() != h.layers) {
+      return hparams_error(f, ErrorCode::malformed,
+                           fmt::format("metadata '{}' has {} entries, but '{}block_count' is {}: one flag per layer",
+                                       flags_key, flags->size(), p, h.layers));
+    }
+    for (std::uint32_t l = 0; l < h.layers; ++l) h.layer[l].recurrent = (*flags)[l];
+  } else {
+    if (f.has(interval_key)) {
+      Result<std::uint32_t> raw = f.get_u32(interval_key);
+      if (!raw) return raw.error();
+      if (*raw == 0) {
+        return hparams_error(f, ErrorCode::malformed,
+                             fmt::format("metadata '{}' is 0: every n-th layer is full attention, n from 1 to {}",
+                                         interval_key, h.layers));
+      }
+    }
+    Result<std::uint32_t> interval = optional_u32(f, interval_key, 4, layers_max, "layers");
+    if (!interval) return interval.error();
+    for (std::uint32_t l = 0; l < h.layers; ++l) h.layer[l].recurrent = (l + 1) % *interval != 0;
+  }
+  for (std::uint32_t l = 0; l < h.layers; ++l) {
+    LayerHParams& layer = h.layer[l];
+    if (layer.recurrent) {
+      layer.state_layer = h.recurrent_layers++;
+    } else {
+      layer.kv_layer = h.dense_layers++;
+    }
+  }
+  if (h.dense_layers == 0) {
+    return hparams_error(f, ErrorCode::malformed,
+                         fmt::format("no full-attention layer among the {} layers (metadata '{}' or '{}'): the KV "
+                                     "needs at least one",
+                                     h.layers, interval_key, flags_key));
+  }
+  return Status::success();
+}
+
+Status read_ssm(const gguf::File& f, const std::string& p, HParams& h) {
+  SsmHParams& s = h.ssm;
+  struct Key {
+    std::uint32_t* at;
+    const char* name;
+    std::uint32_t hi;
+    const char* unit;
+  };
+  for (const Key& k : {Key{&s.conv_kernel, "ssm.conv_kernel", conv_kernel_max, "tokens"},
+                       Key{&s.state_size, "ssm.state_size", head_dim_max, "elements"},
+                       Key{&s.k_heads, "ssm.group_count", heads_max, "heads"},
+                       Key{&s.v_heads, "ssm.time_step_rank", heads_max, "heads"},
+                       Key{&s.inner, "ssm.inner_size", embedding_max * 4, "elements"}}) {
+    Result<std::uint32_t> v = positive_u32(f, p + k.name, k.hi, k.unit);
+    if (!v) return v.error();
+    *k.at = *v;
+  }
+  if (s.v_heads % s.k_heads != 0) {
+    return hparams_error(f, ErrorCode::malformed,
+                         fmt::format("heads do not divide: metadata '{}ssm.time_step_rank' {} (value heads) is not a "
+                                     "multiple of '{}ssm.group_count' {} (key heads)",
+                                     p, s.v_heads, p, s.k_heads));
+  }
+  if (std::uint64_t{s.v_heads} * s.state_size != s.inner) {
+    return hparams_error(f, ErrorCode::malformed,
+                         fmt::format("metadata '{}ssm.inner_size' is {}, not '{}ssm.time_step_rank' {} × "
+                                     "'{}ssm.state_size' {} = {}",
+                                     p, s.inner, p, s.v_heads, p, s.state_size,
+                                     std::uint64_t{s.v_heads} * s.state_size));
+  }
+  return Status::success();
+}
+
+// M-RoPE sections (Qwen3.5's interleaved layout): pair i takes section i % Σ sections' position,
+// t (i % 3 == 0, i < 3 s0), h (i % 3 == 1, i < 3 s1), w (i % 3 == 2, i < 3 s2), else e. Text gives
+// t = h = w = the token's position and e = 0: a pair left to e would not rotate, which the RoPE
+// tables do not express, so such sections are refused.
+Status check_rope_sections(const gguf::File& f, const std::string& p, const HParams& h) {
+  const std::string key = p + "rope.dimension_sections";
+  if (!f.has(key)) return Status::success();
+  Result<std::vector<std::int64_t>> sections = f.get_array<std::int64_t>(key);
+  if (!sections) return sections.error();
+  std::int64_t s[4] = {0, 0, 0, 0};
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < sections->size() && i < 4; ++i) {
+    s[i] = (*sections)[i];
+    if (s[i] < 0 || s[i] > head_dim_max) {
+      return hparams_error(f, ErrorCode::malformed, fmt::format("metadata '{}' has entry {} = {}", key, i, s[i]));
+    }
+    total += s[i];
+  }
+  if (total == 0) return Status::success();
+  for (std::int64_t i = 0; i < h.rope_dims / 2; ++i) {
+    const std::int64_t sector = i % total;
+    const bool text = (sector % 3 == 0 && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) ||
+                      (sector % 3 == 2 && sector < 3 * s[2]);
+    if (text) continue;
+    return hparams_error(f, ErrorCode::unsupported,
+                         fmt::format("metadata '{}' [{}, {}, {}, {}] leaves rotary pair {} of {} to the fourth "
+                                     "(non-text) section: the engine runs text, where every pair takes the token's "
+                                     "position",
+                                     key, s[0], s[1], s[2], s[3], i, h.rope_dims / 2));
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 std::uint32_t HParams::window_layers() const noexcept {
@@ -240,9 +359,17 @@ Result<HParams> read_hparams(const gguf::File& f) {
   if (Result<std::string_view> n = f.get_string("general.name"); n) h.name = std::string(*n);
   const std::string p = h.architecture + ".";
   if (Status s = read_sizes(f, p, h); !s) return s.error();
-  if (Status s = check_heads_against_tensors(f, p, h); !s) return s.error();
   if (Status s = read_rope(f, p, arch, h); !s) return s.error();
   if (Status s = read_windows(f, p, arch, h); !s) return s.error();
+  if (arch.gated_delta_net) {
+    if (Status s = read_layer_kinds(f, p, h); !s) return s.error();
+    if (Status s = read_ssm(f, p, h); !s) return s.error();
+    if (Status s = check_rope_sections(f, p, h); !s) return s.error();
+  } else {
+    for (std::uint32_t l = 0; l < h.layers; ++l) h.layer[l].kv_layer = l;
+    h.dense_layers = h.layers;
+  }
+  if (Status s = check_heads_against_tensors(f, p, h); !s) return s.error();
   if (Status s = read_attention_scale(f, p, h); !s) return s.error();
   Result<float> eps = bounded_f32(f, p + "attention.layer_norm_rms_epsilon", arch.rms_epsilon, 1e-12, 1.0);
   if (!eps) return eps.error();

@@ -24,6 +24,12 @@
 //   attention.sliding_window_pattern* (u32 n: layer l is a window layer iff l % n < n − 1;
 //     or a per-layer bool array; default: the table's), rope.freq_base_swa* (window layers' base),
 //   attention.scale* (the softmax scale; default 1 / sqrt(key_length))
+// Hybrid architectures (the table's gated_delta_net: Qwen3.5) also read, checked in read_recurrent():
+//   full_attention_interval* (n: layer l is full attention iff (l + 1) % n == 0; default 4), or
+//   attention.recurrent_layers* (one flag per layer, true: recurrent), and
+//   ssm.conv_kernel, ssm.state_size, ssm.group_count, ssm.time_step_rank, ssm.inner_size
+//   (= time_step_rank × state_size), rope.dimension_sections* (every rotated pair must take the
+//   text position: the engine runs text, where M-RoPE's t, h and w positions are equal).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +53,7 @@ inline constexpr std::uint32_t head_dim_max = 1024;
 inline constexpr std::uint32_t context_tokens_max = 1u << 20;  // the RoPE tables and the reference KV are sized by it
 inline constexpr std::uint32_t vocab_max = 1u << 24;
 inline constexpr std::uint32_t rope_tables_max = 2;  // a base for full layers, one for window layers
+inline constexpr std::uint32_t conv_kernel_max = 64;  // ssm.conv_kernel
 
 // How RoPE pairs the elements of a head: GGUF's `llama` files rotate adjacent
 // pairs (2i, 2i+1) (the converter permuted Wq and Wk to make it so); Qwen and
@@ -64,6 +71,29 @@ struct RopeSpec {
 struct LayerHParams {
   std::uint32_t window = 0;  // 0: attention over the whole history; W: over the last W tokens (itself included)
   std::uint32_t rope = 0;    // index into HParams::ropes
+  bool recurrent = false;    // a Gated DeltaNet layer: a fixed state per context, no KV rows
+  std::uint32_t kv_layer = 0;     // an attention layer's index among the KV's dense layers
+  std::uint32_t state_layer = 0;  // a recurrent layer's index among the recurrent layers
+};
+
+// Gated DeltaNet (the recurrent layers of a hybrid; all zero otherwise). Per layer and token:
+//   qkv = conv1d(h·Wqkvᵀ) over the last conv_kernel tokens, then silu; q, k: k_heads × state_size,
+//   v: v_heads × state_size; v head j reads k head j % k_heads (llama.cpp's layout).
+// A context's recurrent state, per recurrent layer (state_layer order), fp32:
+//   conv window  conv_dim × (conv_kernel − 1), channel-major, oldest input first
+//   matrices     v_heads × state_size × state_size: head, then value index j, then key index i
+struct SsmHParams {
+  std::uint32_t conv_kernel = 0;  // ssm.conv_kernel
+  std::uint32_t state_size = 0;   // ssm.state_size: the key (and value) head dimension
+  std::uint32_t k_heads = 0;      // ssm.group_count
+  std::uint32_t v_heads = 0;      // ssm.time_step_rank
+  std::uint32_t inner = 0;        // ssm.inner_size = v_heads × state_size
+
+  std::uint32_t key_dim() const noexcept { return k_heads * state_size; }
+  std::uint32_t conv_dim() const noexcept { return 2 * key_dim() + inner; }
+  std::uint64_t conv_floats() const noexcept { return std::uint64_t{conv_kernel - 1} * conv_dim(); }
+  std::uint64_t matrix_floats() const noexcept { return std::uint64_t{v_heads} * state_size * state_size; }
+  std::uint64_t layer_state_bytes() const noexcept { return (conv_floats() + matrix_floats()) * sizeof(float); }
 };
 
 struct HParams {
@@ -89,10 +119,15 @@ struct HParams {
   float query_scale = 1.0f;
   std::vector<RopeSpec> ropes;        // 1 or 2 tables
   std::vector<LayerHParams> layer;    // per layer, `layers` of them
+  SsmHParams ssm;                     // hybrids only
+  std::uint32_t dense_layers = 0;     // attention layers (= layers but for a hybrid)
+  std::uint32_t recurrent_layers = 0; // Gated DeltaNet layers
 
   std::uint32_t q_dim() const noexcept { return q_heads * head_dim; }
   std::uint32_t kv_dim() const noexcept { return kv_heads * head_dim; }
   std::uint32_t window_layers() const noexcept;
+  // A context's recurrent state, all recurrent layers together (0 without them).
+  std::uint64_t recurrent_state_bytes() const noexcept { return recurrent_layers * ssm.layer_state_bytes(); }
 };
 
 using ModelConfig = HParams;  // the name the engine's callers know it by

@@ -14,8 +14,15 @@
 // Layouts are the runtime's (kv_runtime.hpp): k, v are total_new × kv_heads ×
 // head_dim fp32; q, out total_new × q_heads × head_dim; entries concatenated
 // in step order; entry e's tokens sit at positions length(e) ... during the step.
+//
+// A hybrid model's recurrent layers (hparams.hpp SsmHParams) keep a fixed-size
+// state per context instead of rows: recurrent_state(context) is that state,
+// geometry.recurrent_state_bytes bytes laid out by the model, all zero for a
+// context that starts empty, valid from begin_step to end_step for a context in
+// the step. The forward pass reads and updates it in place, token by token.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -35,6 +42,12 @@ class KvAccess {
   virtual Status write_kv(std::uint32_t layer, const float* k, const float* v) = 0;
   virtual Status attend(std::uint32_t layer, const float* q, float* out) = 0;
   virtual Status end_step() = 0;
+  // The recurrent state of `context`, a context of the current step. A KV without recurrent state
+  // (a model with attention layers only) answers unsupported.
+  virtual Result<std::span<std::byte>> recurrent_state(ContextId context) {
+    (void)context;
+    return make_error(ErrorCode::unsupported, "recurrent state", "this KV holds no recurrent state");
+  }
   // The engine's threads, for the KV's own parallel work between the forward pass's regions (the
   // sparse selection's bound); null takes them back. Between steps only; nothing by default.
   virtual void share_threads(ThreadPool* pool) { (void)pool; }

@@ -13,6 +13,10 @@ Error model_error(const gguf::File& file, ErrorCode code, std::string message) {
   return make_error(code, file.name(), std::move(message));
 }
 
+}  // namespace
+
+namespace detail {
+
 // The matrix named `name` with shape [cols, rows], of a supported type.
 Result<MatrixView> bind_matrix(const gguf::File& file, const std::string& name, std::uint64_t cols, std::uint64_t rows) {
   const gguf::TensorInfo* t = file.find_tensor(name);
@@ -48,7 +52,10 @@ Result<const float*> bind_norm(const gguf::File& file, const std::string& name, 
   return reinterpret_cast<const float*>(file.tensor_data(*t).data());
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::bind_matrix;
+using detail::bind_norm;
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
   std::error_code ec;
@@ -104,6 +111,7 @@ Status Model::bind() {
 
 // Layer l's tensors: the nine every architecture has, then the row's optional ones (arch.hpp).
 Status Model::bind_layer(std::uint32_t l) {
+  if (config_.arch->gated_delta_net) return bind_hybrid_layer(l);
   const gguf::File& f = file_;
   const ArchTraits& arch = *config_.arch;
   const std::string b = fmt::format("blk.{}.", l);
@@ -160,8 +168,9 @@ Status check_vocabulary(const Model& model, std::uint64_t tokenizer_tokens) {
 
 Geometry Model::geometry() const noexcept {
   Geometry g;
-  g.dense_layers = config_.layers;
-  g.recurrent_layers = 0;
+  g.dense_layers = config_.dense_layers;
+  g.recurrent_layers = config_.recurrent_layers;
+  g.recurrent_state_bytes = config_.recurrent_state_bytes();
   g.kv_heads = config_.kv_heads;
   g.head_dim = config_.head_dim;
   g.dtype = DType::f16;
@@ -171,7 +180,8 @@ Geometry Model::geometry() const noexcept {
 std::uint64_t Model::weight_bytes_per_token() const noexcept {
   std::uint64_t bytes = static_cast<std::uint64_t>(output_.rows) * output_.row_bytes;
   for (const LayerWeights& w : layers_) {
-    for (const MatrixView* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down})
+    for (const MatrixView* m :
+         {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down, &w.qkv, &w.z, &w.beta, &w.alpha, &w.ssm_out})
       bytes += static_cast<std::uint64_t>(m->rows) * m->row_bytes;
   }
   return bytes;

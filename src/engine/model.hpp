@@ -20,6 +20,12 @@
 //   blk.L.ffn_gate, ffn_up [embedding, ffn]; ffn_down [ffn, embedding]
 //   *_norm        [embedding] F32 (post_attention_norm, post_ffw_norm where post_norms)
 //   rope_freqs    [rope_dims / 2] F32, optional (Llama 3's frequency factors)
+// Qwen3.5 (gated_delta_net), attention layers: attn_q [embedding, 2 × q_dim] (per head a query then
+// a gate), attn_k, attn_v, attn_output, attn_{q,k}_norm, post_attention_norm (the FFN's input norm);
+// recurrent layers instead of attn_q/k/v/output and the Q/K norms (hparams.hpp SsmHParams):
+//   attn_qkv [embedding, conv_dim]   attn_gate [embedding, inner]   ssm_out [inner, embedding]
+//   ssm_beta, ssm_alpha [embedding, v_heads]   ssm_conv1d [conv_kernel, conv_dim] F32
+//   ssm_dt.bias, ssm_a [v_heads] F32   ssm_norm [state_size] F32
 #pragma once
 
 #include <cstdint>
@@ -49,6 +55,15 @@ struct LayerWeights {
   const float* ffn_norm = nullptr;        // [embedding]
   MatrixView gate, up, down;
   const float* post_ffn_norm = nullptr;   // [embedding] post_norms: on the FFN output
+  // Gated DeltaNet (recurrent layers of a hybrid):
+  MatrixView qkv;                         // attn_qkv: the convolution's input channels
+  MatrixView z;                           // attn_gate: the output gate
+  MatrixView beta, alpha;                 // ssm_beta, ssm_alpha: per value head
+  MatrixView ssm_out;
+  const float* conv = nullptr;            // ssm_conv1d: channel c's taps at c × conv_kernel, oldest first
+  const float* dt_bias = nullptr;         // ssm_dt.bias [v_heads]
+  const float* a = nullptr;               // ssm_a [v_heads]: −exp(A_log), the decay rate
+  const float* ssm_norm = nullptr;        // [state_size]
 };
 
 class Model {
@@ -61,7 +76,7 @@ class Model {
 
   const HParams& config() const noexcept { return config_; }
   const ArchTraits& arch() const noexcept { return *config_.arch; }
-  // The KV geometry: every layer dense, f16 rows.
+  // The KV geometry: the attention layers dense, f16 rows; a hybrid's recurrent state (hparams.hpp).
   Geometry geometry() const noexcept;
   const gguf::File& file() const noexcept { return file_; }
 
@@ -79,6 +94,7 @@ class Model {
   explicit Model(gguf::File file) : file_(std::move(file)) {}
   Status bind();
   Status bind_layer(std::uint32_t l);
+  Status bind_hybrid_layer(std::uint32_t l);  // Qwen3.5's layers (model_hybrid.cpp)
 
   gguf::File file_;
   HParams config_;
@@ -88,6 +104,13 @@ class Model {
   const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
 };
+
+namespace detail {
+// The loader's binders, shared by model.cpp and model_hybrid.cpp: a matrix named `name` of shape
+// [cols, rows] and a supported type; an F32 vector of n elements. Errors name the file and tensor.
+Result<MatrixView> bind_matrix(const gguf::File& file, const std::string& name, std::uint64_t cols, std::uint64_t rows);
+Result<const float*> bind_norm(const gguf::File& file, const std::string& name, std::uint64_t n);
+}  // namespace detail
 
 // The tokenizer's vocabulary and token_embd's rows must agree: a sampled id
 // past the vocabulary has no text, a token past the rows no embedding. Error:

@@ -13,7 +13,7 @@ ReferenceKvAccess::ReferenceKvAccess(const Geometry& geometry, std::uint32_t q_h
 ContextId ReferenceKvAccess::open(std::uint32_t tokens_max) {
   const std::uint32_t index = kv_.open();
   AK_ASSERT(index == slots_.size(), "reference kv access: context indices out of step");
-  slots_.push_back(Slot{0, tokens_max});
+  slots_.push_back(Slot{0, tokens_max, std::vector<std::byte>(kv_.geometry().recurrent_state_bytes)});
   return ContextId{index, 1};
 }
 
@@ -61,6 +61,16 @@ Status ReferenceKvAccess::attend(std::uint32_t layer, const float* q, float* out
     row += e.tokens_new;
   }
   return Status::success();
+}
+
+Result<std::span<std::byte>> ReferenceKvAccess::recurrent_state(ContextId context) {
+  AK_ASSERT(in_step_, "reference kv access: recurrent_state outside a step");
+  bool in_step = false;
+  for (const StepEntry& e : step_) in_step = in_step || e.context == context;
+  AK_ASSERT(in_step, "reference kv access: recurrent_state of a context not in the step");
+  Slot& s = slots_[context.slot];
+  if (s.state.empty()) return KvAccess::recurrent_state(context);
+  return std::span<std::byte>(s.state);
 }
 
 Status ReferenceKvAccess::end_step() {

@@ -27,11 +27,14 @@ class ReferenceKvAccess final : public KvAccess {
   Status write_kv(std::uint32_t layer, const float* k, const float* v) override;
   Status attend(std::uint32_t layer, const float* q, float* out) override;
   Status end_step() override;
+  // Its own host buffer per context: geometry.recurrent_state_bytes, zero at open().
+  Result<std::span<std::byte>> recurrent_state(ContextId context) override;
 
  private:
   struct Slot {
     std::uint32_t length = 0;      // rows in every layer, as of the last end_step
     std::uint32_t tokens_max = 0;
+    std::vector<std::byte> state;  // the recurrent state (empty without recurrent layers)
   };
   const Slot& slot(ContextId context) const;
 

@@ -8,7 +8,8 @@
 // caller, who also does admission; they must outlive the adapter.
 //
 // runtime_settings() maps a model and the operator's memory settings onto the
-// runtime's: the geometry (every layer dense, f16 rows) and q_heads come from
+// runtime's: the geometry (the attention layers dense, f16 rows; a hybrid's
+// recurrent state, Model::geometry) and q_heads come from
 // the model, the sizes from the operator, the step limits from the engine.
 #pragma once
 
@@ -39,6 +40,8 @@ class RuntimeKv final : public KvAccess {
   }
   Status attend(std::uint32_t layer, const float* q, float* out) override { return runtime_.attend(layer, q, out); }
   Status end_step() override { return runtime_.end_step(); }
+  // The context's slot in the arena's recurrent part (KvRuntime::recurrent_state).
+  Result<std::span<std::byte>> recurrent_state(ContextId context) override { return runtime_.recurrent_state(context); }
   // The runtime borrows the pool for the sparse selection's bound (KvRuntime::set_parallel).
   void share_threads(ThreadPool* pool) override;
 

@@ -1,6 +1,8 @@
 // kv_runtime.cpp — warm-up: the memory plan, the one allocation, every table sized; create() (the class: kv_runtime_impl.hpp).
 #include "runtime/kv_runtime_impl.hpp"
 
+#include "activekv/size.hpp"
+
 namespace activekv::runtime_impl {
 
 // ---------------------------------------------------------------------------
@@ -114,10 +116,12 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     stage_last_.assign(std::size_t{slots} * stage_columns, 0);
     if (Status st = prepare_scores(settings.sparse); !st) throw std::bad_alloc();
   }
-  tier_ = settings.tier;
+  // The tier's blocks carry no state checkpoints yet: a hybrid model keeps its reuse local.
+  tier_ = plan_.state.enabled() ? nullptr : settings.tier;
   tier_segments_.resize(g.dense_layers);
   tier_csegments_.resize(g.dense_layers);
   tier_generation_.assign(budgets_.slots(), 0);
+  init_state();
   if (settings.prefix_reuse) {
     std::uint64_t identity = settings.model_identity;
     if (identity == 0) {
@@ -168,6 +172,7 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
   }
   MemorySettings memory = settings.memory;
   memory.sparse_summaries = settings.sparse.enabled();  // the plan shows (and sizes) the page summaries
+  memory.state_checkpoints = settings.prefix_reuse;     // a hybrid's histories keep state checkpoints for reuse
   Result<MemoryPlan> plan = make_memory_plan(memory);
   if (!plan.ok()) return plan.error();
   if (settings.step_entries_max > plan->budget.concurrency) {
@@ -180,6 +185,13 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
                       fmt::format("the {} backend's kernel cannot read the host pool in place: stage the history "
                                   "through the tiles (turn read_in_place off)",
                                   backend.name()));
+  }
+  if (plan->state.enabled() && !backend.capabilities().host_visible_arena) {
+    return make_error(ErrorCode::unsupported, "--backend",
+                      fmt::format("the {} backend's arena is not host-visible, and the forward pass updates a hybrid "
+                                  "model's recurrent state ({} per context) in place on the host: run it on the host "
+                                  "backend (docs/RUNTIME.md \"Recurrent state\")",
+                                  backend.name(), format_bytes(plan->state.state_bytes)));
   }
   auto runtime = std::make_unique<KvRuntimeImpl>(settings, plan.value(), backend);
   if (Status s = runtime->warm_up(); !s.ok()) return s.error();

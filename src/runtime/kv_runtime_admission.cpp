@@ -18,8 +18,13 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   // In place only when the prompt takes the whole retained prefix (a conversation's follow-up):
   // adopting a shorter part in place would cut the rest of that history. Otherwise admission takes
   // another free history and the matched pages are copied (from a free or a running history).
-  const bool in_place =
+  bool in_place =
       match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
+  // A hybrid model adopts only up to a state checkpoint (kv_runtime_state.cpp); the retained
+  // device pages go along only when the whole prefix is taken.
+  match = clamp_to_checkpoint(match);
+  in_place = in_place && match.pages > 0;
+  const bool adopt_device = in_place && match.pages == prefix_->pages(match.slot) && settings_.prefix_reuse_device;
   // A copy whose source holds fewer pages than the host prefix cache (a shared template page held by
   // a running context) gives way to the cache, which then supplies the whole prefix: a copy on adopt
   // with its device-to-device part in flight would end the adoption at the shorter match.
@@ -31,7 +36,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
       tier_ != nullptr ? tier_ready_history(prompt, host_prefix_tokens(prompt, match)) : UINT32_MAX;
   const std::uint32_t preferred = tier_slot != UINT32_MAX ? tier_slot : in_place ? match.slot : UINT32_MAX;
   const AdmitResult result = budgets_.submit(request_id, tokens_max, nullptr, preferred,
-                                             /*adopt=*/in_place && preferred == match.slot && settings_.prefix_reuse_device);
+                                             /*adopt=*/adopt_device && preferred == match.slot);
   if (result.outcome == AdmitOutcome::refused && result.reason == Reason::no_usable_history) {
     return make_error(ErrorCode::backend, "device", fmt::format("request {} refused: {}", request_id, reason_text(result.reason)));
   }
@@ -44,6 +49,12 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
     if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
+    if (plan_.state.enabled()) {
+      bind_state(result.handle);
+      if (reused_tokens == 0) drop_checkpoints(result.handle.slot, 0);
+      if (!restore_state(result.handle, match.slot, reused_tokens)) slot_faulted_[result.handle.slot] = 1;
+      note_prompt(result.handle, static_cast<std::uint32_t>(prompt.size()));
+    }
   }
   return result;
 }
@@ -63,6 +74,8 @@ std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
   for (std::uint32_t i = 0; i < n; ++i) {
     slot_faulted_[out[i].handle.slot] = 0;
     adoption_[out[i].handle.slot] = Adoption{};  // admitted from the queue: adopts nothing
+    bind_state(out[i].handle);
+    drop_checkpoints(out[i].handle.slot, 0);
   }
   return n;
 }
@@ -199,6 +212,9 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
     return;
   }
   offer_to_cache(slot, tokens.first(usable));
+  // The state stays on the host as the history's checkpoints (the newest page boundary it reached
+  // was written back at that step's end); the device slot goes back to the pool.
+  release_state(slot);
   // Indexed before the history is freed: an admission from the queue inside finish() then sees it
   // as retained and prefers another free history.
   prefix_->retain(slot, tokens.first(usable), ++retain_stamp_);
@@ -236,6 +252,7 @@ void KvRuntimeImpl::leave(ContextId context, bool finished) noexcept {
   // Without finish_retaining() the history is emptied: a prefix it held in place goes too.
   drop_retained(context.slot, Reason::retained_cancelled);
   const bool retire = history_quarantined(context.slot);
+  release_state(context.slot);
   if (finished) budgets_.finish(context, retire); else budgets_.cancel(context, retire);
   if (retire) ++counters_.histories_retired;
   slot_faulted_[context.slot] = 0;
@@ -249,7 +266,9 @@ void KvRuntimeImpl::apply_deferred_cancels() noexcept {
 }
 
 bool KvRuntimeImpl::history_quarantined(std::uint32_t slot) const noexcept {
-  return tickets_.range_quarantined(plan_.host.segment_offset(slot, 0), plan_.host.history_bytes);
+  return tickets_.range_quarantined(plan_.host.segment_offset(slot, 0), plan_.host.history_bytes) ||
+         (plan_.state.enabled() &&
+          tickets_.range_quarantined(plan_.state.history_offset(slot), plan_.state.bytes_per_history));
 }
 
 std::uint32_t KvRuntimeImpl::length(ContextId context) const {
@@ -287,12 +306,14 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   const std::uint64_t on_device = std::uint64_t{a.device_pages} + a.device_copied;
   e.adopted_host_pages = adopted_all > on_device ? adopted_all - on_device : 0;
   e.staged_in_place = settings_.read_in_place;
+  explain_state(context, e);
   explain_sparse(context, e);
   return e;
 }
 
 const char* KvRuntimeImpl::check() const {
   if (const char* broken = budgets_.check()) return broken;
+  if (const char* broken = check_state()) return broken;
   if (prefix_ != nullptr) {
     if (const char* broken = prefix_->check()) return broken;
     for (std::uint32_t slot = 0; slot < budgets_.slots(); ++slot) {

@@ -153,7 +153,8 @@ struct Sizes {
     const std::uint64_t tails = pages_spanned_max(plan.chunk_tokens, plan.arena.page_tokens) + 1u;
     s.write_backs_max = checked(std::uint64_t{s.entries_max} * plan.geometry.dense_layers * tails);
     // + one per context: a layer's reads in place (kv_runtime_in_place.cpp).
-    s.tickets_max = checked(std::uint64_t{s.copies_per_pass_max} + s.write_backs_max + s.entries_max);
+    // + one per context: its state checkpoint (kv_runtime_state.cpp).
+    s.tickets_max = checked(std::uint64_t{s.copies_per_pass_max} + s.write_backs_max + 2ull * s.entries_max);
     s.promotions_max = checked(std::uint64_t{s.pages_max} * plan.geometry.dense_layers);
     return s;
   }
@@ -219,6 +220,9 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t histories_retired() const override { return budgets_.histories_retired(); }
   std::uint32_t tiles_usable() const override { return leases_.buffers() - leases_.count(LeaseState::quarantined); }
   void release_retained() override;
+  Result<std::span<std::byte>> recurrent_state(ContextId context) override;
+  void note_prompt(ContextId context, std::uint32_t prompt_tokens) override;
+  std::uint32_t tokens_to_checkpoint(ContextId context) const override;
 
  private:
   static std::unique_ptr<ResidencyPolicy> make_policy(const KvRuntimeSettings& settings);
@@ -477,6 +481,33 @@ class KvRuntimeImpl final : public KvRuntime {
   void finish_sparse_step() noexcept;
   // explain: the last selection's pages, bounds and ranks (off the step path: it allocates).
   void explain_sparse(ContextId context, Explanation& e) const;
+
+  // ---- recurrent state (kv_runtime_state.cpp; state_plan.hpp): empty without recurrent state ----
+  void init_state();                                   // constructor: every table sized
+  std::span<std::byte> state_bytes(std::uint32_t recurrent_slot) noexcept;
+  void bind_state(ContextId context) noexcept;         // admission: a free slot, zeroed
+  void release_state(std::uint32_t slot) noexcept;     // leaving: the slot goes back
+  void drop_checkpoints(std::uint32_t slot, std::uint32_t above_tokens) noexcept;
+  // The newest checkpoint position of history `slot` at or below `tokens` (0: none), its index.
+  std::uint32_t checkpoint_before(std::uint32_t slot, std::uint32_t tokens, std::uint32_t* index) const noexcept;
+  // Admission: a match cut down to the newest checkpoint at or before it (whole pages).
+  runtime::PrefixMatch clamp_to_checkpoint(runtime::PrefixMatch match) noexcept;
+  // Admission: the adopted length's checkpoint (of history from_slot) into the context's slot;
+  // false when a copy failed (counted; the context is then faulted).
+  bool restore_state(ContextId context, std::uint32_t from_slot, std::uint32_t tokens) noexcept;
+  std::uint32_t checkpoint_index(std::uint32_t slot, std::uint32_t tokens) const noexcept;
+  void checkpoint_states() noexcept;                   // end_step: page boundaries reached → host
+  const char* check_state() const noexcept;
+  void explain_state(ContextId context, Explanation& e) const;
+  std::vector<std::uint32_t> state_slot_;        // [history slots]: its running context's recurrent slot (UINT32_MAX: none)
+  std::vector<std::uint32_t> state_free_;        // [device slots]: a stack of free recurrent slots
+  std::uint32_t state_free_count_ = 0;
+  std::vector<std::uint32_t> checkpoint_pos_;    // [history slots × checkpoints]: position held (UINT32_MAX: none)
+  std::vector<std::uint32_t> prompt_checkpoint_; // [history slots]: the prompt's checkpoint position (0: none)
+  std::vector<std::uint32_t> state_restored_;    // [history slots]: the running context's restored position (explain)
+  std::vector<Ticket> state_tickets_;            // [entries_max]: one step's checkpoint copies
+  std::vector<Fence> state_fences_;
+  std::vector<std::uint64_t> state_pending_;     // entry << 32 | checkpoint index
 
   // ---- prefix reuse: null index when off ----
   struct Adoption {

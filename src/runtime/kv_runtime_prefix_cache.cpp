@@ -24,7 +24,9 @@
 namespace activekv::runtime_impl {
 
 Status KvRuntimeImpl::create_prefix_cache() {
-  if (prefix_ == nullptr || plan_.host.prefix_cache_pages == 0) return Status::success();
+  // A hybrid model's cached pages would come without a state checkpoint, so no prompt could adopt
+  // them: the cache's part of the host pool stays unused (docs/RUNTIME.md "Recurrent state").
+  if (prefix_ == nullptr || plan_.host.prefix_cache_pages == 0 || plan_.state.enabled()) return Status::success();
   const runtime::PrefixIndexConfig& index = prefix_->config();
   const runtime::PrefixCacheConfig config{plan_.host.prefix_cache_pages, plan_.arena.page_tokens, plan_.geometry.dense_layers,
                                           plan_.host.row_bytes, index.pages_per_history, index.model_identity};

@@ -570,6 +570,7 @@ Status KvRuntimeImpl::end_step() {
   finish_sparse_staging();
   finish_sparse_step();
   finish_promotions();
+  if (layers_attended_ == layers) checkpoint_states();  // the state at a page boundary → its history's checkpoint
   const bool failed = fault_.what != nullptr || layers_attended_ < layers;
   if (failed) {
     if (fault_.what == nullptr) note_fault("the step ended before every dense layer was attended", FenceOutcome::failed, layers_attended_);

@@ -94,7 +94,9 @@ void pretokenize(PreTokenizerKind kind, std::string_view text, PreTokenizerScrat
   for (std::size_t at = 0; at < text.size();) {
     char32_t cp = 0;
     const std::size_t n = decode_utf8(text, at, cp);
-    chars.push_back(Char{at, cp, classify(cp)});
+    CharClass cls = classify(cp);
+    if (kind == PreTokenizerKind::qwen35 && cls == CharClass::other && is_mark(cp)) cls = CharClass::letter;
+    chars.push_back(Char{at, cp, cls});
     at += n;
   }
   chars.push_back(Char{text.size(), 0, CharClass::other});  // sentinel: the end offset
@@ -102,7 +104,7 @@ void pretokenize(PreTokenizerKind kind, std::string_view text, PreTokenizerScrat
   const std::size_t count = chars.size() - 1;
   const std::size_t first_piece = pieces.size();
 
-  if (kind == PreTokenizerKind::llama3 || kind == PreTokenizerKind::qwen2) {
+  if (kind == PreTokenizerKind::llama3 || kind == PreTokenizerKind::qwen2 || kind == PreTokenizerKind::qwen35) {
     const std::size_t numbers_max = kind == PreTokenizerKind::llama3 ? 3 : 1;
     for (std::size_t i = 0; i < count;) {
       const std::size_t next = match_llama3(c, i, count, numbers_max);

@@ -16,6 +16,9 @@
 // llama3 (Llama 3's tokenizer.json; qwen2 is the same with \p{N} alone instead of \p{N}{1,3}):
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 //   \s*[\r\n]+|\s+(?!\S)|\s+
+// qwen35 (Qwen3.5's tokenizer.json) is qwen2's with [\p{L}\p{M}]+ for \p{L}+ and marks left out of
+//   [^\s\p{L}\p{M}\p{N}]: exactly qwen2's pattern over text whose marks count as letters (a mark
+//   that [^\r\n\p{L}\p{N}]? could take as the prefix is matched by [\p{L}\p{M}]+ to the same end).
 //
 // Each pattern is matched by hand (first alternative that matches at the cursor
 // wins, each greedy), not by a regex engine: it needs only the four classes of
@@ -39,6 +42,7 @@ enum class PreTokenizerKind {
   smollm,  // individual digits, then the GPT-2 pattern (tokenizer.ggml.pre = "smollm")
   llama3,  // Llama 3's pattern, numbers in runs of up to three
   qwen2,   // Llama 3's pattern, every number on its own
+  qwen35,  // qwen2's, marks (\p{M}) joined to letters
 };
 
 struct Piece {

@@ -53,6 +53,17 @@ TEST(PreTokenizer, UnicodeAndPunctuation) {
   EXPECT_EQ(pieces_of("caf\x65\xCC\x81"), (V{"cafe", "\xCC\x81"})) << "a combining mark is not \\p{L}";
 }
 
+TEST(PreTokenizer, Qwen35JoinsMarksToLetters) {
+  // "café" with a combining acute, a Devanagari word with vowel signs (Mc) and a virama (Mn).
+  EXPECT_EQ(pieces_of("caf\x65\xCC\x81 x", PreTokenizerKind::qwen35), (V{"caf\x65\xCC\x81", " x"}));
+  EXPECT_EQ(pieces_of("caf\x65\xCC\x81 x", PreTokenizerKind::qwen2), (V{"cafe", "\xCC\x81", " x"}));
+  const char* hindi = "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80";  // हिन्दी
+  EXPECT_EQ(pieces_of(hindi, PreTokenizerKind::qwen35), (V{hindi}));
+  // A mark alone after punctuation: [^\r\n\p{L}\p{N}]? takes the punctuation, [\p{L}\p{M}]+ the mark.
+  EXPECT_EQ(pieces_of("(\xCC\x81)", PreTokenizerKind::qwen35), (V{"(\xCC\x81", ")"}));
+  EXPECT_EQ(pieces_of("a 12", PreTokenizerKind::qwen35), (V{"a", " ", "1", "2"}));
+}
+
 TEST(PreTokenizer, IllFormedBytesArePunctuation) {
   EXPECT_EQ(pieces_of("a\xFF\xFE b"), (V{"a", "\xFF\xFE", " b"}));
 }

@@ -47,11 +47,12 @@ constexpr PreTokenizerName kPreTokenizerNames[] = {
     {"qwen2", PreTokenizerKind::qwen2, false, false},
     {"deepseek-r1-qwen", PreTokenizerKind::qwen2, false, false},
     {"stablelm2", PreTokenizerKind::qwen2, false, false},
+    {"qwen35", PreTokenizerKind::qwen35, false, false},
 };
 
 constexpr std::string_view kPreTokenizerList =
     "gpt-2, gpt2, phi-2, mpt, olmo, smollm, starcoder, refact, command-r, llama-bpe, llama3, llama-v3, falcon3, "
-    "dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, stablelm2";
+    "dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, stablelm2, qwen35";
 
 std::string_view spm_text_of(const void* owner, std::int32_t id) {
   return static_cast<const Tokenizer*>(owner)->token_text(id);

@@ -53,6 +53,10 @@ CharClass classify(char32_t c) noexcept {
   return CharClass::other;
 }
 
+bool is_mark(char32_t c) noexcept {
+  return c >= 0x300 && in_ranges(detail::kMarkRanges, detail::kMarkRanges_count, c);  // none below U+0300
+}
+
 std::size_t utf8_sequence_length(unsigned char lead) noexcept {
   if (lead < 0x80) return 1;
   if (lead < 0xC2) return 0;  // continuation byte or overlong 2-byte lead

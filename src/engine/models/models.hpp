@@ -13,5 +13,6 @@ Status llama_layer(Blocks& b, std::uint32_t layer);   // llama.cpp: also Mistral
 Status qwen2_layer(Blocks& b, std::uint32_t layer);   // qwen2.cpp
 Status qwen3_layer(Blocks& b, std::uint32_t layer);   // qwen3.cpp
 Status gemma3_layer(Blocks& b, std::uint32_t layer);  // gemma3.cpp
+Status qwen35_layer(Blocks& b, std::uint32_t layer);  // qwen35.cpp: Gated DeltaNet or gated attention
 
 }  // namespace activekv::engine::models
