@@ -158,15 +158,21 @@ Status check_vocabulary(const Model& model, std::uint64_t tokenizer_tokens) {
                                  tokenizer_tokens, rows));
 }
 
-Geometry Model::geometry() const noexcept {
+Geometry kv_geometry(const HParams& hp) noexcept {
   Geometry g;
-  g.dense_layers = config_.layers;
+  g.dense_layers = hp.layers;
   g.recurrent_layers = 0;
-  g.kv_heads = config_.kv_heads;
-  g.head_dim = config_.head_dim;
+  g.kv_heads = hp.kv_heads;
+  g.head_dim = hp.head_dim;
   g.dtype = DType::f16;
+  // Window layers (hparams: a uniform window; layers past the table's limit are refused by check_runnable).
+  g.kinds.window_tokens = hp.window_layers() != 0 ? hp.window : 0;
+  for (std::uint32_t l = 0; l < hp.layers && l < LayerKinds::layers_max; ++l)
+    if (hp.layer[l].window != 0) g.kinds.set_window(l);
   return g;
 }
+
+Geometry Model::geometry() const noexcept { return kv_geometry(config_); }
 
 std::uint64_t Model::weight_bytes_per_token() const noexcept {
   std::uint64_t bytes = static_cast<std::uint64_t>(output_.rows) * output_.row_bytes;
