@@ -47,7 +47,7 @@ TEST(WindowPlan, ARingNeverExceedsTheContextAndRoundsTheWindowUpToPages) {
   // Window 512 with 48-token pages: ceil(512 / 48) = 11 pages + 1 = 576 tokens.
   MemorySettings s;
   s.geometry = find_preset("gemma3-1b")->geometry;
-  s.max_context_tokens = 32768;
+  s.max_context_tokens = 32736;  // 682 pages of 48
   s.page_tokens = 48;
   s.tile_tokens = 480;
   s.host_pool_bytes = 8 * GiB;
