@@ -47,7 +47,13 @@ constexpr std::uint64_t mib = 1024ull * 1024ull;
 //   27B:  62 layers, 32 query heads, 16 KV heads × 128, window 1,024, context 131,072 (10 full, 52 window)
 constexpr std::uint32_t gemma3_period = 6;
 constexpr Geometry gemma3(std::uint32_t layers, std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t window) {
-  return Geometry{layers, 0, kv_heads, head_dim, DType::bf16, 0, LayerKinds::periodic(layers, gemma3_period, window)};
+  Geometry g;  // by field name: other fields keep their defaults (no recurrent layers)
+  g.dense_layers = layers;
+  g.kv_heads = kv_heads;
+  g.head_dim = head_dim;
+  g.dtype = DType::bf16;
+  g.kinds = LayerKinds::periodic(layers, gemma3_period, window);
+  return g;
 }
 
 constexpr std::array<Preset, 8> preset_table{{
