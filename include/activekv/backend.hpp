@@ -33,6 +33,7 @@
 // handles) here, once, and call the backend's do_* hooks with checked input.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,7 @@ struct Capabilities {
   bool deterministic = false;        // no threads: progress only by poll()/wait_host() (virtual clock)
   bool page_mass = true;             // the kernel can write per-page attention mass
   bool page_heads = false;           // the kernel honours AttentionBatch::page_heads (per-KV-head page lists)
+  bool attention_window = false;     // the kernel honours AttentionBatch::window_tokens (sliding-window layers)
   bool kernel_reads_host_pool = false;  // the kernel reads pages in the host pool in place
                                         //   (AttentionPage::host_pool; docs/IN_PLACE.md)
   std::uint32_t compute_threads = 1; // CPU threads or device units the kernel spreads over
@@ -109,6 +111,14 @@ struct AttentionShape {
   std::uint64_t row_bytes() const noexcept { return 2ull * kv_heads * head_dim * dtype_bytes(dtype); }
 };
 
+// The rows of a page a query at `position` sees, [begin, end) relative to the page: causal
+// (keys ≤ position) and, with a window W > 0, keys > position − W. Empty: begin == end.
+struct VisibleRows {
+  std::uint32_t begin = 0, end = 0;
+  bool empty() const noexcept { return end <= begin; }
+  std::uint32_t count() const noexcept { return end > begin ? end - begin : 0; }
+};
+
 // One page-table entry: `tokens` rows starting at arena byte `arena_offset`,
 // holding tokens [first_token, first_token + tokens). A pool page or a page
 // inside a staged tile: the kernel cannot tell and must not care.
@@ -121,6 +131,16 @@ struct AttentionPage {
   std::uint32_t tokens = 0;
   bool host_pool = false;
 };
+
+inline VisibleRows visible_rows(const AttentionPage& page, std::uint32_t position, std::uint32_t window_tokens) noexcept {
+  if (position < page.first_token) return {};
+  const std::uint64_t end = std::min<std::uint64_t>(page.tokens, std::uint64_t{position} - page.first_token + 1);
+  std::uint64_t begin = 0;
+  // The first key seen is position − W + 1 (when positive).
+  if (window_tokens != 0 && std::uint64_t{position} + 1 > std::uint64_t{page.first_token} + window_tokens)
+    begin = std::min<std::uint64_t>(end, std::uint64_t{position} + 1 - window_tokens - page.first_token);
+  return {static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end)};
+}
 
 // One context x dense layer: pages[page_begin, page_begin + page_count) in
 // ascending logical order (first_token strictly increasing), and query rows
@@ -158,6 +178,10 @@ struct AttentionBatch {
   // and its partials still merge in ascending page order). kv_heads <= 32, every mask non-zero
   // and within the kv heads. Only where capabilities().page_heads.
   std::span<const std::uint32_t> page_heads;
+  // Sliding window (a window layer, e.g. Gemma 3's local layers): 0 = none; W > 0: the query at
+  // p sees only keys k with p − W < k ≤ p (llama.cpp's standard SWA: masked iff p − k ≥ W).
+  // Only where capabilities().attention_window.
+  std::uint32_t window_tokens = 0;
   bool load_state = false;
   bool store_state = false;
   bool write_output = true;

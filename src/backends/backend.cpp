@@ -309,6 +309,10 @@ Result<Fence> Backend::attention(const AttentionBatch& batch, std::span<const Fe
     return make_error(ErrorCode::unsupported, "",
                       fmt::format("the {} backend does not read per-KV-head page lists (page_heads)", name()));
   }
+  if (batch.window_tokens != 0 && !capabilities().attention_window) {
+    return make_error(ErrorCode::unsupported, "",
+                      fmt::format("the {} backend's attention kernel has no sliding window (window_tokens)", name()));
+  }
   Result<Fence> fence = do_attention(batch, waits);
   if (fence.ok()) {
     ++stats_.attention_calls;

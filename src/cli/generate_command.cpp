@@ -133,8 +133,11 @@ int run(const GenerateOptions& o) {
     if (!chat) return fail(chat.error());
     text = chat->render_prompt(o.prompt, true);
   }
-  const std::vector<tokenizer::TokenId> ids = tok->encode(text, o.chat ? tokenizer::Special::allow : tokenizer::Special::plain);
+  std::vector<tokenizer::TokenId> ids = tok->encode(text, o.chat ? tokenizer::Special::allow : tokenizer::Special::plain);
   if (ids.empty()) return fail(make_error(ErrorCode::invalid_argument, "--prompt", "the prompt is empty"));
+  // A plain prompt starts with BOS where the file says so (tokenizer.ggml.add_bos_token; Gemma),
+  // as `eval` and llama.cpp do; a chat template writes its own.
+  if (!o.chat && tok->add_bos() && tok->bos() && ids.front() != *tok->bos()) ids.insert(ids.begin(), *tok->bos());
   const std::vector<engine::TokenId> prompt(ids.begin(), ids.end());
 
   const std::uint32_t max_context = o.max_context != 0 ? o.max_context : cfg.context_tokens;

@@ -1,6 +1,6 @@
 // plan_command.cpp — `activekv plan`: the memory plan, explained, or the refusal that says what to change.
 //
-// From a preset (or the geometry given field by field) and the operator's sizes it prints
+// From a preset, a model file's metadata (--model FILE.gguf) or the geometry given field by field, and the operator's sizes it prints
 // the host-pool formula with the numbers filled in, the arena layout with byte offsets,
 // the admitted concurrency and the floors, targets and bursts; --json prints the same
 // figures with keys named after the formula's terms. Sizes take units ("768", "48KiB",
@@ -16,6 +16,9 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
+#include "engine/hparams.hpp"
+#include "engine/model.hpp"
+#include "gguf/gguf.hpp"
 #include "serve/retained_histories.hpp"
 
 namespace activekv::cli {
@@ -26,6 +29,7 @@ constexpr int exit_bad_settings = 2;
 
 struct PlanOptions {
   std::string preset;
+  std::string model;  // a GGUF file whose metadata gives the geometry
   std::string dense_layers, recurrent_layers, kv_heads, head_dim, dtype, recurrent_state_bytes;
   std::string host_pool, device_pool, headroom;
   std::string page_tokens, tile_tokens, tiles, max_context, max_seqs, chunk_tokens;
@@ -55,20 +59,43 @@ Status count_into(const std::string& text, const char* setting, T& out) {
   return Status::success();
 }
 
+// The geometry and context of a GGUF file, from its metadata alone (the weights are not read).
+Result<Preset> preset_of_file(const std::string& path) {
+  Result<gguf::File> file = gguf::File::open(path);
+  if (!file) return file.error();
+  Result<engine::HParams> hp = engine::read_hparams(*file);
+  if (!hp) return hp.error();
+  if (hp->window_layers() != 0 && hp->layers > LayerKinds::layers_max) {
+    return make_error(ErrorCode::unsupported, "--model",
+                      fmt::format("{}: {} layers with window layers; the layer-kind table describes at most {}", path,
+                                  hp->layers, LayerKinds::layers_max));
+  }
+  return Preset{"", engine::kv_geometry(*hp), hp->context_tokens};
+}
+
 Result<MemorySettings> settings_from(const PlanOptions& o) {
   MemorySettings s;
   s.sparse_summaries = o.sparse;
   std::uint32_t preset_context = 0;
   const bool any_geometry = !o.dense_layers.empty() || !o.kv_heads.empty() || !o.head_dim.empty() || !o.dtype.empty() ||
                             !o.recurrent_layers.empty() || !o.recurrent_state_bytes.empty();
-  if (!o.preset.empty()) {
+  if (!o.model.empty() && !o.preset.empty()) {
+    return make_error(ErrorCode::invalid_argument, "--model", "give a preset or a model file, not both");
+  }
+  if (!o.model.empty()) {
+    Result<Preset> from_file = preset_of_file(o.model);
+    if (!from_file) return from_file.error();
+    s.geometry = from_file->geometry;
+    preset_context = from_file->max_context_tokens;
+  } else if (!o.preset.empty()) {
     Result<Preset> preset = find_preset(o.preset);
     if (!preset) return preset.error();
     s.geometry = preset->geometry;
     preset_context = preset->max_context_tokens;
   } else if (!any_geometry) {
     return make_error(ErrorCode::invalid_argument, "--preset",
-                      "give a preset (smollm2-135m, llama-3.1-8b, hybrid-27b) or the geometry: --dense-layers, "
+                      "give a preset (smollm2-135m, llama-3.1-8b, hybrid-27b, gemma3-270m … gemma3-27b), a model "
+                      "file (--model FILE.gguf) or the geometry: --dense-layers, "
                       "--kv-heads, --head-dim and --dtype");
   }
   if (Status st = count_into(o.dense_layers, "--dense-layers", s.geometry.dense_layers); !st) return st.error();
@@ -148,7 +175,9 @@ Result<MemorySettings> settings_from(const PlanOptions& o) {
 
 Action setup(CLI::App& sub) {
   auto o = std::make_shared<PlanOptions>();
-  sub.add_option("--preset", o->preset, "smollm2-135m, llama-3.1-8b or hybrid-27b");
+  sub.add_option("--preset", o->preset,
+                 "smollm2-135m, llama-3.1-8b, hybrid-27b, gemma3-270m, gemma3-1b, gemma3-4b, gemma3-12b or gemma3-27b");
+  sub.add_option("--model", o->model, "a GGUF file: the geometry, window layers and context from its metadata");
   sub.add_option("--dense-layers", o->dense_layers, "attention layers whose KV grows per token");
   sub.add_option("--recurrent-layers", o->recurrent_layers, "recurrent (SSM) layers");
   sub.add_option("--kv-heads", o->kv_heads, "KV heads per dense layer");

@@ -2,6 +2,7 @@
 #include "activekv/geometry.hpp"
 
 #include <array>
+#include <bit>
 #include <limits>
 #include <string>
 
@@ -67,7 +68,25 @@ static_assert((state_bytes + mib / 2) / mib == 147, "hybrid-27b: the seed's 147 
 static_assert(dense_layers * 32768 * (2 * kv_heads * head_dim * 2) == 2048 * mib, "hybrid-27b: 2 GiB per 32K history");
 }  // namespace qwen35_27b
 
-constexpr std::array<Preset, 3> preset_table{{
+// Gemma 3 (the published configs): every sixth layer is global (full), the other five attend to
+// a sliding window (sliding_window_pattern 6: layer l is a window layer iff l % 6 < 5).
+//   270M: 18 layers, 4 query heads, 1 KV head × 256, window 512,   context 32,768 (3 full, 15 window)
+//   1B:   26 layers, 4 query heads, 1 KV head × 256, window 512,   context 32,768 (4 full, 22 window)
+//   4B:   34 layers, 8 query heads, 4 KV heads × 256, window 1,024, context 131,072 (5 full, 29 window)
+//   12B:  48 layers, 16 query heads, 8 KV heads × 256, window 1,024, context 131,072 (8 full, 40 window)
+//   27B:  62 layers, 32 query heads, 16 KV heads × 128, window 1,024, context 131,072 (10 full, 52 window)
+constexpr std::uint32_t gemma3_period = 6;
+constexpr Geometry gemma3(std::uint32_t layers, std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t window) {
+  Geometry g;  // by field name: other fields keep their defaults (no recurrent layers)
+  g.dense_layers = layers;
+  g.kv_heads = kv_heads;
+  g.head_dim = head_dim;
+  g.dtype = DType::bf16;
+  g.kinds = LayerKinds::periodic(layers, gemma3_period, window);
+  return g;
+}
+
+constexpr std::array<Preset, 8> preset_table{{
     {"smollm2-135m", Geometry{30, 0, 3, 64, DType::f16, 0}, 8192},
     {"llama-3.1-8b", Geometry{32, 0, 8, 128, DType::bf16, 0}, 131072},
     {"hybrid-27b",
@@ -75,14 +94,35 @@ constexpr std::array<Preset, 3> preset_table{{
               static_cast<std::uint32_t>(qwen35_27b::kv_heads), static_cast<std::uint32_t>(qwen35_27b::head_dim), DType::bf16,
               qwen35_27b::state_bytes},
      32768},
+    {"gemma3-270m", gemma3(18, 1, 256, 512), 32768},
+    {"gemma3-1b", gemma3(26, 1, 256, 512), 32768},
+    {"gemma3-4b", gemma3(34, 4, 256, 1024), 131072},
+    {"gemma3-12b", gemma3(48, 8, 256, 1024), 131072},
+    {"gemma3-27b", gemma3(62, 16, 128, 1024), 131072},
 }};
 
 static_assert(2ull * 3 * 64 * 2 == 768, "smollm2-135m row bytes (DESIGN.md presets)");
 static_assert(2ull * 8 * 128 * 2 == 4096, "llama-3.1-8b row bytes (DESIGN.md presets)");
 static_assert(2ull * 4 * 256 * 2 == 4096, "hybrid-27b row bytes (DESIGN.md presets)");
+static_assert(gemma3(18, 1, 256, 512).window_layers() == 15, "gemma3-270m: 15 of 18 layers are window layers");
+static_assert(gemma3(62, 16, 128, 1024).window_layers() == 52, "gemma3-27b: 52 of 62 layers are window layers");
 
 Error field_error(const char* field, const char* what) {
   return make_error(ErrorCode::invalid_argument, field, what);
+}
+
+Status validate_kinds(const Geometry& g) {
+  const LayerKinds& k = g.kinds;
+  const std::uint32_t window_layers = k.window_layers();
+  if (window_layers != 0 && k.window_tokens == 0)
+    return field_error("--window", "is 0 but some layers are window layers: give the window in tokens (at least 1)");
+  if (window_layers == 0) return Status::success();
+  if (g.dense_layers > LayerKinds::layers_max)
+    return field_error("--dense-layers", "is above 1,024: a layer-kind table with window layers describes at most 1,024 dense layers");
+  for (std::uint32_t l = g.dense_layers; l < LayerKinds::layers_max; ++l) {
+    if (k.is_window(l)) return field_error("--window-layers", "names a window layer at or past --dense-layers");
+  }
+  return Status::success();
 }
 
 }  // namespace
@@ -98,6 +138,7 @@ Status Geometry::validate() const {
   if (row_bytes() > (std::numeric_limits<std::uint32_t>::max)()) {
     return field_error("--kv-heads", "kv_heads × head_dim × dtype bytes overflows a row: lower --kv-heads or --head-dim");
   }
+  if (Status s = validate_kinds(*this); !s) return s;
   return Status::success();
 }
 

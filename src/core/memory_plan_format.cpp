@@ -8,6 +8,7 @@
 
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
+#include "activekv/window_plan.hpp"
 
 namespace activekv {
 
@@ -123,6 +124,8 @@ std::string format_memory_plan(const MemoryPlan& plan) {
   }
 
   out += format_state_plan(plan);
+  out += format_window_plan(window_plan(plan));
+
   if (plan.summaries.bytes != 0) {
     const SummaryPlan& sp = plan.summaries;
     out += "\npage summaries (sparse attention; an arena part, and a host copy the pages are chosen from on the host):\n";
@@ -217,6 +220,21 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                  {"pages_per_layer_max", b.pages_per_layer_max},
                  {"floors_that_fit", b.floors_that_fit},
                  {"concurrency", b.concurrency}};
+  if (g.window_layers() != 0) {
+    const WindowPlan w = window_plan(plan);
+    j["layer_kinds"] = {{"full_layers", w.full_layers},
+                        {"window_layers", w.window_layers},
+                        {"window_tokens", w.window_tokens},
+                        {"ring_tokens", w.ring_tokens},
+                        {"ring_pages", w.ring_pages},
+                        {"ring_bytes", w.ring_bytes},
+                        {"history_bytes", w.history_bytes},
+                        {"history_bytes_full", w.history_bytes_full},
+                        {"histories", w.histories},
+                        {"histories_full", w.histories_full},
+                        {"burst_pages", w.burst_pages},
+                        {"burst_pages_full", w.burst_pages_full}};
+  }
   j["chunk_tokens"] = plan.chunk_tokens;
   j["concurrency"] = b.concurrency;
   if (plan.summaries.bytes != 0) {

@@ -38,6 +38,23 @@ expect_ok "segment_bytes     = max_context 32768 × row_bytes 4096 = 128 MiB" \
   --dense-layers 16 --kv-heads 4 --head-dim 256 --dtype bf16 --recurrent-layers 48 --recurrent-state-bytes 147MiB \
   --max-context 32768 --host-pool 68719476736 --device-pool 16GiB --max-seqs 32
 
+# Window layers (DESIGN.md "Layer kinds"): Gemma 3 270M at 32K costs a window per local layer.
+gemma=(--preset gemma3-270m --host-pool 4GiB --device-pool 1GiB --max-seqs 64)
+expect_ok "layer kinds: 3 full layers, 15 window layers of 512 tokens" "${gemma[@]}"
+expect_ok "history (rings)   = full 3 × segment 32 MiB + window 15 × ring 528 KiB = 103.73 MiB" "${gemma[@]}"
+expect_ok "histories         = floor(4 GiB / history) = 39 with rings, 7 with full layers" "${gemma[@]}"
+expect_ok "layer kinds: 10 full layers, 52 window layers of 1024 tokens" --preset gemma3-27b --host-pool 64GiB --device-pool 16GiB
+expect_refused "/nonexistent/model.gguf: cannot open" --model /nonexistent/model.gguf --host-pool 4GiB --device-pool 1GiB
+expect_refused "--model" --model /nonexistent/model.gguf --preset gemma3-1b --host-pool 4GiB --device-pool 1GiB
+# A model file's metadata gives the geometry (the Gemma 3 file where it is installed).
+gemma_file=$(bash "$(dirname "$0")/../../scripts/find-gemma3.sh" 2>/dev/null) || gemma_file=""
+if [[ -n $gemma_file && -f $gemma_file ]]; then
+  expect_ok "history (rings)   = full 3 × segment 32 MiB + window 15 × ring 528 KiB = 103.73 MiB" \
+    --model "$gemma_file" --host-pool 4GiB --device-pool 1GiB
+else
+  echo "skip: the Gemma 3 270M file is not installed (scripts/find-gemma3.sh)"
+fi
+
 json=$("$bin" plan "${seed[@]}" --json) || fail "--json exit $?"
 python3 - "$json" <<'PY' || fail "JSON figures"
 import json, sys

@@ -15,10 +15,10 @@
 //     under both budgets and as one whole-prompt prefill;
 //   - through the contiguous oracle (ReferenceKvAccess): NMSE < 1e-4;
 //   - decode steps after warm-up allocate nothing (invariant 7).
-// The files' windows (64 tokens) cover the runs' whole context (64): the KV does not yet
-// restrict attention to a window (forward.hpp check_runnable), so here a window layer computes
-// what a full layer does, and the test checks everything else about the layer (its RoPE base,
-// norms, FFN); the window mask itself is the KV's, and future, part.
+// The files' windows (kWindow = 20 tokens, not a multiple of the 8-token page) are narrower
+// than the 48-token prompt: a window layer's query sees keys in (p − 20, p], so every run skips
+// whole pages below the window and masks inside the page its boundary falls in, as the
+// reference's mask does (llama.cpp's standard sliding window).
 //
 // NMSE = Σ(engine − reference)² / Σ reference². The engine computes in fp32
 // with 16-bit activation blocks on Q8_0 products; the reference in float64;
@@ -50,6 +50,7 @@ namespace {
 constexpr std::uint32_t kPromptTokens = 48;
 constexpr std::uint32_t kContext = 64;
 constexpr std::uint32_t kPageTokens = 8;
+constexpr std::uint32_t kWindow = 20;  // the files' attention.sliding_window: below the prompt
 constexpr double kNmseMax = 1e-4;
 
 struct Case {
@@ -105,21 +106,21 @@ struct Runtime {
 };
 
 // The runtime on the host backend with `fraction` of the history's pages on the device.
-Runtime make_runtime(const Model& model, double fraction, const ForwardLimits& limits) {
+Runtime make_runtime(const Model& model, double fraction, const ForwardLimits& limits, std::uint32_t context = kContext) {
   Runtime r;
   MemorySettings memory;
   memory.page_tokens = kPageTokens;
   memory.tile_tokens = 64;
   memory.tiles = 2;
-  memory.max_context_tokens = kContext;
+  memory.max_context_tokens = context;
   memory.max_seqs = 1;
   KvRuntimeSettings settings = runtime_settings(model, memory, limits);
   const std::uint64_t row_bytes = settings.memory.geometry.row_bytes();
   const std::uint32_t dense = settings.memory.geometry.dense_layers;  // a hybrid's attention layers only
-  const std::uint64_t pages_needed = std::uint64_t{dense} * (kContext / kPageTokens);
+  const std::uint64_t pages_needed = std::uint64_t{dense} * (context / kPageTokens);
   const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(pages_needed) * fraction));
   // One history: the attention layers' segments and, for a hybrid, its state checkpoints (state_plan.hpp).
-  settings.memory.host_pool_bytes = std::uint64_t{dense} * kContext * row_bytes + state_bytes_per_history(settings.memory);
+  settings.memory.host_pool_bytes = std::uint64_t{dense} * context * row_bytes + state_bytes_per_history(settings.memory);
   // Each arena part rounded up to its alignment, no more: the pages are the part under test.
   const auto aligned = [](std::uint64_t b) { return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes; };
   settings.memory.device_pool_bytes =
@@ -135,7 +136,7 @@ Runtime make_runtime(const Model& model, double fraction, const ForwardLimits& l
   EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
   if (!rt.ok()) return r;
   r.runtime = std::move(rt).value();
-  Result<AdmitResult> admitted = r.runtime->open_context(1, kContext);
+  Result<AdmitResult> admitted = r.runtime->open_context(1, context);
   EXPECT_TRUE(admitted.ok() && admitted->outcome == AdmitOutcome::admitted);
   r.context = admitted->handle;
   return r;
@@ -167,7 +168,8 @@ class ArchReference : public ::testing::TestWithParam<Case> {
     static std::map<std::string, int> made;  // case → the generator's exit status
     const bool fresh = made.count(name_of(c)) == 0;
     const std::string make = std::string("python3 " ACTIVEKV_REFERENCE_DIR "/make_arch_model.py --arch ") + c.arch +
-                             " --variant " + c.variant + " --mix " + c.mix + " --out '" + path_ + "'";
+                             " --variant " + c.variant + " --mix " + c.mix + " --window " + std::to_string(kWindow) +
+                             " --out '" + path_ + "'";
     if (fresh) made[name_of(c)] = std::system(make.c_str());
     int rc = made[name_of(c)];
     if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) GTEST_SKIP() << "numpy or gguf missing: run scripts/install-deps.sh --test";
@@ -212,13 +214,13 @@ class ArchReference : public ::testing::TestWithParam<Case> {
 TEST_P(ArchReference, HyperParametersGiveTheWindowLayers) {
   EXPECT_EQ(model_->config().window_layers(), GetParam().window_layers);
   EXPECT_EQ(model_->config().architecture, GetParam().arch);
-  // The window (64) covers a run of kContext tokens; a longer run is refused until the KV masks it.
+  // The KV masks the window: a run's context may be wider than it.
   EXPECT_TRUE(check_runnable(*model_, ForwardLimits{16, 1, kContext}).ok());
-  const Status longer = check_runnable(*model_, ForwardLimits{16, 1, kContext + 1});
-  EXPECT_EQ(longer.ok(), GetParam().window_layers == 0);
-  if (!longer.ok()) {
-    EXPECT_NE(longer.error().message.find("attention.sliding_window"), std::string::npos);
-  }
+  const Geometry g = model_->geometry();
+  EXPECT_EQ(g.window_layers(), GetParam().window_layers);
+  for (std::uint32_t l = 0; l < g.dense_layers; ++l)
+    EXPECT_EQ(g.kinds.window_of(l), model_->config().layer[l].window) << "layer " << l;
+  if (GetParam().window_layers != 0) EXPECT_EQ(g.kinds.window_tokens, kWindow);
 }
 
 TEST_P(ArchReference, RuntimeLogitsMatchTheReferenceForEveryBudgetAndChunking) {
@@ -279,6 +281,59 @@ TEST_P(ArchReference, DecodeStepsAllocateNothingAfterWarmUp) {
   }
   EXPECT_EQ(activekv::testing::heap_allocations(), before) << "heap allocations in decode steps";
   EXPECT_EQ(rt.runtime->counters().device_allocations_after_warmup, 0u);
+}
+
+// A window model far past its window (20 tokens; 400-token sequences, 64 pages per layer):
+// the logits of every step are the same bits with 100%, 25% and 5% of the pages on the device,
+// and the last step's are the same bits whether the sequence came in chunks of 8, in chunks of
+// 3 and 5, or as chunks of 8 then single decode tokens (DESIGN.md invariant 8).
+TEST_P(ArchReference, AWindowModelIsTheSameBitsForEveryBudgetAndChunking) {
+  if (GetParam().window_layers == 0) GTEST_SKIP() << "no window layers in this file";
+  constexpr std::uint32_t kLongContext = 512, kLong = 400;
+  std::vector<TokenId> sequence(kLong);
+  for (std::uint32_t i = 0; i < kLong; ++i) sequence[i] = prompt_[i % kPromptTokens] ^ static_cast<TokenId>(i / kPromptTokens);
+  for (TokenId& t : sequence) t %= model_->config().vocab;
+  const ForwardLimits limits{8, 1, kLongContext};
+  const std::vector<std::uint32_t> eights(kLong / 8, 8);
+  const double fractions[3] = {1.0, 0.25, 0.05};
+  std::vector<std::vector<float>> by_budget[3];
+  std::uint64_t staged[3] = {};
+  for (int b = 0; b < 3; ++b) {
+    Runtime rt = make_runtime(*model_, fractions[b], limits, kLongContext);
+    ASSERT_NE(rt.runtime, nullptr);
+    RuntimeKv kv(*rt.runtime);
+    Forward f(*model_, kv, pool_, best_isa(), limits);
+    by_budget[b] = feed(f, rt.context, sequence, eights);
+    staged[b] = rt.runtime->counters().bytes_staged;
+    ASSERT_EQ(by_budget[b].size(), eights.size());
+    EXPECT_EQ(rt.runtime->check(), nullptr);
+  }
+  for (int b = 1; b < 3; ++b)
+    for (std::size_t s = 0; s < eights.size(); ++s)
+      ASSERT_EQ(std::memcmp(by_budget[b][s].data(), by_budget[0][s].data(), by_budget[0][s].size() * sizeof(float)), 0)
+          << "pool " << fractions[b] * 100 << "%, step " << s;
+  EXPECT_EQ(staged[0], 0u);
+  EXPECT_GT(staged[1], 0u);
+  EXPECT_GT(staged[2], staged[1]);
+  std::vector<std::uint32_t> threes_fives, then_decode;
+  for (std::uint32_t fed = 0; fed < kLong;) {
+    const std::uint32_t n = std::min<std::uint32_t>(kLong - fed, threes_fives.size() % 2 == 0 ? 3 : 5);
+    threes_fives.push_back(n), fed += n;
+  }
+  for (std::uint32_t fed = 0; fed < kLong;) {
+    const std::uint32_t n = fed < 360 ? 8 : 1;
+    then_decode.push_back(n), fed += n;
+  }
+  for (const std::vector<std::uint32_t>* steps : {&threes_fives, &then_decode}) {
+    Runtime rt = make_runtime(*model_, 0.25, limits, kLongContext);
+    ASSERT_NE(rt.runtime, nullptr);
+    RuntimeKv kv(*rt.runtime);
+    Forward f(*model_, kv, pool_, best_isa(), limits);
+    const std::vector<std::vector<float>> got = feed(f, rt.context, sequence, *steps);
+    ASSERT_EQ(got.size(), steps->size());
+    EXPECT_EQ(std::memcmp(got.back().data(), by_budget[0].back().data(), got.back().size() * sizeof(float)), 0)
+        << "chunks of " << (steps == &threes_fives ? "3 and 5" : "8 then decode") << ": other last logits";
+  }
 }
 
 const Case kCases[] = {

@@ -37,15 +37,13 @@ std::uint32_t run_context(const HParams& hp, const ForwardLimits& limits) {
 }  // namespace
 
 Status check_runnable(const Model& model, const ForwardLimits& limits) {
+  (void)limits;
   const HParams& hp = model.config();
-  const std::uint32_t context = limits.context_tokens != 0 ? limits.context_tokens : hp.context_tokens;
-  if (hp.window_layers() == 0 || hp.window >= context) return Status::success();
-  return make_error(ErrorCode::unsupported, "--max-context",
-                    fmt::format("{} of the model's {} layers attend to a sliding window of {} tokens "
-                                "('{}.attention.sliding_window'), and the KV does not yet restrict attention to a "
-                                "window: a run's context of {} would let them see too far. Run with --max-context {} "
-                                "or less, where the window covers the whole context",
-                                hp.window_layers(), hp.layers, hp.window, hp.architecture, context, hp.window));
+  if (hp.window_layers() == 0 || hp.layers <= LayerKinds::layers_max) return Status::success();
+  return make_error(ErrorCode::unsupported, "block_count",
+                    fmt::format("the model has {} layers, {} of them window layers ('{}.attention.sliding_window'); "
+                                "the KV's layer-kind table describes at most {} layers",
+                                hp.layers, hp.window_layers(), hp.architecture, LayerKinds::layers_max));
 }
 
 Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits)
@@ -59,7 +57,7 @@ Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Fo
   AK_ASSERT(limits.step_tokens_max >= 1, "Forward: step_tokens_max must be at least 1");
   AK_ASSERT(limits.step_entries_max >= 1, "Forward: step_entries_max must be at least 1");
   AK_ASSERT(isa_available(isa), "Forward: instruction set not available on this CPU");
-  AK_ASSERT(check_runnable(model, limits).ok(), "Forward: window layers narrower than the run's context");
+  AK_ASSERT(check_runnable(model, limits).ok(), "Forward: more window layers than the KV's layer-kind table holds");
   entries_.reserve(limits.step_entries_max);
   logit_rows_.assign(limits.step_entries_max, UINT32_MAX);
   logits_.assign(std::size_t{limits.step_entries_max} * cfg_.vocab, 0.0f);

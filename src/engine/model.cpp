@@ -166,16 +166,24 @@ Status check_vocabulary(const Model& model, std::uint64_t tokenizer_tokens) {
                                  tokenizer_tokens, rows));
 }
 
-Geometry Model::geometry() const noexcept {
+Geometry kv_geometry(const HParams& hp) noexcept {
   Geometry g;
-  g.dense_layers = config_.dense_layers;
-  g.recurrent_layers = config_.recurrent_layers;
-  g.recurrent_state_bytes = config_.recurrent_state_bytes();
-  g.kv_heads = config_.kv_heads;
-  g.head_dim = config_.head_dim;
+  g.dense_layers = hp.dense_layers;
+  g.recurrent_layers = hp.recurrent_layers;
+  g.recurrent_state_bytes = hp.recurrent_state_bytes();
+  g.kv_heads = hp.kv_heads;
+  g.head_dim = hp.head_dim;
   g.dtype = DType::f16;
+  // Window layers (hparams: a uniform window; layers past the table's limit are refused by check_runnable).
+  g.kinds.window_tokens = hp.window_layers() != 0 ? hp.window : 0;
+  for (std::uint32_t l = 0; l < hp.layers; ++l) {
+    const LayerHParams& layer = hp.layer[l];
+    if (!layer.recurrent && layer.window != 0 && layer.kv_layer < LayerKinds::layers_max) g.kinds.set_window(layer.kv_layer);
+  }
   return g;
 }
+
+Geometry Model::geometry() const noexcept { return kv_geometry(config_); }
 
 std::uint64_t Model::weight_bytes_per_token() const noexcept {
   std::uint64_t bytes = static_cast<std::uint64_t>(output_.rows) * output_.row_bytes;

@@ -76,8 +76,9 @@ class Model {
 
   const HParams& config() const noexcept { return config_; }
   const ArchTraits& arch() const noexcept { return *config_.arch; }
-  // The KV geometry: the attention layers dense, f16 rows; a hybrid's recurrent state (hparams.hpp).
-  Geometry geometry() const noexcept;
+  // The KV geometry: the attention layers dense, f16 rows, window layers marked; a hybrid's
+  // recurrent state (hparams.hpp).
+  Geometry geometry() const noexcept;  // kv_geometry(config())
   const gguf::File& file() const noexcept { return file_; }
 
   const MatrixView& token_embd() const noexcept { return token_embd_; }
@@ -116,5 +117,9 @@ Result<const float*> bind_norm(const gguf::File& file, const std::string& name, 
 // past the vocabulary has no text, a token past the rows no embedding. Error:
 // malformed, naming the file, tokenizer.ggml.tokens and token_embd.weight.
 Status check_vocabulary(const Model& model, std::uint64_t tokenizer_tokens);
+
+// The KV geometry a model's hyper-parameters give: every layer dense, f16 rows, the window
+// layers in the layer-kind table (what `activekv plan --model` plans from, without the weights).
+Geometry kv_geometry(const HParams& hp) noexcept;
 
 }  // namespace activekv::engine

@@ -193,6 +193,12 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
                                   "backend (docs/RUNTIME.md \"Recurrent state\")",
                                   backend.name(), format_bytes(plan->state.state_bytes)));
   }
+  if (g.window_layers() != 0 && !backend.capabilities().attention_window) {
+    return make_error(ErrorCode::unsupported, "--backend",
+                      fmt::format("{} of the {} dense layers attend to a sliding window of {} tokens, and the {} "
+                                  "backend's attention kernel has no window: run the model on the host backend",
+                                  g.window_layers(), g.dense_layers, g.kinds.window_tokens, backend.name()));
+  }
   auto runtime = std::make_unique<KvRuntimeImpl>(settings, plan.value(), backend);
   if (Status s = runtime->warm_up(); !s.ok()) return s.error();
   return std::unique_ptr<KvRuntime>(std::move(runtime));

@@ -381,6 +381,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       batch.pages = schedule_.pages().subspan(call.page_first, call.page_count);
       if (selective && per_group_) batch.page_heads = schedule_.heads().subspan(call.page_first, call.page_count);
       batch.query_positions = {positions_.data(), total_new_};
+      batch.window_tokens = g.kinds.window_of(layer);
       batch.queries = {q, q_elements};
       batch.output = call.final() ? std::span<float>{out, q_elements} : std::span<float>{};
       batch.page_mass = scored ? std::span<float>{page_mass_.data(), call.page_count} : std::span<float>{};
@@ -416,6 +417,7 @@ Status KvRuntimeImpl::attend(std::uint32_t layer, const float* q, float* out) {
       batch.tasks = schedule_.full_tasks().subspan(call.full_task_first, call.full_task_count);
       batch.pages = schedule_.full_pages().subspan(call.full_page_first, call.full_page_count);
       batch.query_positions = {positions_.data(), total_new_};
+      batch.window_tokens = g.kinds.window_of(layer);
       batch.queries = {q, q_elements};
       batch.state = {full_state_.data(), states * state_stride};
       batch.load_state = true;

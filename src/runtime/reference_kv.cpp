@@ -60,6 +60,11 @@ void ReferenceKv::decode_head(std::uint32_t context, std::uint32_t layer, std::u
   decode_elements(geometry_.dtype, row.data() + offset, geometry_.head_dim, out);
 }
 
+std::uint32_t ReferenceKv::first_seen(std::uint32_t layer, std::uint32_t position) const noexcept {
+  const std::uint32_t window = geometry_.kinds.window_of(layer);
+  return window != 0 && position + 1 > window ? position + 1 - window : 0;
+}
+
 void ReferenceKv::attend(std::uint32_t context, std::uint32_t layer, const float* q, std::uint32_t n,
                          std::uint32_t first_position, float* out, std::span<const std::uint32_t> pages_read) const {
   const std::uint32_t d = geometry_.head_dim;
@@ -69,13 +74,15 @@ void ReferenceKv::attend(std::uint32_t context, std::uint32_t layer, const float
   std::vector<float> key(d), value(d), acc(d), page_acc(d);
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint32_t visible = first_position + i + 1;  // keys 0 .. position
+    const std::uint32_t seen_first = first_seen(layer, first_position + i);  // a window layer's first key
     for (std::uint32_t h = 0; h < q_heads_; ++h) {
       const float* qh = q + (std::size_t{i} * q_heads_ + h) * d;
       const std::uint32_t kv_head = h / group;
       float m = -std::numeric_limits<float>::infinity();
       float s = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (std::uint32_t page_start = 0; page_start < visible; page_start += page_tokens_) {
+      for (std::uint32_t page_start = seen_first / page_tokens_ * page_tokens_; page_start < visible;
+           page_start += page_tokens_) {
         const std::uint32_t page_end = std::min(visible, page_start + page_tokens_);
         const std::uint32_t page = page_start / page_tokens_;
         if (!pages_read.empty() && (page >= pages_read.size() || ((pages_read[page] >> kv_head) & 1u) == 0)) continue;
@@ -83,7 +90,7 @@ void ReferenceKv::attend(std::uint32_t context, std::uint32_t layer, const float
         float pm = -std::numeric_limits<float>::infinity();
         float ps = 0.0f;
         std::fill(page_acc.begin(), page_acc.end(), 0.0f);
-        for (std::uint32_t t = page_start; t < page_end; ++t) {
+        for (std::uint32_t t = std::max(page_start, seen_first); t < page_end; ++t) {
           decode_head(context, layer, t, kv_head, false, key.data());
           decode_head(context, layer, t, kv_head, true, value.data());
           float dot = 0.0f;
@@ -120,12 +127,13 @@ void ReferenceKv::attend_naive(std::uint32_t context, std::uint32_t layer, const
   std::vector<double> scores, acc(d);
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint32_t visible = first_position + i + 1;
+    const std::uint32_t seen_first = first_seen(layer, first_position + i);
     scores.assign(visible, 0.0);
     for (std::uint32_t h = 0; h < q_heads_; ++h) {
       const float* qh = q + (std::size_t{i} * q_heads_ + h) * d;
       const std::uint32_t kv_head = h / group;
       double max_score = -std::numeric_limits<double>::infinity();
-      for (std::uint32_t t = 0; t < visible; ++t) {
+      for (std::uint32_t t = seen_first; t < visible; ++t) {
         decode_head(context, layer, t, kv_head, false, key.data());
         double dot = 0.0;
         for (std::uint32_t e = 0; e < d; ++e) dot += double{qh[e]} * double{key[e]};
@@ -134,7 +142,7 @@ void ReferenceKv::attend_naive(std::uint32_t context, std::uint32_t layer, const
       }
       double sum = 0.0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (std::uint32_t t = 0; t < visible; ++t) {
+      for (std::uint32_t t = seen_first; t < visible; ++t) {
         const double weight = std::exp(scores[t] - max_score);
         sum += weight;
         decode_head(context, layer, t, kv_head, true, value.data());

@@ -45,7 +45,7 @@ class ReferenceKv {
   std::span<const std::byte> encoded_row(std::uint32_t context, std::uint32_t layer, std::uint32_t token) const;
 
   // Causal attention for n queries at positions first_position .. first_position + n − 1
-  // (each sees keys at positions ≤ its own). q: n × q_heads × head_dim; out the same shape.
+  // (each sees keys at positions ≤ its own; in a window layer of W, keys > its position − W). q: n × q_heads × head_dim; out the same shape.
   // Paged, per the layout contract.
   // pages_read (sparse attention): empty = every page; else page g is read by the query heads of
   // KV head k iff bit k of pages_read[g] is set (per-KV-head page lists; all bits: every head).
@@ -55,6 +55,8 @@ class ReferenceKv {
   void attend_naive(std::uint32_t context, std::uint32_t layer, const float* q, std::uint32_t n,
                     std::uint32_t first_position, float* out) const;
 
+  // The first key position a query at `position` sees in `layer` (0 in a full layer).
+  std::uint32_t first_seen(std::uint32_t layer, std::uint32_t position) const noexcept;
   const Geometry& geometry() const noexcept { return geometry_; }
   std::uint32_t q_heads() const noexcept { return q_heads_; }
 

@@ -52,7 +52,7 @@ except ImportError as exc:
     print(f"missing python package: {exc}", file=sys.stderr)
     sys.exit(3)
 
-EMBEDDING, FFN, HEADS, KV_HEADS, VOCAB, CONTEXT = 64, 128, 4, 2, 256, 256
+EMBEDDING, FFN, HEADS, KV_HEADS, VOCAB, CONTEXT = 64, 128, 4, 2, 256, 512
 
 MIXES = {
     "f32": dict(attn=T.F32, ffn=T.F32, embd=T.F32, out=T.F32),

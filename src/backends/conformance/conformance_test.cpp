@@ -359,7 +359,7 @@ AttentionBatch one_task_batch(const Scenario& s, const AttentionTask& task, std:
 }
 
 Attended attend(Backend& backend, const Scenario& s, const std::vector<AttentionPage>& table, bool with_mass = true,
-                std::span<const std::uint32_t> page_heads = {}) {
+                std::span<const std::uint32_t> page_heads = {}, std::uint32_t window_tokens = 0) {
   Attended run;
   run.output.assign(s.q.size(), -7.0f);
   if (with_mass) run.mass.assign(table.size(), -7.0f);
@@ -368,6 +368,7 @@ Attended attend(Backend& backend, const Scenario& s, const std::vector<Attention
   batch.output = run.output;
   batch.page_mass = run.mass;
   batch.page_heads = page_heads;
+  batch.window_tokens = window_tokens;
   Result<Fence> fence = backend.attention(batch);
   EXPECT_TRUE(fence.ok()) << (fence.ok() ? "" : fence.error().describe());
   Result<FenceOutcome> outcome = backend.wait_host(fence.value(), 30s);
@@ -378,13 +379,14 @@ Attended attend(Backend& backend, const Scenario& s, const std::vector<Attention
 
 // The reference reads a host mirror of the arena laid out like the table.
 std::vector<float> reference(const Scenario& s, const std::vector<AttentionPage>& table, std::span<const std::byte> pool,
-                             std::span<const std::uint32_t> page_heads = {}) {
+                             std::span<const std::uint32_t> page_heads = {}, std::uint32_t window_tokens = 0) {
   // Rebuild the table over the pool segment itself: page k at host_offset + k x page_bytes.
   std::vector<AttentionPage> host_table(table);
   for (std::size_t k = 0; k < table.size(); ++k) host_table[k].arena_offset = s.host_offset + k * s.page_bytes();
   const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
   AttentionBatch batch = one_task_batch(s, task, host_table);
   batch.page_heads = page_heads;
+  batch.window_tokens = window_tokens;
   std::vector<float> out(s.q.size());
   host::attention_reference(pool.data(), batch, out);
   return out;
@@ -420,6 +422,44 @@ TEST_P(Conformance, AttentionMatchesTheReferenceOnMixedPageTables) {
     ASSERT_NEAR(total, 1.0f, 1e-4f) << "seed " << seed;
   }
   RecordProperty("worst_abs_error", std::to_string(worst));
+}
+
+// Sliding-window layers: a query at p reads keys in (p − W, p] only. Where the kernel has the
+// window: against the fp64 reference with the same window, the page mass still summing to 1;
+// elsewhere the batch is refused (unsupported), never computed without the mask.
+TEST_P(Conformance, WindowBatchesMatchTheReferenceOrAreRefused) {
+  constexpr float tolerance = 2e-4f;
+  for (std::uint32_t seed = 300; seed < 312; ++seed) {
+    std::mt19937 rng(seed);
+    const Scenario s = make_scenario(rng, backend().host_pool());
+    std::vector<bool> resident(s.pages());
+    for (std::size_t k = 0; k < resident.size(); ++k) resident[k] = (rng() % 2) == 0;
+    const std::vector<AttentionPage> table = lay_out(backend(), s, resident, rng);
+    const std::uint32_t window = 1 + static_cast<std::uint32_t>(rng() % (s.positions.back() + 1));
+    if (!backend().capabilities().attention_window) {
+      const AttentionTask task{0, static_cast<std::uint32_t>(table.size()), 0, s.queries};
+      std::vector<float> out(s.q.size());
+      AttentionBatch batch = one_task_batch(s, task, table);
+      batch.output = out;
+      batch.window_tokens = window;
+      Result<Fence> fence = backend().attention(batch);
+      ASSERT_FALSE(fence.ok()) << backend().name() << " computed a window batch it has no window for";
+      EXPECT_EQ(fence.error().code, ErrorCode::unsupported);
+      continue;
+    }
+    const Attended run = attend(backend(), s, table, true, {}, window);
+    const std::vector<float> expected = reference(s, table, backend().host_pool(), {}, window);
+    const std::vector<float> unmasked = reference(s, table, backend().host_pool());
+    bool masks = false;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_LE(std::fabs(run.output[i] - expected[i]), tolerance) << "seed " << seed << " window " << window;
+      masks = masks || expected[i] != unmasked[i];
+    }
+    if (window <= s.positions.front()) EXPECT_TRUE(masks) << "seed " << seed << ": the window must change the output";
+    float total = 0.0f;
+    for (float m : run.mass) total += m;
+    ASSERT_NEAR(total, 1.0f, 1e-4f) << "seed " << seed;
+  }
 }
 
 // Per-KV-head page lists (sparse attention): each KV head's query heads read only the pages whose

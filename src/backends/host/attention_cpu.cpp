@@ -55,11 +55,6 @@ FinishSplit chosen_finish() noexcept {
   return &portable::finish_split;
 }
 
-std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t position) {
-  if (position < page.first_token) return 0;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(page.tokens, std::uint64_t{position} - page.first_token + 1));
-}
-
 // Whether KV head `kv_head` reads page p of the batch (page_heads; every head without it).
 bool reads(const AttentionBatch& batch, std::size_t p, std::uint32_t kv_head) {
   return batch.page_heads.empty() || ((batch.page_heads[p] >> kv_head) & 1u) != 0;
@@ -113,6 +108,7 @@ void AttentionJob::assign(const AttentionBatch& batch) {
   load_state = batch.load_state;
   store_state = batch.store_state;
   write_output = batch.write_output;
+  window_tokens = batch.window_tokens;
   page_parts = 1;
 }
 
@@ -198,7 +194,8 @@ void attention_reference(const std::byte* arena, const AttentionBatch& batch, st
         for (std::uint32_t i = 0; i < task.page_count; ++i) {
           const AttentionPage& page = batch.pages[task.page_begin + i];
           if (!reads(batch, task.page_begin + i, kv_head)) continue;
-          for (std::uint32_t r = 0; r < visible_rows(page, position); ++r) {
+          const VisibleRows seen = visible_rows(page, position, batch.window_tokens);
+          for (std::uint32_t r = seen.begin; r < seen.end; ++r) {
             portable::widen(page_bytes_of(arena, host_pool, page) + r * row_bytes + kv_head * head_bytes, shape.dtype, dim, k.data());
             double dot = 0.0;
             for (std::uint32_t d = 0; d < dim; ++d) dot += double{q[d]} * double{k[d]};
@@ -212,7 +209,8 @@ void attention_reference(const std::byte* arena, const AttentionBatch& batch, st
         for (std::uint32_t i = 0; i < task.page_count; ++i) {
           const AttentionPage& page = batch.pages[task.page_begin + i];
           if (!reads(batch, task.page_begin + i, kv_head)) continue;
-          for (std::uint32_t r = 0; r < visible_rows(page, position); ++r) {
+          const VisibleRows seen = visible_rows(page, position, batch.window_tokens);
+          for (std::uint32_t r = seen.begin; r < seen.end; ++r) {
             const double p = std::exp(scores[index++] - max_score);
             sum += p;
             portable::widen(page_bytes_of(arena, host_pool, page) + r * row_bytes + (shape.kv_heads + kv_head) * head_bytes,

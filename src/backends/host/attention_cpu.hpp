@@ -74,6 +74,7 @@ struct AttentionJob {
   bool load_state = false;
   bool store_state = false;
   bool write_output = true;
+  std::uint32_t window_tokens = 0;           // AttentionBatch::window_tokens (0: no window)
   // Prefill units: tiles of up to 8 consecutive queries of one task (built by assign).
   std::vector<AttentionTile> tiles;          // capacity batch_queries_max
   // Parts each query's page list is cut into (1: units are tiles; more: decode,

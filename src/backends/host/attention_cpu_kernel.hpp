@@ -34,10 +34,6 @@ constexpr std::uint32_t block_rows = 16;   // rows per tile inside a page
 constexpr std::uint32_t query_block = attention_tile_max;  // queries per prefill tile at most
 constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
-inline std::uint32_t visible_rows(const AttentionPage& page, std::uint32_t position) {
-  if (position < page.first_token) return 0;
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(page.tokens, std::uint64_t{position} - page.first_token + 1));
-}
 
 // First page (relative to the task) of part `part` when `count` pages are cut into `parts`.
 inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::uint32_t part) {
@@ -91,7 +87,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
 // others' partials stay empty (pm = −inf, ps = 0) and merge_partials skips them.
 [[gnu::noinline]] void page_partials(const std::byte* page_bytes, const AttentionPage& page, const AttentionShape& shape,
                                      const float* q, const std::uint32_t* positions, std::uint32_t count,
-                                     AttentionScratch& scratch, const std::byte* next, std::uint32_t next_rows,
+                                     std::uint32_t window, AttentionScratch& scratch, const std::byte* next, std::uint32_t next_rows,
                                      std::uint32_t mask, std::uint32_t next_mask) {
   const std::uint32_t dim = shape.head_dim;
   const std::uint32_t kv = shape.kv_heads;
@@ -110,8 +106,15 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
   const std::uint64_t src_stride = widened ? std::uint64_t{span} * 4 : row_bytes;
   const std::uint64_t head_bytes = std::uint64_t{dim} * dtype_bytes(src_type);
 
-  std::uint32_t rows_max = 0;
-  for (std::uint32_t i = 0; i < count; ++i) rows_max = std::max(rows_max, visible_rows(page, positions[i]));
+  // Rows seen by some query: [rows_min, rows_max). A window layer's query sees a suffix of the
+  // rows up to it; its first tile starts at its first row, the later ones on the page's 16-row grid.
+  std::uint32_t rows_max = 0, rows_min = UINT32_MAX;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const VisibleRows seen = visible_rows(page, positions[i], window);
+    if (seen.empty()) continue;
+    rows_max = std::max(rows_max, seen.end);
+    rows_min = std::min(rows_min, seen.begin);
+  }
   for (std::uint32_t i = 0; i < count * shape.q_heads; ++i) {
     pm[i] = minus_infinity;
     ps[i] = 0.0f;
@@ -132,7 +135,7 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
   const std::uint64_t page_head_bytes = std::uint64_t{dim} * dtype_bytes(shape.dtype);
   std::uint64_t prefetched = 0;
 
-  for (std::uint32_t first = 0; first < rows_max; first += block_rows) {
+  for (std::uint32_t first = rows_max == 0 ? 0 : rows_min / block_rows * block_rows; first < rows_max; first += block_rows) {
     const std::uint32_t tile = std::min(block_rows, rows_max - first);
     const std::byte* base = page_bytes + first * row_bytes;
     const std::byte* k_src = base;
@@ -146,9 +149,13 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
       v_src = reinterpret_cast<const std::byte*>(vf);
     }
     for (std::uint32_t i = 0; i < count; ++i) {
-      const std::uint32_t rows = visible_rows(page, positions[i]);
-      if (rows <= first) continue;
-      const std::uint32_t n = std::min(block_rows, rows - first);
+      const VisibleRows seen = visible_rows(page, positions[i], window);
+      const std::uint32_t r0 = std::max(first, seen.begin);
+      const std::uint32_t r1 = std::min(first + block_rows, seen.end);
+      if (r1 <= r0) continue;
+      const std::uint32_t n = r1 - r0;
+      const bool fresh = r0 == seen.begin;  // the query's first tile of this page
+      const std::uint64_t skip = std::uint64_t{r0 - first} * src_stride;  // rows of the tile before its first
       for (std::uint32_t k = 0; k < kv; ++k) {
         if (((mask >> k) & 1u) == 0) continue;
         for (const std::uint64_t stop = std::min(units, prefetched + prefetch_share); prefetched < stop; ++prefetched) {
@@ -159,22 +166,22 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
           }
         }
         const std::size_t h0 = std::size_t{i} * shape.q_heads + std::size_t{k} * group;
-        scores(q + h0 * dim, k_src + k * head_bytes, src_stride, src_type, n, dim, group, shape.scale, sc);
+        scores(q + h0 * dim, k_src + skip + k * head_bytes, src_stride, src_type, n, dim, group, shape.scale, sc);
         for (std::uint32_t g = 0; g < group; ++g) {
           float* x = sc + std::size_t{g} * block_rows;
           const float block_max = tile_max(x, n);
           const std::size_t h = h0 + g;
           const float m_new = std::max(pm[h], block_max);
           // e^(pm - m_new): exactly 0 on the first tile (pm = -inf), so not computed there.
-          const float scale_old = first == 0 ? 0.0f : std::exp(pm[h] - m_new);
+          const float scale_old = fresh ? 0.0f : std::exp(pm[h] - m_new);
           ps[h] = ps[h] * scale_old + exp_sum(x, n, m_new);
           pm[h] = m_new;
-          if (first != 0 && scale_old != 1.0f) {
+          if (!fresh && scale_old != 1.0f) {
             float* a = pacc + h * dim;
             for (std::uint32_t d = 0; d < dim; ++d) a[d] *= scale_old;
           }
         }
-        values(pacc + h0 * dim, sc, v_src + k * head_bytes, src_stride, src_type, n, dim, group, first == 0);
+        values(pacc + h0 * dim, sc, v_src + skip + k * head_bytes, src_stride, src_type, n, dim, group, fresh);
       }
     }
   }
@@ -224,7 +231,7 @@ inline void finish_state(const AttentionJob& job, std::uint32_t q0, std::uint32_
 inline void add_mass(const AttentionJob& job, std::uint32_t position, std::uint32_t page_begin, std::uint32_t page_end,
                      const float* log_mass, std::size_t log_mass_stride, const float* m, const float* s, float* mass) {
   for (std::uint32_t p = page_begin; p < page_end; ++p) {
-    if (visible_rows(job.pages[p], position) == 0) continue;
+    if (visible_rows(job.pages[p], position, job.window_tokens).empty()) continue;
     const float* lm = log_mass + std::size_t{p} * log_mass_stride;
     float sum = 0.0f;
     for (std::uint32_t h = 0; h < job.shape.q_heads; ++h) {
@@ -254,11 +261,11 @@ inline void run_tile(const std::byte* arena, const AttentionJob& job, const Atte
     const bool more = i + 1 < task.page_begin + task.page_count;
     const AttentionPage& next = job.pages[more ? i + 1 : i];
     const std::uint32_t mask = job.heads_of(i);
-    page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, positions, count, scratch,
+    page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, positions, count, job.window_tokens, scratch,
                   more ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens, mask,
                   job.heads_of(more ? i + 1 : i));
     for (std::uint32_t j = 0; j < count; ++j) {
-      if (visible_rows(page, positions[j]) == 0) continue;
+      if (visible_rows(page, positions[j], job.window_tokens).empty()) continue;
       const std::size_t x = std::size_t{j} * heads;
       if (want_mass) {
         for (std::uint32_t h = 0; h < heads; ++h)
@@ -296,10 +303,10 @@ inline void run_part(const std::byte* arena, const AttentionJob& job, std::uint3
   if (part == 0) start_state(job, query, 1, state, state + heads, state + 2 * heads);
   for (std::uint32_t i = begin; i < end; ++i) {
     const AttentionPage& page = job.pages[i];
-    if (visible_rows(page, position) == 0) continue;
+    if (visible_rows(page, position, job.window_tokens).empty()) continue;
     const AttentionPage& next = job.pages[i + 1 < end ? i + 1 : i];
     const std::uint32_t mask = job.heads_of(i);
-    page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, &position, 1, scratch,
+    page_partials(page_bytes_of(arena, job.host_pool, page), page, shape, q, &position, 1, job.window_tokens, scratch,
                   i + 1 < end ? page_bytes_of(arena, job.host_pool, next) : nullptr, next.tokens, mask,
                   job.heads_of(i + 1 < end ? i + 1 : i));
     if (job.page_mass != nullptr) {  // log mass only for jobs that report page mass
@@ -358,7 +365,7 @@ void finish_split(const AttentionJob& job, AttentionSplit& split, float* mass) {
     float* acc = state + 2 * heads;
     for (std::uint32_t i = task.page_begin + split_point(task.page_count, job.page_parts, 1);
          i < task.page_begin + task.page_count; ++i) {
-      if (visible_rows(job.pages[i], position) == 0) continue;
+      if (visible_rows(job.pages[i], position, job.window_tokens).empty()) continue;
       const float* rec = split.partials.data() + std::size_t{i} * record;
       merge_partials(m, s, acc, rec, rec + heads, rec + 2 * heads, heads, dim, job.heads_of(i), heads / shape.kv_heads);
     }

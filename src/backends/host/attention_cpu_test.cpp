@@ -9,7 +9,8 @@
 // must equal the one-chunk output bit for bit (memcmp), and the one-chunk
 // output must agree with the fp64 reference. Shapes: the smollm2 one (f16,
 // 3 kv × 64, 9 q heads), a bf16 one with 4 q heads per kv head, an f32 one
-// with head_dim 40 (the kernels' tails). The process runs the kernel build its
+// with head_dim 40 (the kernels' tails), and two window layers (keys in (p − W, p],
+// the boundary inside a page; Gemma 3's 1 kv × 256 shape). The process runs the kernel build its
 // CPU gets; ctest runs it a second time with ACTIVEKV_HOST_KERNEL=portable.
 #include <gtest/gtest.h>
 
@@ -33,6 +34,7 @@ struct Case {
   std::uint32_t context;   // tokens in the pages
   std::uint32_t first;     // position of the first query
   std::uint32_t queries;   // consecutive positions first, first + 1, ...
+  std::uint32_t window = 0;  // a window layer's W (keys in (p − W, p]); 0: full causal
 };
 
 std::uint16_t f32_to_bf16(float x) {
@@ -121,6 +123,7 @@ class Fixture {
     batch.pages = pages;
     batch.page_heads = page_heads;
     batch.query_positions = positions;
+    batch.window_tokens = c_.window;
     batch.queries = std::span<const float>(queries_.data() + q0 * row_floats(), n * row_floats());
     batch.output = out;
     batch.write_output = write_output;
@@ -150,6 +153,7 @@ class Fixture {
     batch.tasks = std::span<const AttentionTask>(&task, 1);
     batch.pages = table_;
     batch.query_positions = positions;
+    batch.window_tokens = c_.window;
     batch.queries = queries_;
     batch.output = out;
     attention_reference(arena_.data(), batch, out);
@@ -178,7 +182,28 @@ const Case cases[] = {
     {"smollm2_f16", {9, 3, 64, DType::f16, 0.125f}, 16, 300, 260, 37},
     {"gqa4_bf16", {8, 2, 32, DType::bf16, 0.17677669f}, 16, 150, 120, 29},
     {"dim40_f32", {6, 3, 40, DType::f32, 0.15811388f}, 32, 120, 70, 45},
+    // Window layers: the boundary falls inside a page (37, 21 not multiples of the page), pages
+    // wholly below every query's window are skipped, and early queries see all their history.
+    {"window37_f16", {8, 2, 64, DType::f16, 0.125f}, 16, 300, 230, 45, 37},
+    {"window21_bf16", {4, 2, 256, DType::bf16, 0.0625f}, 16, 120, 5, 60, 21},
 };
+
+// llama.cpp's standard sliding window: a key at k is masked for the query at p iff p − k ≥ W.
+TEST(VisibleRows, AWindowQuerySeesTheKeysAbovePositionMinusWindow) {
+  const AttentionPage page{0, 16, 16};  // tokens 16 … 31
+  const auto rows = [&](std::uint32_t position, std::uint32_t window) {
+    const VisibleRows v = visible_rows(page, position, window);
+    return std::pair<std::uint32_t, std::uint32_t>{v.begin, v.end};
+  };
+  EXPECT_EQ(rows(20, 0), (std::pair<std::uint32_t, std::uint32_t>{0, 5}));    // causal: 16 … 20
+  EXPECT_EQ(rows(20, 5), (std::pair<std::uint32_t, std::uint32_t>{0, 5}));    // 16 … 20: 20 − 16 = 4 < 5
+  EXPECT_EQ(rows(20, 4), (std::pair<std::uint32_t, std::uint32_t>{1, 5}));    // 17 … 20: 16 is 4 back
+  EXPECT_EQ(rows(40, 20), (std::pair<std::uint32_t, std::uint32_t>{5, 16}));  // 21 … 31
+  EXPECT_EQ(rows(46, 16), (std::pair<std::uint32_t, std::uint32_t>{15, 16})); // 31 only
+  EXPECT_TRUE(visible_rows(page, 47, 16).empty());                            // 32 … 47: none here
+  EXPECT_TRUE(visible_rows(page, 15, 0).empty());                             // before the page
+  EXPECT_EQ(visible_rows(page, 31, 1).count(), 1u);                           // W = 1: itself
+}
 
 class AttentionCpuKernel : public ::testing::TestWithParam<Case> {};
 

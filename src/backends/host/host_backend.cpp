@@ -122,6 +122,7 @@ HostBackend::HostBackend(const BackendOptions& options)
   capabilities_.deterministic = options.deterministic;
   capabilities_.page_mass = true;
   capabilities_.page_heads = true;
+  capabilities_.attention_window = true;
   // Its "device" memory is host memory: the kernel can read the host pool in place (docs/IN_PLACE.md).
   capabilities_.kernel_reads_host_pool = options.host_pool_reads;
   capabilities_.compute_threads = options.deterministic ? 1 : options.compute_threads;
