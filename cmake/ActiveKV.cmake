@@ -31,7 +31,9 @@ function(activekv_test name)
   cmake_parse_arguments(ARG "NO_ALLOC_COUNTER" "TIMEOUT;COST" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
-  target_compile_options(${name} PRIVATE ${ACTIVEKV_WARNINGS})
+  # A test's own code is compiled at -O1 in Release: the libraries it drives keep -O3,
+  # and the test sources (a third of a build's compile time) build in half the time.
+  target_compile_options(${name} PRIVATE ${ACTIVEKV_WARNINGS} $<$<CONFIG:Release>:-O1>)
   set(_libs ${ARG_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
   if(NOT ARG_NO_ALLOC_COUNTER)
     list(APPEND _libs activekv_alloc_counter)

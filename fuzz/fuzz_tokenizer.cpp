@@ -10,6 +10,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Result<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::from_gguf(*file);
   if (!tok) return 0;
   const Status s = tokenizer::check_round_trip(*tok, text);
-  if (!s) __builtin_trap();
+  if (!s) {
+    std::fprintf(stderr, "broken promise: %s\n", s.error().message.c_str());
+    __builtin_trap();
+  }
   return 0;
 }

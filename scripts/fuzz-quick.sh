@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-20}
 JOBS=${JOBS:-2}
 # Inputs that once failed stay in the committed corpus, so every run replays them first
-# (fuzz/corpus/tokenizer/round-trip-1: a control token over bytes without tokens, see
+# (fuzz/corpus/tokenizer/round-trip-*: vocabularies that leave bytes, or the SentencePiece
+# space prefix "▁", without tokens, and an unknown token typed user-defined; see
 # src/tokenizer/invariants.hpp).
 TARGETS=(fuzz_gguf fuzz_tokenizer fuzz_model fuzz_trace fuzz_run_config fuzz_command_line fuzz_api_request)
 declare -A CORPUS=([fuzz_gguf]=gguf [fuzz_tokenizer]=tokenizer [fuzz_model]=model [fuzz_trace]=trace [fuzz_run_config]=run_config [fuzz_command_line]=command_line

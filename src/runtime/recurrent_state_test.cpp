@@ -348,7 +348,9 @@ TEST(RecurrentStateProperty, AdoptionAlwaysLandsOnACheckpoint) {
     h.rt->release_retained();
     ASSERT_EQ(h.rt->check(), nullptr) << "seed " << seed;
     // A fault's report builds its message (allowed on the error path); clean seeds allocate nothing.
-    if (seed % 4 != 0) EXPECT_EQ(h.rt->counters().heap_allocations_in_steps, 0u) << "seed " << seed;
+    if (seed % 4 != 0) {
+      EXPECT_EQ(h.rt->counters().heap_allocations_in_steps, 0u) << "seed " << seed;
+    }
   }
   EXPECT_GT(adoptions, seeds()) << "the conversations must exercise adoption";
   RecordProperty("adoptions", std::to_string(adoptions));

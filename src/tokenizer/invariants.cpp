@@ -2,6 +2,9 @@
 #include "tokenizer/invariants.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "tokenizer/stream_decoder.hpp"
 
@@ -10,6 +13,32 @@ namespace {
 
 Error broken(const std::string& what) { return make_error(ErrorCode::malformed, "tokenizer", what); }
 
+// Bytes as C-escaped text, cut at 160 characters, so a fuzzer's report shows them.
+std::string escaped(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes.substr(0, 160)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7F && u != '\\') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+const char* mode_name(Special s) {
+  switch (s) {
+    case Special::allow: return "special tokens allowed";
+    case Special::plain: return "plain";
+    case Special::user_defined: return "user-defined only";
+  }
+  return "?";
+}
+
 constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
 
 bool is_special(const Tokenizer& t, TokenId id) {
@@ -17,47 +46,72 @@ bool is_special(const Tokenizer& t, TokenId id) {
   return type == TokenType::control || type == TokenType::user_defined;
 }
 
-// The ids' bytes, with the space prefix of each SentencePiece stretch taken off.
-std::string ids_bytes(const Tokenizer& t, const std::vector<TokenId>& ids) {
-  const bool strip = t.kind() == VocabKind::spm && t.add_space_prefix();
-  std::string back;
-  bool stretch_start = true;
-  for (const TokenId id : ids) {
-    const std::size_t at = back.size();
-    t.decode_token(id, false, back);
-    if (is_special(t, id) && back.compare(at, std::string::npos, t.token_text(id)) == 0) {
-      stretch_start = true;
-      continue;
-    }
-    if (strip && stretch_start && back.size() > at && back[at] == ' ') back.erase(at, 1);
-    stretch_start = false;
-  }
-  return back;
-}
-
-// What the ids' bytes must be for text that encodes without special tokens: the
-// input, each tokenless byte replaced by the unknown token's bytes (or removed
-// when there is no unknown token).
-std::string expected_bytes(const Tokenizer& t, std::string_view bytes) {
-  if (t.bytes_without_token() == 0) return std::string(bytes);
+// What a unit gives back when it falls back byte by byte: each byte's fallback
+// token (a byte token, or the unknown token), nothing for a byte without one.
+std::string fallback_bytes(const Tokenizer& t, std::string_view unit) {
   std::string out;
-  for (const char c : bytes) {
-    const std::vector<TokenId> one = t.encode(std::string_view(&c, 1), Special::plain);
-    out.append(ids_bytes(t, one));
+  for (const char c : unit) {
+    if (const std::optional<TokenId> id = t.byte_fallback(static_cast<unsigned char>(c))) t.decode_token(*id, false, out);
   }
   return out;
 }
 
-// SentencePiece reads "▁" in the input as a space, and a byte fallback after a
-// stray lead byte can give a space back as the bytes of "▁" (llama.cpp cuts
-// symbols by lead byte): both sides are compared with "▁" read as a space.
-std::string spm_input(const Tokenizer& t, std::string_view bytes) {
-  std::string out(bytes);
-  if (t.kind() != VocabKind::spm) return out;
-  for (std::size_t at = out.find(kSpmSpace); at != std::string::npos; at = out.find(kSpmSpace, at + 1)) {
-    out.replace(at, kSpmSpace.size(), " ");
+// The length of the SentencePiece symbol a lead byte starts (spm.hpp: as llama.cpp reads it).
+std::size_t symbol_length(unsigned char lead) {
+  static constexpr std::uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kLength[lead >> 4];
+}
+
+// Checks that `ids`, the encoding of one stretch (text between matched special
+// tokens), give back its bytes. The stretch is cut into the units encoding
+// starts from — SentencePiece: the symbols of the escaped stretch (space prefix,
+// spaces as "▁"); BPE: bytes — and each unit must come back either as itself
+// (through a token; "▁" as a space) or through its byte fallback. Which of the
+// two a tokenless unit takes depends on its neighbours (a merge can take it into
+// a token), so the check follows every way at once: the set of offsets in the
+// ids' bytes each prefix of units can reach.
+Status check_stretch(const Tokenizer& t, std::string_view stretch, const std::vector<TokenId>& ids, Special mode) {
+  const bool spm = t.kind() == VocabKind::spm;
+  std::string got;
+  for (const TokenId id : ids) t.decode_token(id, false, got);
+  std::string text;
+  if (spm && !stretch.empty()) {
+    if (t.add_space_prefix()) text.append(kSpmSpace);
+    for (const char c : stretch) {
+      if (c == ' ') {
+        text.append(kSpmSpace);
+      } else {
+        text.push_back(c);
+      }
+    }
+  } else {
+    text.assign(stretch);
   }
-  return out;
+  std::vector<std::size_t> reach{0};
+  std::vector<std::size_t> next;
+  std::string expected;  // the units as themselves, for the report
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t length = spm ? std::min(symbol_length(static_cast<unsigned char>(text[at])), text.size() - at) : 1;
+    const std::string_view unit = std::string_view(text).substr(at, length);
+    const std::string_view itself = spm && unit == kSpmSpace ? std::string_view(" ") : unit;
+    const std::string fallback = fallback_bytes(t, unit);
+    expected.append(itself);
+    next.clear();
+    for (const std::size_t j : reach) {
+      if (got.compare(j, itself.size(), itself) == 0) next.push_back(j + itself.size());
+      if (got.compare(j, fallback.size(), fallback) == 0) next.push_back(j + fallback.size());
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    reach.swap(next);
+    if (reach.empty()) break;
+    at += length;
+  }
+  if (std::find(reach.begin(), reach.end(), got.size()) == reach.end()) {
+    return broken(std::string("the ids' bytes are not the input's (") + mode_name(mode) + "): expected \"" +
+                  escaped(expected) + "\" (each unit as itself or through its byte fallback), got \"" + escaped(got) + "\"");
+  }
+  return {};
 }
 
 // The control and user-defined tokens encode() may match, longest text first
@@ -83,45 +137,44 @@ TokenId special_match(const Tokenizer& t, const std::vector<TokenId>& specials, 
   return -1;
 }
 
-// What the ids' bytes must be when encoding with `special` (both sides later read
-// with spm_input): each special token matched in the input stands for its own text,
-// even where its bytes have no single-byte tokens (a control token " " in a
-// vocabulary without a space token keeps the space that plain encoding drops), and
-// the stretches between them follow expected_bytes.
-std::string expected_for(const Tokenizer& t, const std::vector<TokenId>& specials, std::string_view bytes,
-                         Special special) {
-  std::string out;
-  std::size_t start = 0;  // start of the stretch not yet matched
-  for (std::size_t at = 0; at < bytes.size();) {
-    const TokenId id = special_match(t, specials, bytes, at, special);
-    if (id < 0) {
-      ++at;
-      continue;
-    }
-    out.append(expected_bytes(t, spm_input(t, bytes.substr(start, at - start))));
-    out.append(t.token_text(id));
-    at += t.token_text(id).size();
-    start = at;
-  }
-  out.append(expected_bytes(t, spm_input(t, bytes.substr(start))));
-  return spm_input(t, out);
-}
-
 }  // namespace
 
 Status check_round_trip(const Tokenizer& t, std::string_view bytes) {
   EncodeScratch scratch;
   std::vector<TokenId> ids;
   std::vector<TokenId> again;
+  std::vector<TokenId> composed;  // each stretch encoded alone, then the special token that ends it
+  std::vector<TokenId> stretch_ids;
   const std::vector<TokenId> specials = special_tokens(t);
   for (const Special special : {Special::allow, Special::plain, Special::user_defined}) {
-    const std::string expected = expected_for(t, specials, bytes, special);
     ids.clear();
     t.encode(bytes, special, scratch, ids);
     for (const TokenId id : ids) {
       if (!t.valid(id)) return broken("id " + std::to_string(id) + " is outside the vocabulary");
     }
-    if (spm_input(t, ids_bytes(t, ids)) != expected) return broken("the ids' bytes are not the input's");
+    // The text splits at the special tokens the mode matches (leftmost, longest);
+    // each stretch between them encodes on its own, and its ids give back its bytes.
+    composed.clear();
+    std::size_t start = 0;
+    for (std::size_t at = 0; at <= bytes.size();) {
+      const TokenId id = at < bytes.size() ? special_match(t, specials, bytes, at, special) : -1;
+      if (id < 0 && at < bytes.size()) {
+        ++at;
+        continue;
+      }
+      const std::string_view stretch = bytes.substr(start, at - start);
+      stretch_ids.clear();
+      t.encode(stretch, special, scratch, stretch_ids);
+      if (Status s = check_stretch(t, stretch, stretch_ids, special); !s) return s;
+      composed.insert(composed.end(), stretch_ids.begin(), stretch_ids.end());
+      if (id < 0) break;
+      composed.push_back(id);
+      at += t.token_text(id).size();
+      start = at;
+    }
+    if (composed != ids) {
+      return broken(std::string("the text did not split at its special tokens (") + mode_name(special) + ")");
+    }
     again.clear();
     t.encode(bytes, special, scratch, again);
     if (again != ids) return broken("encoding the same text twice gave different ids");

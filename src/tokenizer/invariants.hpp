@@ -3,15 +3,15 @@
 // check_round_trip(tokenizer, bytes) encodes `bytes` every way (special tokens
 // allowed, plain, user-defined only) and checks what tokenizer.hpp promises:
 //   - every id is inside the vocabulary;
-//   - the ids' bytes are the input, when every byte has a token
-//     (bytes_without_token() == 0) — otherwise, the input with each tokenless
-//     byte replaced by the unknown token's bytes, or removed, except inside the
-//     special tokens the mode matches: those stand for their own text, whether or
-//     not their bytes have tokens (a control token " " in a vocabulary with no
-//     space token: "a b" gives back "a b" with specials allowed, "ab" plain);
-//   - SentencePiece: the same, with "▁" read as the space it stands for on both
-//     sides, and the space prefix each stretch gets (at the start and after
-//     each special token) taken off the ids' bytes;
+//   - the text splits at the special tokens the mode matches (leftmost,
+//     longest): the ids are each stretch between them encoded alone, each
+//     followed by the special token that ends it;
+//   - a stretch's ids give back its bytes: cut into the units encoding starts
+//     from (SentencePiece: the symbols of the escaped stretch, with its space
+//     prefix and spaces as "▁"; BPE: bytes), each unit comes back as itself
+//     (through a token; "▁" as a space) or through its byte fallback (its bytes'
+//     byte tokens, the unknown token, or nothing) — itself always when every
+//     byte has a token and the unit is not "▁";
 //   - streaming decode, token by token, equals the whole decode;
 //   - encoding the same text again gives the same ids (no state leaks through
 //     the scratch).

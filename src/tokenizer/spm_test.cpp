@@ -152,5 +152,34 @@ TEST_F(SpmTokenizer, RandomTextRoundTrips) {
   }
 }
 
+// A vocabulary with no "▁" and no byte tokens (the fuzz findings
+// fuzz/corpus/tokenizer/round-trip-2..5): the space prefix and every tokenless
+// symbol fall back byte by byte to the unknown token (here typed user-defined,
+// so nothing but its position tells it from a matched special token), a stray
+// lead byte takes the "▁" after it into its symbol, and "▁a" still merges.
+TEST(SpmTokenizerWithoutByteTokens, TokenlessSymbolsFallBackByteByByte) {
+  gguf::testing::Builder b;
+  b.string("tokenizer.ggml.model", "llama")
+      .string_array("tokenizer.ggml.tokens", {"u<x>", "\xE2\x96\x81" "a", "b"})
+      .array<float>("tokenizer.ggml.scores", gguf::ValueType::float32, {0, -1, -1})
+      .array<std::int32_t>("tokenizer.ggml.token_type", gguf::ValueType::int32, {4, 1, 1})
+      .u32("tokenizer.ggml.unknown_token_id", 0);
+  std::vector<std::byte> bytes;
+  const Result<Tokenizer> tok = load(b, bytes);
+  ASSERT_TRUE(tok.ok()) << tok.error().describe();
+  EXPECT_EQ(tok->bytes_without_token(), 255u);  // every byte but "b"
+  // "b": the prefix "▁" (3 bytes, no token) gives three unknowns, then "b".
+  EXPECT_EQ(tok->encode("b", Special::plain), (std::vector<TokenId>{0, 0, 0, 2}));
+  // "a": the prefix merges into "▁a".
+  EXPECT_EQ(tok->encode("a", Special::plain), (std::vector<TokenId>{1}));
+  // "\xC3 b": the lead byte C3 takes the first byte of the "▁" for the space into its
+  // symbol; the rest of that "▁" and the stray byte fall back one by one.
+  EXPECT_EQ(tok->encode("\xC3 b", Special::plain), (std::vector<TokenId>{0, 0, 0, 0, 0, 0, 0, 2}));
+  for (const std::string text : {"b", "a", "\xC3 b", "\x00\xE2\x9F\x10-\xFF", "u<x>a u<x>", "\xC3 !\xC3\xBE", ""}) {
+    const Status s = check_round_trip(*tok, text);
+    EXPECT_TRUE(s.ok()) << "'" << text << "': " << s.error().describe();
+  }
+}
+
 }  // namespace
 }  // namespace activekv::tokenizer

@@ -126,6 +126,11 @@ class Tokenizer {
   std::size_t merge_count() const noexcept { return merges_.size(); }
   // Bytes with no single-byte token (they encode as unknown(), or vanish without one).
   std::size_t bytes_without_token() const noexcept { return bytes_without_token_; }
+  // The token byte b becomes where its piece has no token of its own: its byte
+  // token, else the unknown token; nullopt when the byte is dropped.
+  std::optional<TokenId> byte_fallback(unsigned char b) const noexcept {
+    return byte_token_[b] >= 0 ? std::optional<TokenId>(byte_token_[b]) : std::nullopt;
+  }
 
   // Ids named by the file; nullopt when absent.
   std::optional<TokenId> bos() const noexcept { return bos_; }
