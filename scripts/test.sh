@@ -45,7 +45,7 @@ for s in $STAGES; do
       ;;
     fuzz)
       stage "fuzz: every fuzzer briefly"
-      FUZZ_SECONDS=${FUZZ_SECONDS:-15} scripts/fuzz-quick.sh
+      FUZZ_SECONDS=${FUZZ_SECONDS:-10} scripts/fuzz-quick.sh
       ;;
     *) echo "test.sh: unknown stage '$s' (use release, asan, tsan, fuzz)" >&2; exit 2 ;;
   esac
