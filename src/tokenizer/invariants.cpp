@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/spm.hpp"
 #include "tokenizer/stream_decoder.hpp"
 
 namespace activekv::tokenizer {
@@ -56,12 +57,6 @@ std::string fallback_bytes(const Tokenizer& t, std::string_view unit) {
   return out;
 }
 
-// The length of the SentencePiece symbol a lead byte starts (spm.hpp: as llama.cpp reads it).
-std::size_t symbol_length(unsigned char lead) {
-  static constexpr std::uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLength[lead >> 4];
-}
-
 // Checks that `ids`, the encoding of one stretch (text between matched special
 // tokens), give back its bytes. The stretch is cut into the units encoding
 // starts from — SentencePiece: the symbols of the escaped stretch (space prefix,
@@ -91,7 +86,7 @@ Status check_stretch(const Tokenizer& t, std::string_view stretch, const std::ve
   std::vector<std::size_t> next;
   std::string expected;  // the units as themselves, for the report
   for (std::size_t at = 0; at < text.size();) {
-    const std::size_t length = spm ? std::min(symbol_length(static_cast<unsigned char>(text[at])), text.size() - at) : 1;
+    const std::size_t length = spm ? std::min<std::size_t>(lead_length(static_cast<unsigned char>(text[at])), text.size() - at) : 1;
     const std::string_view unit = std::string_view(text).substr(at, length);
     const std::string_view itself = spm && unit == kSpmSpace ? std::string_view(" ") : unit;
     const std::string fallback = fallback_bytes(t, unit);

@@ -17,13 +17,6 @@ bool before(const Candidate& a, const Candidate& b) noexcept {
   return a.score != b.score ? a.score < b.score : a.left > b.left;
 }
 
-// Bytes of the UTF-8 sequence a lead byte announces, as llama.cpp counts them
-// (a stray continuation byte is a sequence of one).
-std::uint32_t lead_length(unsigned char lead) noexcept {
-  static constexpr std::uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLength[lead >> 4];
-}
-
 void push_candidate(const SpmVocab& vocab, std::string_view text, const std::vector<Symbol>& symbols,
                     std::int32_t left, std::vector<Candidate>& heap) {
   if (left < 0) return;
@@ -86,6 +79,11 @@ void merge_segment(const SpmVocab& vocab, std::string_view text, std::int32_t fi
 }
 
 }  // namespace
+
+std::uint32_t lead_length(unsigned char lead) noexcept {
+  static constexpr std::uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kLength[lead >> 4];
+}
 
 void spm_merge(const SpmVocab& vocab, std::string_view text, SpmScratch& scratch, std::vector<std::int32_t>& out) {
   if (text.empty()) return;

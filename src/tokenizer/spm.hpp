@@ -64,6 +64,10 @@ struct SpmVocab {
   }
 };
 
+// Bytes of the UTF-8 sequence a lead byte announces, as llama.cpp counts them
+// (a stray continuation byte is a sequence of one): the length of the symbol it starts.
+std::uint32_t lead_length(unsigned char lead) noexcept;
+
 // Merges `text` (escaped: spaces as "▁") and appends its ids to `out`.
 void spm_merge(const SpmVocab& vocab, std::string_view text, SpmScratch& scratch, std::vector<std::int32_t>& out);
 
