@@ -414,6 +414,12 @@ class KvRuntime {
   // As finish; with prefix reuse on, the history's full pages stay as a retained prefix indexed by
   // `tokens` (the tokens whose rows the context holds, in order: at most length(context) are used).
   virtual void finish_retaining(ContextId context, std::span<const std::int32_t> tokens) = 0;
+  // With a host prefix cache: the full pages of a running context's rows so far, indexed by
+  // `tokens` (at most length(context) are used), go into the cache now, so the same prompt
+  // arriving while this one still decodes adopts them (docs/PREFIX_CACHE.md, "A prompt repeated
+  // while it runs"). Called once its prompt is prefilled. No effect without a cache, or for a
+  // history that is quarantined or faulted. Between steps only.
+  virtual void offer_prefix(ContextId context, std::span<const std::int32_t> tokens) = 0;
   // As finish, but allowed during a step: deferred until the step's fences resolved.
   virtual void cancel(ContextId context) = 0;
   virtual bool running(ContextId context) const = 0;

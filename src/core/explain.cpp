@@ -115,6 +115,11 @@ std::string explanation_text(const Explanation& e) {
                        "page shared by {} prefix(es)\n",
                        e.cache_pages_first, e.cache_pages_end - 1, e.cache_shared_prefixes);
   }
+  if (e.cache_partial_rows > 0) {
+    out += fmt::format("  adopted from the prefix cache: the first {} row(s) of the partial page {} of every layer "
+                       "(a finished answer filled it; copied to the host and the device, not prefilled)\n",
+                       e.cache_partial_rows, e.cache_pages_end);
+  }
   if (e.tier_pages_end > e.tier_pages_first) {
     out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
                        e.tier_pages_first, e.tier_pages_end - 1);
@@ -198,6 +203,7 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["cache_pages_first"] = e.cache_pages_first;
   j["cache_pages_end"] = e.cache_pages_end;
   j["cache_shared_prefixes"] = e.cache_shared_prefixes;
+  j["cache_partial_rows"] = e.cache_partial_rows;
   j["adopted_device_pages"] = e.adopted_device_pages;
   j["adopted_device_copied"] = e.adopted_device_copied;
   j["adopted_device_promoted"] = e.adopted_device_promoted;

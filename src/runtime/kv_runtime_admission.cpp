@@ -49,6 +49,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
     if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
+    if (cache_ != nullptr) reused_tokens = adopt_partial_page(result.handle, prompt, reused_tokens);
     if (plan_.state.enabled()) {
       bind_state(result.handle);
       if (reused_tokens == 0) drop_checkpoints(result.handle.slot, 0);
@@ -299,6 +300,7 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.cache_pages_first = a.cache_pages_first;
   e.cache_pages_end = a.cache_pages_end;
   e.cache_shared_prefixes = a.cache_shared;
+  e.cache_partial_rows = a.cache_partial_rows;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
   e.adopted_device_promoted = a.device_promoted;

@@ -179,6 +179,7 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t take_admitted(std::span<AdmitResult> out) override;
   void finish(ContextId context) override;
   void finish_retaining(ContextId context, std::span<const std::int32_t> tokens) override;
+  void offer_prefix(ContextId context, std::span<const std::int32_t> tokens) override;
   void cancel(ContextId context) override;
   bool running(ContextId context) const override { return budgets_.current(context); }
   std::uint32_t length(ContextId context) const override;
@@ -522,6 +523,7 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint32_t cache_pages_first = 0; // pages [cache_pages_first, cache_pages_end) were copied from the prefix cache
     std::uint32_t cache_pages_end = 0;
     std::uint32_t cache_shared = 0;      // cached prefixes sharing the first of them
+    std::uint32_t cache_partial_rows = 0;  // rows of the partial page cache_pages_end copied from the cache too
   };
   KvTierPort* tier_ = nullptr;
   std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
@@ -547,6 +549,10 @@ class KvRuntimeImpl final : public KvRuntime {
   void offer_to_cache(std::uint32_t slot, std::span<const std::int32_t> tokens) noexcept;
   // Admission: the prompt's pages past `reused` that the cache holds are copied into the history.
   std::uint32_t restore_from_cache(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
+  // Admission, last: when the host holds every full page below the prompt's last token, the first
+  // rows of the prompt's partial last page, from a cached page a finished answer filled; the page
+  // goes to the device with them (an h2d copy the first step waits for). Returns the new length.
+  std::uint32_t adopt_partial_page(ContextId context, std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
   void sync_cache_counters() noexcept;
   std::unique_ptr<runtime::PrefixIndex> prefix_;
   std::vector<std::uint32_t> retained_generation_;  // per slot: the context generation the retained prefix belongs to

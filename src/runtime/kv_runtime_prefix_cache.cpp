@@ -69,6 +69,17 @@ void KvRuntimeImpl::offer_to_cache(std::uint32_t slot, std::span<const std::int3
   sync_cache_counters();
 }
 
+void KvRuntimeImpl::offer_prefix(ContextId context, std::span<const std::int32_t> tokens) {
+  AK_ASSERT(!step_open_, "kv runtime: offer_prefix() during a step");
+  AK_ASSERT(budgets_.current(context), "kv runtime: offer_prefix() of a context that is not running");
+  const std::uint32_t slot = context.slot;
+  if (cache_ == nullptr || history_quarantined(slot) || slot_faulted_[slot] != 0) return;
+  // Rows below the length are final on the host once the step that wrote them ended.
+  const std::size_t usable = std::min<std::size_t>(tokens.size(), budgets_.context(slot).length_tokens);
+  if (usable < plan_.arena.page_tokens) return;
+  offer_to_cache(slot, tokens.first(usable));
+}
+
 std::uint32_t KvRuntimeImpl::restore_from_cache(std::uint32_t slot, std::span<const std::int32_t> prompt,
                                                 std::uint32_t reused) noexcept {
   if (cache_ == nullptr || prompt.size() <= plan_.arena.page_tokens) return reused;
@@ -103,6 +114,89 @@ std::uint32_t KvRuntimeImpl::restore_from_cache(std::uint32_t slot, std::span<co
   counters_.prefix_reused_tokens += (end - first) * P;
   record_prefix(DecisionKind::adopt, Reason::prefix_cache_adopted, slot, end - first);
   return end * P;
+}
+
+}  // namespace activekv::runtime_impl
+
+namespace activekv::runtime_impl {
+
+// The prompt's partial last page (docs/PREFIX_CACHE.md, "The partial last page"). Full pages leave
+// up to P − 1 prompt tokens to prefill, which on a repeated prompt is most of what its first step
+// computes. A finished answer filled that page in the cache, and its first rows are this prompt's
+// (a row depends only on the tokens before it), so they are copied too. The context then starts
+// inside a page, and a partly written tail page must be resident on the device: the page is taken
+// for every layer now (unreserved free pages only, like a copy on adopt) and filled by one h2d copy
+// on the h2d queue, which the first step's kernels and row uploads wait behind; it lands at that
+// step's end (retire_device_copies). All layers or none: without room for every layer's page the
+// context keeps the page-aligned start.
+std::uint32_t KvRuntimeImpl::adopt_partial_page(ContextId context, std::span<const std::int32_t> prompt,
+                                                std::uint32_t reused) noexcept {
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const std::uint32_t slot = context.slot;
+  const std::uint32_t layers = plan_.geometry.dense_layers;
+  if (reused == 0 || reused % P != 0 || prompt.size() <= reused + 1) return reused;
+  const auto want = static_cast<std::uint32_t>(prompt.size() - 1);  // the last token is fed: its logits
+  if (want - reused >= P || step_open_ || plan_.state.enabled() || settings_.sparse.mode != SparseMode::exact) return reused;
+  if (adoption_[slot].device_copied > 0) return reused;  // its d2d pages are in flight: the aligned start stands
+  const std::uint32_t end = reused / P;
+  if (cache_prefix_pages(prompt) != end) return reused;  // the cache's chain must reach the page's parent
+  const std::uint32_t rows = want - reused;
+  const std::uint32_t page = cache_->match_partial(end, prompt.subspan(reused, rows));
+  if (page == runtime::PrefixCache::none) return reused;
+  // Room for one page per layer, all or none; the page extends a run that ends right below it.
+  ContextState& c = budgets_.context(slot);
+  if (budgets_.pages_unreserved() < layers || c.pages_held() + layers > c.budget.burst_pages) return reused;
+  if (device_copy_regions_.size() < layers || device_copy_pages_.size() < layers) return reused;
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    const LayerResidency& r = budgets_.layer(slot, l);
+    if (r.pages_held() + 1 >= c.layer_cap) return reused;
+    if (r.run_count > 0 && r.run_first + r.run_count != end) return reused;
+  }
+  if (device_copy_count_ == device_copies_.size() ||
+      device_copy_page_count_ + layers > device_copy_pages_.size()) {
+    retire_device_copies();
+  }
+  const std::span<std::byte> host = backend_.host_pool();
+  const std::uint64_t bytes = std::uint64_t{rows} * plan_.host.row_bytes;
+  const std::uint32_t page_first = device_copy_page_count_;
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    const std::uint64_t at = plan_.host.row_offset(slot, l, reused);
+    std::memcpy(host.data() + at, cache_->rows(page, l), bytes);
+    const std::uint32_t pool_page = budgets_.acquire_copy_page(slot, l, end);
+    AK_ASSERT(pool_page != page_none, "kv runtime: a partial page's device page fits: the room was counted first");
+    budgets_.push_run_back(slot, l, pool_page);
+    device_copy_regions_[l] = CopyRegion{at, plan_.arena.page_offset(pool_page), bytes};
+    device_copy_pages_[device_copy_page_count_++] = arena_.pages().id(pool_page);
+  }
+  // Earlier copies on adopt may have freed a page this one fills: it waits for them on the device.
+  const Fence previous[1] = {device_copy_count_ > 0 ? device_copies_[device_copy_count_ - 1].fence : Fence{}};
+  Result<Fence> copy = backend_.copy(CopyDirection::h2d, {device_copy_regions_.data(), layers},
+                                     {previous, device_copy_count_ > 0 ? 1u : 0u});
+  DeviceCopy& d = device_copies_[device_copy_count_++];
+  d = DeviceCopy{Fence{}, context, page_first, layers};
+  if (!copy.ok()) {
+    // Refused: the pages never land; retire quarantines them and marks the context faulted (it
+    // writes into them next), so it is cancelled like any context whose tail page was lost.
+    retire_device_copies();
+  } else {
+    d.fence = copy.value();
+    const Fence waits[1] = {d.fence};
+    // The h2d queue runs it before the step's row uploads into the same page (one queue, in order).
+    bool ordered = backend_.enqueue_wait(QueueKind::compute, waits).ok();
+    if (ordered && backend_.capabilities().d2d_own_queue) ordered = backend_.enqueue_wait(QueueKind::d2d, waits).ok();
+    if (!ordered) retire_device_copies();  // no device-side order: land it now, on the host
+    ++counters_.h2d_copies;
+    counters_.h2d_bytes += bytes * layers;
+  }
+  cache_->touch_below_chain(page, end);
+  c.length_tokens = want;
+  adoption_[slot].cache_partial_rows = rows;
+  if (adoption_[slot].cache_pages_end == 0) adoption_[slot].cache_pages_first = end;  // the full pages came from elsewhere
+  adoption_[slot].cache_pages_end = end;
+  counters_.prefix_cache_hit_tokens += rows;
+  counters_.prefix_reused_tokens += rows;
+  record_prefix(DecisionKind::adopt, Reason::prefix_cache_partial, slot, rows);
+  return want;
 }
 
 }  // namespace activekv::runtime_impl

@@ -103,6 +103,27 @@ void PrefixCache::touch_chain(std::uint32_t n) noexcept {
   }
 }
 
+std::uint32_t PrefixCache::match_partial(std::uint32_t n, std::span<const std::int32_t> tokens) const noexcept {
+  AK_ASSERT(n >= 1 && n <= chain_length_, "prefix cache: a partial page below a chain it matched");
+  AK_ASSERT(!tokens.empty() && tokens.size() < config_.page_tokens, "prefix cache: a partial page holds 1 to P - 1 tokens");
+  const std::uint32_t parent = chain_[n - 1];
+  if (records_[parent].children == 0) return none;
+  for (std::uint32_t page = 0; page < config_.pages; ++page) {
+    const Record& r = records_[page];
+    if (!r.used || r.parent != parent || r.depth != n) continue;
+    if (std::equal(tokens.begin(), tokens.end(), tokens_of(page))) return page;
+  }
+  return none;
+}
+
+void PrefixCache::touch_below_chain(std::uint32_t page, std::uint32_t n) noexcept {
+  AK_ASSERT(n >= 1 && n <= chain_length_ && records_[page].used && records_[page].parent == chain_[n - 1],
+            "prefix cache: the page touched lies right below the chain");
+  lru_unlink(page);
+  lru_push_front(page);
+  touch_chain(n);
+}
+
 std::uint32_t PrefixCache::take_page(std::uint32_t protect) noexcept {
   if (free_count_ == 0) {
     // The chain being inserted sits at the front of the LRU list; anything else is behind it.

@@ -80,6 +80,15 @@ class PrefixCache {
   // Marks chain()[0 .. n) used now (leaf first, root last: the lru invariant).
   void touch_chain(std::uint32_t n) noexcept;
 
+  // A prompt's last, partial page: the stored page at depth n below chain()[n − 1] (n ≥ 1, n ≤ the
+  // chain's length) whose first tokens are `tokens` (1 to P − 1 of them); none when none is. A
+  // finished prompt's answer filled that page, and a row depends only on the tokens before it, so
+  // the page's first rows are the rows this prompt needs. One scan of the records (O(pages)), at
+  // admission only, allocating nothing. Touches nothing.
+  std::uint32_t match_partial(std::uint32_t n, std::span<const std::int32_t> tokens) const noexcept;
+  // Marks `page` (a child of chain()[n − 1]) and then chain()[0 .. n) used now: leaf first.
+  void touch_below_chain(std::uint32_t page, std::uint32_t n) noexcept;
+
   // Rows of cache page `page`, layer `layer`: P × row_bytes bytes.
   const std::byte* rows(std::uint32_t page, std::uint32_t layer) const noexcept {
     return store_.data() + (std::size_t{page} * config_.dense_layers + layer) * layer_bytes_;

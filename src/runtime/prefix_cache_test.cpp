@@ -89,6 +89,33 @@ std::vector<std::int32_t> cat(std::vector<std::int32_t> a, const std::vector<std
   return a;
 }
 
+// A prompt's partial last page: the page below the matched chain whose first tokens are the
+// prompt's rest, found among its siblings; its first rows are the prompt's rows. Touching it keeps
+// the lru invariant (it is used before its parents).
+TEST(PrefixCache, APartialLastPageIsFoundBelowTheChainByItsFirstTokensAndTouchedLeafFirst) {
+  Fixture f = Fixture::make(16);
+  const History answered({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});  // a prompt of 9 tokens and its answer: 3 full pages
+  const History other({1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 22, 23});   // a sibling page under the same two
+  f.insert(answered);
+  f.insert(other);
+  const History prompt({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  ASSERT_EQ(f.match_and_verify(prompt, 2), 2u);
+  const std::vector<std::int32_t> rest{9, 10};
+  const std::uint32_t page = f.cache.match_partial(2, rest);
+  ASSERT_NE(page, PrefixCache::none);
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    EXPECT_EQ(std::memcmp(f.cache.rows(page, l), answered.page(l, 2), 2 * row_bytes), 0) << "layer " << l;
+  }
+  EXPECT_EQ(f.cache.match_partial(2, std::vector<std::int32_t>{20}), f.cache.match_partial(2, std::vector<std::int32_t>{20, 21, 22}));
+  EXPECT_NE(f.cache.match_partial(2, std::vector<std::int32_t>{20}), page) << "the sibling page, not the answered one";
+  EXPECT_EQ(f.cache.match_partial(2, std::vector<std::int32_t>{9, 11}), PrefixCache::none) << "every token confirmed";
+  ASSERT_EQ(f.match_and_verify(prompt, 1), 1u);
+  EXPECT_EQ(f.cache.match_partial(1, std::vector<std::int32_t>{5, 6, 9}), PrefixCache::none) << "page 1 holds 5 6 7 8";
+  ASSERT_EQ(f.match_and_verify(prompt, 2), 2u);
+  f.cache.touch_below_chain(page, 2);
+  EXPECT_EQ(f.cache.check(), nullptr);
+}
+
 TEST(PrefixCache, RefusesZeroFieldsAndATooSmallStoreNamingThem) {
   std::vector<std::byte> store(1024);
   Result<PrefixCache> r = PrefixCache::create(PrefixCacheConfig{0, P, layers, row_bytes, 8, 1}, store);

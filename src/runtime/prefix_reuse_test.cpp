@@ -903,6 +903,64 @@ TEST(PrefixCacheRuntime, ARepeatedPromptAdoptsFromTheCacheAfterItsHistoryWasTake
   EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
 }
 
+// A repeated prompt's partial last page: the first pass's answer filled it, so the cache holds a
+// page whose first rows are the prompt's last tokens. Adopted too, the prompt prefills one token
+// (its logits), as llama-server's prompt cache does, not up to a page of them.
+TEST(PrefixCacheRuntime, APromptsPartialLastPageComesFromAPageItsAnswerFilledWithIdenticalOutputs) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(1, true, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, /*cache_pages=*/32);
+  ASSERT_NE(sm.rt, nullptr);
+  const Sequence conversation = sequence_of(31, 41);  // a 23-token prompt (5 full pages + 3) and its answer
+  Sequence prompt;
+  for (std::uint32_t t = 0; t < 23; ++t) prompt.push(conversation.tokens[t]);
+  std::uint32_t reused = 99;
+  auto a = sm.rt->open_context(1, 64, prompt.tokens, reused);
+  ASSERT_TRUE(a.ok());
+  run_rest(sm, a->handle, conversation, 0);
+  sm.rt->finish_retaining(a->handle, conversation.tokens);  // 31 rows: 7 full pages cached
+  EXPECT_EQ(sm.rt->counters().prefix_cache_pages, 7u);
+  const Sequence stranger = sequence_of(13, 42);
+  auto b = sm.rt->open_context(2, 64, stranger.tokens, reused);
+  ASSERT_EQ(b->handle.slot, a->handle.slot);
+  run_rest(sm, b->handle, stranger, 0);
+  sm.rt->finish_retaining(b->handle, stranger.tokens);
+  // The prompt again: 5 full pages and the first 2 rows of page 5 from the cache, 1 token to feed.
+  const std::uint64_t h2d_before = sm.rt->counters().h2d_bytes;
+  auto c = sm.rt->open_context(3, 64, prompt.tokens, reused);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 22u);
+  EXPECT_EQ(sm.rt->length(c->handle), 22u);
+  expect_rows(sm, c->handle, prompt, 22, "rows copied from the prefix cache, the partial page's too");
+  EXPECT_EQ(sm.rt->counters().prefix_cache_hit_tokens, 22u);
+  EXPECT_EQ(sm.rt->counters().prefix_reused_tokens, 22u);
+  EXPECT_EQ(sm.rt->counters().h2d_bytes - h2d_before, 2u * sm.g.row_bytes() * sm.g.dense_layers)
+      << "the partial page goes to the device with its 2 rows, one page per layer";
+  EXPECT_EQ(count_decisions(*sm.rt, c->handle, DecisionKind::adopt, Reason::prefix_cache_partial), 1u);
+  const Explanation x = sm.rt->explain(c->handle);
+  EXPECT_EQ(x.cache_pages_end, 5u);
+  EXPECT_EQ(x.cache_partial_rows, 2u);
+  EXPECT_NE(explanation_text(x).find("the first 2 row(s) of the partial page 5 of every layer"), std::string::npos)
+      << explanation_text(x);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  // Its outputs equal, byte for byte, those of the same steps over a history prefilled without reuse.
+  const std::vector<float> again = run_rest(sm, c->handle, conversation, 22);
+  Small off = make_small(1, false, 1, 4, 2, 8, 2, true);
+  ASSERT_NE(off.rt, nullptr);
+  auto d = off.rt->open_context(1, 64, prompt.tokens, reused);
+  ASSERT_EQ(reused, 0u);
+  prefill(off, d->handle, conversation, 0, 22);
+  const std::vector<float> want = run_rest(off, d->handle, conversation, 22);
+  ASSERT_EQ(want.size(), again.size());
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(std::memcmp(want.data(), again.data(), want.size() * sizeof(float)), 0) << "outputs after the partial page";
+  off.rt->finish(d->handle);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(c->handle);
+  sm.rt->release_retained();
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+}
+
 TEST(PrefixCacheRuntime, ASharedSystemPromptIsStoredOnceEvictionIsLoggedAndNeverBlocksAdmission) {
   if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
   // 10 cache pages: a 3-page system prompt + 2-page questions; five of them do not fit.
@@ -994,7 +1052,7 @@ struct Totals {
                 queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
                 device_copied = 0, releases = 0, allowance_seeds = 0, allowance_dropped = 0,
                 allowance_waits_at_concurrency = 0, cache_seeds = 0, cache_hits = 0, cache_hit_tokens = 0,
-                cache_evictions = 0, cache_shared = 0;
+                cache_evictions = 0, cache_shared = 0, partial_pages = 0, prefix_offers = 0;
 };
 
 struct Live {
@@ -1058,11 +1116,19 @@ void run_seed(std::uint64_t seed, Totals& totals) {
     }
     if (dice < 20 && live.size() < 6) {  // a new request: a follow-up, a shared system prefix, or a stranger
       Live l;
-      const std::uint32_t kind = uniform(0, 2);
+      // Kinds: a follow-up, a shared system prefix, a stranger, or a prompt repeated (the first
+      // tokens of a finished conversation: its answer filled the pages past them).
+      const std::uint32_t kind = uniform(0, 3);
       if (kind == 0 && !finished.empty()) l.seq = finished[uniform(0, static_cast<std::uint32_t>(finished.size() - 1))];
       if (kind == 1) l.seq = system;
-      const Sequence own = sequence_of(uniform(1, 12), seed * 1000 + op);
-      for (std::int32_t t : own.tokens) l.seq.push(t);
+      if (kind == 3 && !finished.empty()) {
+        const Sequence& f = finished[uniform(0, static_cast<std::uint32_t>(finished.size() - 1))];
+        const std::uint32_t n = uniform(2, static_cast<std::uint32_t>(f.tokens.size()));
+        for (std::uint32_t t = 0; t < n; ++t) l.seq.push(f.tokens[t]);
+      } else {
+        const Sequence own = sequence_of(uniform(1, 12), seed * 1000 + op);
+        for (std::int32_t t : own.tokens) l.seq.push(t);
+      }
       if (l.seq.tokens.size() + 8 > sm.max_context) continue;
       l.prompt = static_cast<std::uint32_t>(l.seq.tokens.size());
       l.id = next_id++;
@@ -1085,7 +1151,9 @@ void run_seed(std::uint64_t seed, Totals& totals) {
       l.handle = r->handle;
       l.length = reused;
       ASSERT_LT(reused, l.prompt) << "at least one prompt token is prefilled";
-      ASSERT_EQ(reused % sm.page_tokens, 0u) << "whole pages only";
+      ASSERT_TRUE(reused % sm.page_tokens == 0 || reused + 1 == l.prompt)
+          << "whole pages, or (a partial last page from the cache) every prompt token but the last";
+      totals.partial_pages += reused % sm.page_tokens != 0 ? 1 : 0;
       if (l.running && reused > 0) {
         expect_rows(sm, l.handle, l.seq, reused, "adopted");
         ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed << " op " << op;
@@ -1130,6 +1198,13 @@ void run_seed(std::uint64_t seed, Totals& totals) {
         ++totals.cancels;
       }
       remove(i);
+    } else if (dice >= 94 && !running.empty()) {  // a running context's rows so far offered to the cache (serve: at its first token)
+      Live& l = live[running[uniform(0, static_cast<std::uint32_t>(running.size() - 1))]];
+      Sequence written;
+      for (std::uint32_t t = 0; t < l.length; ++t) written.push(l.seq.tokens[t]);
+      rt.offer_prefix(l.handle, written.tokens);
+      if (l.length >= sm.page_tokens) finished.push_back(written);
+      ++totals.prefix_offers;
     } else if (!running.empty()) {  // a step over a random subset
       std::vector<StepEntry> entries;
       std::vector<std::size_t> chosen;
@@ -1254,10 +1329,13 @@ TEST(PrefixReuseProperty, AdoptShareDropCancelKeepTheInvariants) {
               "concurrency\n",
               static_cast<unsigned long long>(totals.allowance_seeds), static_cast<unsigned long long>(totals.allowance_dropped),
               static_cast<unsigned long long>(totals.allowance_waits_at_concurrency));
-  std::printf("host prefix cache in %llu seeds: %llu hits (%llu tokens), %llu pages shared, %llu evicted\n",
+  std::printf("host prefix cache in %llu seeds: %llu hits (%llu tokens), %llu pages shared, %llu evicted, %llu partial "
+              "last pages adopted, %llu running contexts offered\n",
               static_cast<unsigned long long>(totals.cache_seeds), static_cast<unsigned long long>(totals.cache_hits),
               static_cast<unsigned long long>(totals.cache_hit_tokens), static_cast<unsigned long long>(totals.cache_shared),
-              static_cast<unsigned long long>(totals.cache_evictions));
+              static_cast<unsigned long long>(totals.cache_evictions), static_cast<unsigned long long>(totals.partial_pages),
+              static_cast<unsigned long long>(totals.prefix_offers));
+  EXPECT_GT(totals.partial_pages, 0u) << "repeated prompts adopted their partial last page";
   EXPECT_GT(totals.cache_hits, 0u) << "the prefix cache gave pages that no retained history held";
   EXPECT_GT(totals.cache_evictions, 0u) << "small caches evicted";
   EXPECT_GT(totals.cache_shared, 0u) << "a shared system prefix is stored once";

@@ -50,6 +50,8 @@ struct EngineStepEngine::Parts {
   // retained under). Sized at warm-up: slots × max context.
   std::vector<std::int32_t> slot_tokens;
   std::vector<std::uint32_t> slot_length;
+  // Per slot: its prompt's pages were offered to the host prefix cache (at its first token).
+  std::vector<std::uint8_t> slot_offered;
   std::uint32_t max_context = 0;
   void record(std::uint32_t slot, std::span<const std::int32_t> tokens) {
     std::int32_t* at = slot_tokens.data() + std::size_t{slot} * max_context + slot_length[slot];
@@ -180,6 +182,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // Per history slot (concurrency + retained_histories): a context may run in any mapped history.
   parts->slot_tokens.assign(std::size_t{mp.host.history_slots} * parts->max_context, 0);
   parts->slot_length.assign(mp.host.history_slots, 0);
+  parts->slot_offered.assign(mp.host.history_slots, 0);
   parts->samplers.reserve(mp.host.history_slots);
   for (std::uint32_t i = 0; i < mp.host.history_slots; ++i) {
     parts->samplers.emplace_back(engine::SamplerSettings{}, parts->engine->config().vocab);
@@ -212,6 +215,7 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
                 "EngineStepEngine::admit: the runtime admitted a request the scheduler did not submit");
       p.pending_request_id = 0;
       p.slot_length[p.admitted_scratch[i].handle.slot] = 0;  // admitted from the queue: nothing adopted
+      p.slot_offered[p.admitted_scratch[i].handle.slot] = 0;
       return {AdmitOutcome::admitted, to_serve(p.admitted_scratch[i].handle), 0};
     }
     return {AdmitOutcome::floor_does_not_fit, {}, 0};
@@ -235,6 +239,7 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
     case activekv::AdmitOutcome::admitted: {
       const std::uint32_t slot = result->handle.slot;
       p.slot_length[slot] = 0;
+      p.slot_offered[slot] = 0;
       p.record(slot, prompt.first(reused));
       return {AdmitOutcome::admitted, to_serve(result->handle), reused};
     }
@@ -277,6 +282,15 @@ Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::
   if (!status) return status;
   // The tokens each context now holds rows for (after the step: a failed step's are never retained).
   for (std::size_t e = 0; e < batch.size(); ++e) p.record(batch[e].context.index, batch[e].tokens);
+  // A context's first token ends its prompt: the prompt's full pages go into the host prefix cache
+  // now, so the same prompt arriving while this one decodes adopts them (docs/PREFIX_CACHE.md).
+  for (std::size_t e = 0; e < batch.size(); ++e) {
+    const std::uint32_t slot = batch[e].context.index;
+    if (!batch[e].want_token || p.slot_offered[slot] != 0) continue;
+    p.slot_offered[slot] = 1;
+    p.runtime->offer_prefix(to_runtime(batch[e].context),
+                            std::span<const std::int32_t>(p.slot_tokens).subspan(std::size_t{slot} * p.max_context, p.slot_length[slot]));
+  }
   for (std::size_t e = 0; e < batch.size(); ++e) {
     if (!batch[e].want_token) continue;
     const std::span<const float> logits = p.engine->logits(static_cast<std::uint32_t>(e));
