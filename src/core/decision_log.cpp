@@ -62,6 +62,7 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::prefix_cache_adopted: return "prefix_cache_adopted";
     case Reason::prefix_cache_lru: return "prefix_cache_lru";
     case Reason::run_behind_cache: return "run_behind_cache";
+    case Reason::ring_not_covering: return "ring_not_covering";
   }
   return "?";
 }
@@ -115,6 +116,8 @@ const char* reason_text(Reason reason) noexcept {
       return "the prefix cache is full: its least recently used leaf pages give way (a shared stem outlives its branches)";
     case Reason::run_behind_cache:
       return "rows adopted from the prefix cache moved the history's end past the adopted run: its pages give way";
+    case Reason::ring_not_covering:
+      return "the match's window no longer lies in the window layers' host rings: the prompt is prefilled instead";
   }
   return "?";
 }
