@@ -194,7 +194,7 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
     AK_ASSERT(p == 0 || r.run_count == 0 || p == r.run_first + r.run_count, "the run grows by its next page");
     // At the layer's cap, or with no page to be had, the run slides: its oldest page is evicted and
     // taken back as the new tail. Sliding in place does both at once, with the same decisions.
-    if (r.pages_held() >= budgets_.context(slot).layer_cap) {
+    if (r.pages_held() >= budgets_.layer_cap_of(slot, l)) {
       if (p > 0 && budgets_.slide_run(slot, l, Reason::run_slides)) continue;
       const bool freed = budgets_.evict_one(slot, l, Reason::run_slides);
       AK_ASSERT(freed, "a layer at its cap has a page below its tail");
@@ -348,11 +348,12 @@ std::uint32_t ResidencyPlanner::promote(std::uint32_t slot, std::uint32_t layer,
                                         std::uint32_t copy_count) noexcept {
   ContextState& c = budgets_.context(slot);
   const LayerResidency& r = budgets_.layer(slot, layer);
-  if (r.pages_held() >= c.layer_cap) return 0;
+  const std::uint32_t cap = budgets_.layer_cap_of(slot, layer);
+  if (r.pages_held() >= cap) return 0;
   std::uint64_t grantable = c.pages_reserved;
   // Retained device pages count as free here: they hold only pages that would be free (docs/PREFIX.md).
   if (c.pages_held() < c.budget.burst_pages) grantable += std::min(c.budget.burst_pages - c.pages_held(), budgets_.pages_borrowable());
-  grantable = std::min<std::uint64_t>(grantable, c.layer_cap - r.pages_held());
+  grantable = std::min<std::uint64_t>(grantable, cap - r.pages_held());
   if (grantable == 0) return 0;
 
   // Rebuild this layer's staged ranges from its copies (a range may span several copies).

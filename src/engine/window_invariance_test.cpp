@@ -51,21 +51,24 @@ std::vector<TokenId> sequence(std::uint32_t n, std::uint32_t vocab, std::uint64_
   return out;
 }
 
-std::vector<std::uint32_t> chunks_of(std::uint32_t size) {
+std::vector<std::uint32_t> chunks_of(std::uint32_t size, std::uint32_t from = 0, std::uint32_t end = kLength) {
   std::vector<std::uint32_t> steps;
-  for (std::uint32_t fed = 0; fed < kLength; fed += std::min(size, kLength - fed))
-    steps.push_back(std::min(size, kLength - fed));
+  for (std::uint32_t fed = from; fed < end; fed += std::min(size, end - fed)) steps.push_back(std::min(size, end - fed));
   return steps;
+}
+
+std::vector<std::int32_t> ids(const std::vector<TokenId>& tokens) {
+  return std::vector<std::int32_t>(tokens.begin(), tokens.end());
 }
 
 using Logits = std::vector<std::vector<float>>;  // [position] (empty where no step ended there)
 
 Logits feed(const Model& model, KvAccess& kv, ContextId a, std::optional<ContextId> other, ThreadPool& pool,
             const std::vector<TokenId>& tokens, const std::vector<TokenId>& other_tokens,
-            const std::vector<std::uint32_t>& steps) {
+            const std::vector<std::uint32_t>& steps, std::uint32_t from = 0) {
   Forward f(model, kv, pool, best_isa(), ForwardLimits{kStepTokensMax + 5, 2, kContext});
   Logits run(kLength);
-  std::uint32_t fed = 0, other_fed = 0;
+  std::uint32_t fed = from, other_fed = 0;
   for (std::uint32_t n : steps) {
     std::vector<StepInput> in = {{a, std::span<const TokenId>(tokens).subspan(fed, n), true}};
     if (other && other_fed < other_tokens.size()) {
@@ -130,6 +133,43 @@ class WindowInvariance : public ::testing::Test {
     ReferenceKvAccess kv(model_->geometry(), model_->config().q_heads, kPageTokens);
     const ContextId a = kv.open(kContext);
     return feed(*model_, kv, a, std::nullopt, pool_, tokens_, other_, steps);
+  }
+
+  struct Rig {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<KvRuntime> rt;
+  };
+  // A runtime (host backend, history staged through the tiles) with `fraction` of two contexts'
+  // full-length pages on the device and a host pool of two ring-formula histories.
+  Rig make_rig(const std::vector<std::uint32_t>& steps, double fraction, std::uint32_t contexts, bool reuse) {
+    const ForwardLimits limits{kStepTokensMax + 5, contexts, kContext};
+    MemorySettings memory;
+    memory.page_tokens = kPageTokens;
+    memory.tile_tokens = 64;
+    memory.tiles = 2;
+    memory.max_context_tokens = kContext;
+    memory.max_seqs = contexts;
+    memory.chunk_tokens = std::max<std::uint32_t>(*std::max_element(steps.begin(), steps.end()), 5);
+    KvRuntimeSettings settings = runtime_settings(*model_, memory, limits);
+    settings.prefix_reuse = reuse;
+    const Geometry& g = settings.memory.geometry;
+    const auto aligned = [](std::uint64_t b) {
+      return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes;
+    };
+    settings.memory.host_pool_bytes = 2 * (std::uint64_t{kContext} * g.row_bytes() + 5ull * kRing * g.row_bytes());
+    const std::uint64_t pages_one = std::uint64_t{g.dense_layers} * (kContext / kPageTokens);
+    const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(2 * pages_one) * fraction));
+    settings.memory.device_pool_bytes =
+        aligned(std::uint64_t{memory.tiles} * memory.tile_tokens * g.row_bytes()) + aligned(pages * kPageTokens * g.row_bytes());
+    Rig rig;
+    Result<std::unique_ptr<Backend>> backend = make_backend("host", BackendOptions{});
+    EXPECT_TRUE(backend.ok());
+    if (!backend.ok()) return rig;
+    rig.backend = std::move(backend).value();
+    Result<std::unique_ptr<KvRuntime>> rt = KvRuntime::create(settings, *rig.backend);
+    EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
+    if (rt.ok()) rig.rt = std::move(rt).value();
+    return rig;
   }
 
   // Through the runtime (host backend, history staged through the tiles) with `fraction` of
@@ -197,6 +237,13 @@ class WindowInvariance : public ::testing::Test {
     // At most the window's pages per window layer and every page of the full layer are staged.
     EXPECT_LE(e.pages_staged_per_step, 5u * (kRing / kPageTokens) + (kLength + kPageTokens - 1) / kPageTokens);
     EXPECT_NE(explanation_text(e).find("window layers: 5"), std::string::npos);
+    // On the device a window layer holds at most the sink and its ring's pages (1 + 48 / 16).
+    std::vector<std::uint32_t> held(g.dense_layers, 0);
+    for (const ResidentRun& run : e.runs) held[run.layer] += run.pages;
+    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+      if (l % 6 < 5) EXPECT_LE(held[l], 1u + kRing / kPageTokens) << "window layer " << l;
+    }
+    if (fraction == 1.0) EXPECT_EQ(held[5], (kLength + kPageTokens - 1) / kPageTokens) << "the full layer, all resident";
     return out;
   }
 
@@ -222,6 +269,68 @@ TEST_F(WindowInvariance, EveryDeviceBudgetGivesTheSameBits) {
   expect_same(want, runtime_run(chunks_of(1), 0.05, false), "runtime 5%, one token at a time");
   expect_same(want, runtime_run(chunks_of(1), 0.10, true), "runtime 10%, one token at a time, batched");
   expect_same(want, runtime_run(chunks_of(7), 0.25, true), "runtime 25%, chunks of 7, batched");
+}
+
+// Prefix reuse over rings: A (200 tokens) finishes retaining its 12 full pages. B = A + 100 more
+// adopts them in place at token 192: the rings hold (160, 208], which covers the window of the
+// query at 192. C shares only A's first 64 tokens: the window of its query at 64 lies in (32, 64],
+// slots the rings have since rewritten, so C is prefilled from 0 (counted, logged). Both give the
+// same logits as a runtime without reuse.
+TEST_F(WindowInvariance, AFollowUpAdoptsItsRingsAndAnUncoveredMatchIsRecomputed) {
+  const std::vector<TokenId> a_tokens(tokens_.begin(), tokens_.begin() + 200);
+  std::vector<TokenId> c_tokens(tokens_.begin(), tokens_.begin() + 64);
+  c_tokens.insert(c_tokens.end(), other_.begin(), other_.begin() + (kLength - 64));
+  Rig plain = make_rig(chunks_of(32), 0.25, 2, false);
+  Rig reuse = make_rig(chunks_of(32), 0.25, 2, true);
+  ASSERT_TRUE(plain.rt && reuse.rt);
+  const auto fresh = [&](const std::vector<TokenId>& prompt, std::uint64_t id) {
+    Result<AdmitResult> r = plain.rt->open_context(id, kContext);
+    EXPECT_TRUE(r.ok() && r->outcome == AdmitOutcome::admitted);
+    RuntimeKv kv(*plain.rt);
+    Logits out = feed(*model_, kv, r->handle, std::nullopt, pool_, prompt, other_, chunks_of(32));
+    plain.rt->finish(r->handle);
+    return out;
+  };
+  const Logits want_b = fresh(tokens_, 1);
+  const Logits want_c = fresh(c_tokens, 2);
+
+  // A, retained.
+  std::uint32_t reused = 0;
+  Result<AdmitResult> a = reuse.rt->open_context(10, kContext, ids(a_tokens), reused);
+  ASSERT_TRUE(a.ok() && a->outcome == AdmitOutcome::admitted);
+  ASSERT_EQ(reused, 0u);
+  {
+    RuntimeKv kv(*reuse.rt);
+    feed(*model_, kv, a->handle, std::nullopt, pool_, a_tokens, other_, chunks_of(32, 0, 200));
+  }
+  reuse.rt->finish_retaining(a->handle, ids(a_tokens));
+
+  // C first (a copy would need the retained history intact): its match is not covered.
+  Result<AdmitResult> c = reuse.rt->open_context(12, kContext, ids(c_tokens), reused);
+  ASSERT_TRUE(c.ok() && c->outcome == AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 0u) << "a match the rings no longer cover is recomputed";
+  EXPECT_EQ(reuse.rt->counters().prefix_ring_recomputed, 1u);
+  bool logged = false;
+  const DecisionLog& log = reuse.rt->decision_log();
+  for (std::uint32_t i = 0; i < log.size(); ++i) logged = logged || log.at(i).reason == Reason::ring_not_covering;
+  EXPECT_TRUE(logged) << "the recompute is in the decision log";
+  {
+    RuntimeKv kv(*reuse.rt);
+    expect_same(want_c, feed(*model_, kv, c->handle, std::nullopt, pool_, c_tokens, other_, chunks_of(32)),
+                "C recomputed against no reuse");
+  }
+  reuse.rt->finish(c->handle);
+
+  // B: the follow-up adopts at its last full page.
+  Result<AdmitResult> b = reuse.rt->open_context(11, kContext, ids(tokens_), reused);
+  ASSERT_TRUE(b.ok() && b->outcome == AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 192u) << "the follow-up adopts A's 12 full pages";
+  EXPECT_EQ(reuse.rt->length(b->handle), reused);
+  RuntimeKv kv(*reuse.rt);
+  expect_same(want_b, feed(*model_, kv, b->handle, std::nullopt, pool_, tokens_, other_, chunks_of(32, reused), reused),
+              "B adopted against no reuse");
+  EXPECT_EQ(reuse.rt->counters().prefix_ring_recomputed, 1u);
+  EXPECT_GT(reuse.rt->counters().bytes_staged, 0u);
 }
 
 TEST_F(WindowInvariance, ChunksLongerThanTheRingAreRefused) {
