@@ -135,6 +135,12 @@ class BudgetManager {
 
   const MemoryPlan& plan() const noexcept { return plan_; }
   Arena& arena() noexcept { return arena_; }
+  // Most pages layer l of context `slot` may hold: the context's layer cap, and for a window layer
+  // (memory_plan.hpp) at most the sink and its ring's pages, which cover every query's window.
+  std::uint32_t layer_cap_of(std::uint32_t slot, std::uint32_t l) const noexcept {
+    const std::uint32_t cap = contexts_[slot].layer_cap;
+    return plan_.host.is_ring(l) ? std::min(cap, window_cap_) : cap;
+  }
   DecisionLog& log() noexcept { return log_; }
   const DecisionLog& log() const noexcept { return log_; }
 
@@ -359,6 +365,7 @@ class BudgetManager {
               std::uint32_t pool_page, std::uint32_t pages, std::uint32_t other_slot = UINT32_MAX) noexcept;
 
   MemoryPlan plan_;
+  std::uint32_t window_cap_ = UINT32_MAX;  // max(floor per layer, 1 + ring pages): a window layer's most pages
   Arena& arena_;
   DecisionLog& log_;
   std::uint32_t dense_layers_ = 0;

@@ -54,6 +54,7 @@ enum class Reason : std::uint8_t {
   prefix_cache_lru,      // evict: the prefix cache's least recently used leaf pages gave way to new ones
   run_behind_cache,      // evict: a prefix cache adoption moved the history's end past the adopted run: its pages give way
   prefix_cache_partial,  // adopt: the first rows of the prompt's partial last page copied from a cached page (host and device)
+  ring_not_covering,     // drop_retained: a match whose window layers' rings no longer hold its window is recomputed
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

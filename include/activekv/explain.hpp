@@ -54,7 +54,11 @@ struct Explanation {
   std::uint64_t pages_reserved = 0;
   std::uint64_t last_active_step = 0;
   std::vector<ResidentRun> runs;
-  std::uint32_t pages_staged_per_step = 0;  // logical pages not resident (staged by the next step)
+  std::uint32_t pages_staged_per_step = 0;  // logical pages not resident (staged by the next step; a window
+                                            //   layer's only from its window's first page)
+  std::uint32_t window_layers = 0;          // dense layers that attend to a window (0: none)
+  std::uint32_t window_tokens = 0;          // their window W
+  std::uint32_t ring_tokens = 0;            // their host ring: min(max_context, (ceil(W / P) + 1) × P)
   bool staged_in_place = false;             // those pages are read by the kernel in place in the host
                                             //   pool, not copied through the tiles (docs/IN_PLACE.md)
   std::uint64_t step = 0;                   // the step whose decisions follow

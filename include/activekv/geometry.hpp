@@ -9,6 +9,7 @@
 // whose products overflow.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
@@ -42,6 +43,15 @@ struct LayerKinds {
   constexpr std::uint32_t window_layers() const noexcept {
     std::uint32_t n = 0;
     for (const std::uint64_t word : window_mask) n += static_cast<std::uint32_t>(std::popcount(word));
+    return n;
+  }
+  // Window layers among dense layers [0, layer): where layer `layer`'s host segment starts.
+  constexpr std::uint32_t window_layers_below(std::uint32_t layer) const noexcept {
+    std::uint32_t n = 0;
+    const std::uint32_t words = std::min(layer, layers_max) / 64;
+    for (std::uint32_t w = 0; w < words; ++w) n += static_cast<std::uint32_t>(std::popcount(window_mask[w]));
+    const std::uint32_t bits = std::min(layer, layers_max) % 64;
+    if (bits != 0) n += static_cast<std::uint32_t>(std::popcount(window_mask[words] & ((std::uint64_t{1} << bits) - 1)));
     return n;
   }
   // Gemma 3's pattern: layer l is a window layer iff l % period < period − 1 (5 of 6 for period 6).

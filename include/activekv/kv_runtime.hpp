@@ -323,6 +323,7 @@ struct KvCounters {
   // Prefix reuse (docs/PREFIX.md):
   std::uint64_t prefix_adoptions = 0;         // admissions that adopted a retained prefix (in place or copied)
   std::uint64_t prefix_copies = 0;            // of them, copied from a history a running context holds
+  std::uint64_t prefix_ring_recomputed = 0;   // matches refused because a window layer's ring no longer held their window
   std::uint64_t prefix_reused_tokens = 0;     // prompt tokens adopted instead of prefilled
   std::uint64_t retained_kept = 0;            // finished histories kept as retained prefixes
   std::uint64_t retained_dropped = 0;         // retained prefixes dropped or cut short (admission needed the history, cancel, retire)

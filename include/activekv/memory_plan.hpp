@@ -10,6 +10,11 @@
 //   segment_bytes     = max_context_tokens × row_bytes
 //   segments          = floor((host_pool_bytes − prefix_cache_bytes) / segment_bytes)
 //   histories         = floor(segments / dense_layers)
+//   With window layers (Gemma 3's local layers, window_plan.hpp) a window layer's host share is a
+//   ring of ring_tokens = min(max_context, (ceil(W / P) + 1) × P) rows; token t sits in ring slot
+//   t mod ring_tokens, and a query at p reads only (p − W, p], which the ring always holds:
+//   history_bytes     = full_layers × segment_bytes + window_layers × ring_tokens × row_bytes
+//   histories         = floor((host_pool_bytes − prefix_cache_bytes) / history_bytes)
 //   leftover_segments = segments − histories × dense_layers
 //   concurrency       = min(max_seqs, histories − retained_histories)
 //   history_slots     = concurrency + retained_histories   (the histories mapped; the extra ones
@@ -102,13 +107,41 @@ struct HostPoolPlan {
   std::uint32_t prefix_cache_pages = 0;       // floor(prefix_cache_bytes / prefix_cache_page_bytes)
   std::uint64_t prefix_cache_offset = 0;      // history_slots × history_bytes: the cache's pages follow the histories
   std::uint64_t used_bytes = 0;         // history_slots × history_bytes + the cache's pages (what is mapped and pinned)
+  // Window layers (0 without): each keeps a ring of ring_tokens rows instead of a segment.
+  LayerKinds kinds{};
+  std::uint32_t window_layers = 0;
+  std::uint32_t ring_tokens = 0;        // min(max_context, (ceil(W / P) + 1) × P); 0: no window layers
+  std::uint64_t ring_bytes = 0;         // ring_tokens × row_bytes
 
-  // Byte offset of history h, dense layer l, token t (DESIGN "Shared data layout").
+  bool is_ring(std::uint32_t layer) const noexcept { return ring_tokens != 0 && kinds.is_window(layer); }
+  // Tokens the layer's host share holds: a ring's, or max context.
+  std::uint32_t layer_tokens(std::uint32_t layer) const noexcept {
+    return is_ring(layer) ? ring_tokens : max_context_tokens;
+  }
+  std::uint64_t layer_bytes(std::uint32_t layer) const noexcept { return is_ring(layer) ? ring_bytes : segment_bytes; }
+  // Byte offset of history h, dense layer l, token t (DESIGN "Shared data layout"): the history's
+  // layers in order, full layers a segment each, window layers a ring each (slot t mod ring_tokens).
   std::uint64_t segment_offset(std::uint32_t history, std::uint32_t layer) const noexcept {
-    return (static_cast<std::uint64_t>(history) * dense_layers + layer) * segment_bytes;
+    const std::uint64_t base = static_cast<std::uint64_t>(history) * history_bytes;
+    if (ring_tokens == 0) return base + static_cast<std::uint64_t>(layer) * segment_bytes;
+    const std::uint32_t rings = kinds.window_layers_below(layer);
+    return base + static_cast<std::uint64_t>(layer - rings) * segment_bytes + static_cast<std::uint64_t>(rings) * ring_bytes;
   }
   std::uint64_t row_offset(std::uint32_t history, std::uint32_t layer, std::uint32_t token) const noexcept {
-    return segment_offset(history, layer) + static_cast<std::uint64_t>(token) * row_bytes;
+    const std::uint32_t slot = is_ring(layer) ? token % ring_tokens : token;
+    return segment_offset(history, layer) + static_cast<std::uint64_t>(slot) * row_bytes;
+  }
+  // The first logical page of layer `layer` that a query at `first_query` or later can see: for a
+  // window layer the page of first_query − W + 1 (pages below it are neither staged nor attended),
+  // else 0.
+  std::uint32_t first_page_seen(std::uint32_t layer, std::uint32_t first_query, std::uint32_t page_tokens) const noexcept {
+    const std::uint32_t w = ring_tokens != 0 ? kinds.window_of(layer) : 0;
+    return w != 0 && first_query + 1 > w ? (first_query + 1 - w) / page_tokens : 0;
+  }
+  // Whether the layer's host share still holds token t of a history `length` tokens long (a ring
+  // holds the last ring_tokens written; a segment every token).
+  bool holds(std::uint32_t layer, std::uint32_t length, std::uint32_t token) const noexcept {
+    return token < length && (!is_ring(layer) || length - token <= ring_tokens);
   }
 };
 

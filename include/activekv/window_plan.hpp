@@ -12,9 +12,9 @@
 //
 //   burst_pages   = full_layers × pages_per_layer_max + window_layers × ring_pages
 //
-// The plan computes these beside the full-layer figures (every layer a segment) that the KV
-// runtime reserves today: the runtime masks window layers' attention to the window, and still
-// keeps a max-context segment per window layer. Plain data, computed from a MemoryPlan.
+// The plan computes these beside the full-layer figures (every layer a segment): the host pool
+// reserves the rings (memory_plan.hpp), so `histories` here is the plan's. Plain data, computed
+// from a MemoryPlan.
 #pragma once
 
 #include <cstdint>

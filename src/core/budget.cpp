@@ -44,6 +44,10 @@ Status validate_budget(const Budget& b, const MemoryPlan& plan) {
 BudgetManager::BudgetManager(const MemoryPlan& plan, Arena& arena, DecisionLog& log)
     : plan_(plan), arena_(arena), log_(log), dense_layers_(plan.geometry.dense_layers),
       ring_capacity_(plan.budget.layer_pages_max) {
+  if (plan.host.ring_tokens != 0) {
+    const std::uint32_t P = plan.arena.page_tokens;
+    window_cap_ = std::max(plan.budget.floor_pages_per_layer, 1 + (plan.host.ring_tokens + P - 1) / P);
+  }
   AK_ASSERT(arena.pages().pages_total() == plan.arena.pages, "the arena was built from another plan");
   AK_ASSERT(dense_layers_ > 0, "a plan has at least one dense layer");
   // One slot per mapped host history: the concurrency plus the retained-history allowance (whose
@@ -202,7 +206,7 @@ AdmitResult BudgetManager::admit(const Waiting& request, Reason reason, bool ado
   auto over = [&] {
     if (c.pages_assigned + request.budget.floor_pages > request.budget.burst_pages) return true;
     for (std::uint32_t l = 0; l < dense_layers_; ++l) {
-      if (layer(slot, l).pages_held() > c.layer_cap) return true;
+      if (layer(slot, l).pages_held() > layer_cap_of(slot, l)) return true;
     }
     return false;
   };

@@ -63,6 +63,7 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::prefix_cache_lru: return "prefix_cache_lru";
     case Reason::run_behind_cache: return "run_behind_cache";
     case Reason::prefix_cache_partial: return "prefix_cache_partial";
+    case Reason::ring_not_covering: return "ring_not_covering";
   }
   return "?";
 }
@@ -119,6 +120,8 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::prefix_cache_partial:
       return "the prompt's last page is partial and a cached page a finished answer filled starts with its tokens: its "
              "first rows are copied to the host and the device, not prefilled";
+    case Reason::ring_not_covering:
+      return "the match's window no longer lies in the window layers' host rings: the prompt is prefilled instead";
   }
   return "?";
 }

@@ -4,6 +4,7 @@
 // page tables and the decision log, so what it prints is what the planner will use.
 #include "activekv/explain.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -59,9 +60,21 @@ Explanation explain(const BudgetManager& budgets, ContextHandle context, std::ui
     }
     if (below.pages > 0) e.runs.push_back(below);
     if (tail.pages > 0) e.runs.push_back(tail);
-    const std::uint32_t resident = r.pages_held();
-    e.pages_staged_per_step += pages_total > resident ? pages_total - resident : 0;
+    // A window layer reads only from the first page its next query sees: older pages are neither
+    // staged nor read (its host ring no longer holds them).
+    const std::uint32_t seen = std::min(pages_total, budgets.plan().host.first_page_seen(l, c.length_tokens, P));
+    std::uint32_t resident = r.pages_held();
+    if (seen > 0) {
+      resident = 0;
+      for (std::uint32_t i = 0; i < r.promoted_count; ++i) resident += logicals[i] >= seen ? 1u : 0u;
+      for (std::uint32_t i = 0; i < r.run_count; ++i) resident += r.run_first + i >= seen ? 1u : 0u;
+    }
+    const std::uint32_t read = pages_total - seen;
+    e.pages_staged_per_step += read > resident ? read - resident : 0;
   }
+  e.window_layers = budgets.plan().host.window_layers;
+  e.window_tokens = budgets.plan().host.kinds.window_tokens;
+  e.ring_tokens = budgets.plan().host.ring_tokens;
   e.step = step;
   std::vector<Decision> decisions(budgets.plan().queue_max + 4096);
   const DecisionLog& log = budgets.log();
@@ -131,6 +144,11 @@ std::string explanation_text(const Explanation& e) {
                                                     : fmt::format("restored from the checkpoint at token {}", e.state_restored_tokens),
                        e.state_checkpoints_held, e.state_checkpoint_newest);
   }
+  if (e.window_layers != 0) {
+    out += fmt::format("  window layers: {} attend to the last {} tokens; each keeps a host ring of {} tokens, and pages "
+                       "below the window are neither staged nor read\n",
+                       e.window_layers, e.window_tokens, e.ring_tokens);
+  }
   out += fmt::format("  staged each step: {} pages (not resident; {})\n", e.pages_staged_per_step,
                      e.staged_in_place ? "read in place in the host pool: the backend's kernel reads host memory"
                                        : "copied through the tiles");
@@ -194,6 +212,9 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["pages_reserved"] = e.pages_reserved;
   j["last_active_step"] = e.last_active_step;
   j["pages_staged_per_step"] = e.pages_staged_per_step;
+  j["window_layers"] = e.window_layers;
+  j["window_tokens"] = e.window_tokens;
+  j["ring_tokens"] = e.ring_tokens;
   j["staged_in_place"] = e.staged_in_place;
   j["adopted_pages"] = e.adopted_pages;
   j["adopted_copied"] = e.adopted_copied;

@@ -230,6 +230,28 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   }
   h.segment_bytes = static_cast<std::uint64_t>(segment);
   h.history_bytes = static_cast<std::uint64_t>(history);
+  h.window_layers = s.geometry.window_layers();
+  if (h.window_layers != 0) {
+    // Window layers keep a ring, not a segment (window_plan.hpp): the same figure the plan prints.
+    h.kinds = s.geometry.kinds;
+    const std::uint64_t P = s.page_tokens;
+    const std::uint64_t window_pages = (std::uint64_t{s.geometry.kinds.window_tokens} + P - 1) / P;
+    h.ring_tokens = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.max_context_tokens, (window_pages + 1) * P));
+    h.ring_bytes = std::uint64_t{h.ring_tokens} * h.row_bytes;
+    h.history_bytes = (h.dense_layers - h.window_layers) * h.segment_bytes + std::uint64_t{h.window_layers} * h.ring_bytes;
+    if (s.chunk_tokens > h.ring_tokens) {
+      return invalid("--chunk-tokens",
+                     fmt::format("{} is longer than the window layers' host ring of {} tokens (window {} + a page of {}): "
+                                 "one step's new rows would overwrite each other; lower --chunk-tokens to at most {}",
+                                 s.chunk_tokens, h.ring_tokens, s.geometry.kinds.window_tokens, s.page_tokens, h.ring_tokens));
+    }
+    if (s.prefix_cache_bytes > 0) {
+      return refused("prefix_cache",
+                     fmt::format("the model has {} window layers, whose host rings keep only their last {} tokens, and the "
+                                 "prefix cache keeps whole pages of every layer: set prefix_cache to 0",
+                                 h.window_layers, h.ring_tokens));
+    }
+  }
   if (s.host_pool_bytes == 0) {
     return invalid("--host-pool", fmt::format("must be given explicitly: one history needs {} ({} segments of {})",
                                               format_bytes(h.history_bytes), h.dense_layers, format_bytes(h.segment_bytes)));
@@ -238,9 +260,11 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
     if (Status st = plan_prefix_cache(s, h); !st.ok()) return st.error();
   }
   h.segments = (h.host_pool_bytes - h.prefix_cache_bytes) / h.segment_bytes;
-  h.histories = h.segments / h.dense_layers;
+  h.histories = h.window_layers == 0 ? h.segments / h.dense_layers : (h.host_pool_bytes - h.prefix_cache_bytes) / h.history_bytes;
   h.histories = std::min<std::uint64_t>(h.histories, static_cast<std::uint64_t>(histories_with_state(s, h.history_bytes)));
-  h.leftover_segments = h.segments - h.histories * h.dense_layers;
+  h.leftover_segments = h.window_layers == 0 ? h.segments - h.histories * h.dense_layers
+                                             : (h.host_pool_bytes - h.prefix_cache_bytes - h.histories * h.history_bytes) /
+                                                   h.segment_bytes;
   if (h.histories == 0 && state_bytes_per_history(s) != 0 && h.segments >= h.dense_layers) {
     return refused("--host-pool",
                    fmt::format("host pool must be at least {} for one history: its {} segments of {} and its {} recurrent-"
@@ -248,6 +272,14 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
                                "--state-checkpoint-pages",
                                format_bytes(h.history_bytes + state_bytes_per_history(s)), h.dense_layers,
                                format_bytes(h.segment_bytes), state_checkpoints(s), format_bytes(s.geometry.recurrent_state_bytes)));
+  }
+  if (h.histories == 0 && h.window_layers != 0) {
+    return refused("--host-pool",
+                   fmt::format("host pool must be at least {} (full layers {} × segment {} + window layers {} × ring {}) for "
+                               "max context {}; {} holds no history: raise --host-pool or lower --max-context",
+                               format_bytes(h.history_bytes), h.dense_layers - h.window_layers, format_bytes(h.segment_bytes),
+                               h.window_layers, format_bytes(h.ring_bytes), s.max_context_tokens,
+                               format_bytes(h.host_pool_bytes)));
   }
   if (h.histories == 0) {
     const std::uint64_t fit_tokens = h.host_pool_bytes / (static_cast<std::uint64_t>(h.dense_layers) * h.row_bytes);

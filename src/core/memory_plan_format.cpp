@@ -96,7 +96,14 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
                        h.segments);
   }
-  if (plan.state.bytes_per_history == 0) {
+  if (h.window_layers != 0) {
+    out += fmt::format("  history_bytes     = full_layers {} × segment {} + window_layers {} × ring {} = {}\n",
+                       h.dense_layers - h.window_layers, format_bytes(h.segment_bytes), h.window_layers,
+                       format_bytes(h.ring_bytes), format_bytes(h.history_bytes));
+    out += fmt::format("  histories         = floor((host_pool {} − prefix_cache {}) / history_bytes {}) = {}\n",
+                       format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.history_bytes),
+                       h.histories);
+  } else if (plan.state.bytes_per_history == 0) {
     out += fmt::format("  histories         = floor(segments {} / dense_layers {}) = {}   ({} each)\n", h.segments,
                        h.dense_layers, h.histories, format_bytes(h.history_bytes));
   } else {
@@ -105,8 +112,10 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        h.segments, h.dense_layers, format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes),
                        format_bytes(h.history_bytes), format_bytes(plan.state.bytes_per_history), h.histories);
   }
-  out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
-                     h.dense_layers, h.leftover_segments);
+  if (h.window_layers == 0) {
+    out += fmt::format("  leftover_segments = segments {} − histories {} × dense_layers {} = {}\n", h.segments, h.histories,
+                       h.dense_layers, h.leftover_segments);
+  }
   if (h.retained_histories == 0) {
     out += fmt::format("  concurrency       = min(max_seqs {}, histories {}) = {}{}\n", h.max_seqs, h.histories,
                        h.concurrency, h.concurrency < h.max_seqs ? "   (lowered: further requests wait in the queue)" : "");

@@ -75,11 +75,19 @@ TEST(MemoryPlan, PresetsMatchAnIndependentComputation) {
     const std::uint64_t segment = 8192 * row;
     EXPECT_EQ(plan.host.segment_bytes, segment) << preset.name;
     EXPECT_EQ(plan.host.segments, largest_fitting(segment, s.host_pool_bytes)) << preset.name;
-    // A hybrid's history also holds its state checkpoints (state_plan.hpp).
-    EXPECT_EQ(plan.host.histories,
-              largest_fitting(segment * preset.geometry.dense_layers + state_bytes_per_history(s), s.host_pool_bytes))
-        << preset.name;
-    EXPECT_EQ(plan.host.leftover_segments, plan.host.segments - plan.host.histories * preset.geometry.dense_layers);
+    // A hybrid's history also holds its state checkpoints (state_plan.hpp); a window layer's share
+    // is a ring of (ceil(W / P) + 1) × P tokens (Gemma 3: 512 + 16, 1,024 + 16).
+    const std::uint32_t window = preset.geometry.kinds.window_tokens;
+    const std::uint64_t ring = window == 0 ? 0 : std::min<std::uint64_t>(8192, ((window + 15) / 16 + 1) * 16) * row;
+    const std::uint32_t windows = preset.geometry.window_layers();
+    const std::uint64_t history = segment * (preset.geometry.dense_layers - windows) + ring * windows;
+    EXPECT_EQ(plan.host.history_bytes, history) << preset.name;
+    EXPECT_EQ(plan.host.histories, largest_fitting(history + state_bytes_per_history(s), s.host_pool_bytes)) << preset.name;
+    if (windows == 0) {
+      EXPECT_EQ(plan.host.leftover_segments, plan.host.segments - plan.host.histories * preset.geometry.dense_layers);
+    } else {
+      EXPECT_EQ(plan.host.leftover_segments, (s.host_pool_bytes - plan.host.histories * history) / segment) << preset.name;
+    }
     EXPECT_EQ(plan.host.concurrency, std::min<std::uint64_t>(1000, plan.host.histories));
   }
 }
@@ -459,6 +467,70 @@ TEST(MemoryPlan, SparseSummariesAreAnArenaPartOfTheirOwn) {
   const Result<MemoryPlan> tight = make_memory_plan(s);
   ASSERT_FALSE(tight.ok());
   EXPECT_NE(tight.error().describe().find("page summaries"), std::string::npos) << tight.error().describe();
+}
+
+}  // namespace
+}  // namespace activekv
+
+namespace activekv {
+namespace {
+
+// Gemma 3 270M at 32K (18 layers, 15 of them window layers of 512, 1 KiB rows): a history is
+// 3 × 32,768 + 15 × (512 + 16) rows, and a 4 GiB pool holds 39 of them (7 with full layers).
+TEST(MemoryPlan, WindowLayersReserveRingsAndTheLayoutTilesEachHistory) {
+  MemorySettings s;
+  s.geometry = find_preset("gemma3-270m")->geometry;
+  s.max_context_tokens = 32768;
+  s.host_pool_bytes = 4 * GiB;
+  s.device_pool_bytes = 1 * GiB;
+  s.max_seqs = 64;
+  const MemoryPlan plan = make_memory_plan(s).value();
+  const HostPoolPlan& h = plan.host;
+  ASSERT_EQ(h.row_bytes, 1024u);
+  EXPECT_EQ(h.ring_tokens, 528u);
+  EXPECT_EQ(h.window_layers, 15u);
+  EXPECT_EQ(h.history_bytes, (3ull * 32768 + 15ull * 528) * 1024);
+  EXPECT_EQ(h.histories, 39u);
+  EXPECT_EQ(4 * GiB / (18ull * 32768 * 1024), 7u);
+  EXPECT_EQ(h.concurrency, 39u);
+  EXPECT_EQ(h.used_bytes, 39 * h.history_bytes);
+  // Each layer's share follows the previous one; the last ends where the next history starts.
+  for (std::uint32_t hist = 0; hist < 2; ++hist) {
+    EXPECT_EQ(h.segment_offset(hist, 0), hist * h.history_bytes);
+    for (std::uint32_t l = 0; l + 1 < 18; ++l) {
+      EXPECT_EQ(h.segment_offset(hist, l) + h.layer_bytes(l), h.segment_offset(hist, l + 1)) << l;
+    }
+    EXPECT_EQ(h.segment_offset(hist, 17) + h.layer_bytes(17), (hist + 1) * h.history_bytes);
+  }
+  // Layer 0 is a window layer (its ring wraps), layer 5 a full one.
+  EXPECT_TRUE(h.is_ring(0));
+  EXPECT_FALSE(h.is_ring(5));
+  EXPECT_EQ(h.row_offset(1, 0, 528 + 7), h.row_offset(1, 0, 7));
+  EXPECT_EQ(h.row_offset(1, 5, 528 + 7), h.row_offset(1, 5, 7) + 528 * 1024);
+  EXPECT_TRUE(h.holds(0, 1000, 1000 - 528));
+  EXPECT_FALSE(h.holds(0, 1000, 1000 - 529));
+  EXPECT_TRUE(h.holds(5, 1000, 0));
+  // A query at 1000 in a window layer sees (488, 1000]: pages from 489 / 16 = 30 on.
+  EXPECT_EQ(h.first_page_seen(0, 1000, 16), 30u);
+  EXPECT_EQ(h.first_page_seen(5, 1000, 16), 0u);
+  EXPECT_NE(format_memory_plan(plan).find("history_bytes     = full_layers 3"), std::string::npos);
+}
+
+TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndAPrefixCache) {
+  MemorySettings s;
+  s.geometry = find_preset("gemma3-270m")->geometry;
+  s.max_context_tokens = 32768;
+  s.host_pool_bytes = 4 * GiB;
+  s.device_pool_bytes = 1 * GiB;
+  s.chunk_tokens = 529;
+  Result<MemoryPlan> plan = make_memory_plan(s);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().describe().find("--chunk-tokens"), std::string::npos) << plan.error().describe();
+  s.chunk_tokens = 256;
+  s.prefix_cache_bytes = 64 << 20;
+  plan = make_memory_plan(s);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().describe().find("prefix_cache"), std::string::npos) << plan.error().describe();
 }
 
 }  // namespace

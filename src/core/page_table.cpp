@@ -286,7 +286,7 @@ const char* BudgetManager::check() const noexcept {
     std::uint64_t in_tables = 0;
     for (std::uint32_t l = 0; l < dense_layers_; ++l) {
       const LayerResidency& r = layer(s, l);
-      if (c.running && r.pages_held() > c.layer_cap) return "a layer holds more than its page cap";
+      if (c.running && r.pages_held() > layer_cap_of(s, l)) return "a layer holds more than its page cap";
       in_tables += r.pages_held();
       auto owned_by = [&](std::uint32_t page, std::uint32_t logical) {
         if (page >= pool.pages_total()) return false;

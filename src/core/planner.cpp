@@ -194,7 +194,7 @@ void ResidencyPlanner::place_tail_pages(std::uint32_t entry, std::uint32_t l) no
     AK_ASSERT(p == 0 || r.run_count == 0 || p == r.run_first + r.run_count, "the run grows by its next page");
     // At the layer's cap, or with no page to be had, the run slides: its oldest page is evicted and
     // taken back as the new tail. Sliding in place does both at once, with the same decisions.
-    if (r.pages_held() >= budgets_.context(slot).layer_cap) {
+    if (r.pages_held() >= budgets_.layer_cap_of(slot, l)) {
       if (p > 0 && budgets_.slide_run(slot, l, Reason::run_slides)) continue;
       const bool freed = budgets_.evict_one(slot, l, Reason::run_slides);
       AK_ASSERT(freed, "a layer at its cap has a page below its tail");
@@ -278,9 +278,9 @@ void ResidencyPlanner::stage_range(std::uint32_t slot, std::uint32_t layer, std:
   // A range that fits in one tile but not in what is left of the current one starts a fresh
   // tile rather than splitting: one large copy beats two, at the price of a partly empty tile.
   if (count <= a.tile_pages && page > 0 && count > a.tile_pages - page) page = a.tile_pages;
-  const std::uint32_t first_page = first;
-  const std::uint64_t host_first = mp_.host.row_offset(slot, layer, first * a.page_tokens);
   const std::uint64_t page_bytes = a.page_bytes;
+  // A window layer's ring wraps every ring_pages pages: a copy never crosses the wrap.
+  const std::uint32_t ring_pages = mp_.host.is_ring(layer) ? mp_.host.ring_tokens / a.page_tokens : 0;
   while (count > 0) {
     if (page == a.tile_pages) {
       ++rank;
@@ -291,14 +291,15 @@ void ResidencyPlanner::stage_range(std::uint32_t slot, std::uint32_t layer, std:
       rank = 0;
     }
     const std::uint32_t tile = tile_order_[rank];
-    const std::uint32_t n = std::min(count, a.tile_pages - page);
+    std::uint32_t n = std::min(count, a.tile_pages - page);
+    if (ring_pages != 0) n = std::min(n, ring_pages - first % ring_pages);
     AK_ASSERT(copy_count_ < copies_.size(), "copies sized for the worst step");
     StageCopy& copy = copies_[copy_count_++];
     copy.slot = slot;
     copy.layer = layer;
     copy.logical_first = first;
     copy.pages = n;
-    copy.host_offset = host_first + static_cast<std::uint64_t>(first - first_page) * page_bytes;  // a page is P rows
+    copy.host_offset = mp_.host.row_offset(slot, layer, first * a.page_tokens);  // n pages of P rows, contiguous
     copy.bytes = static_cast<std::uint64_t>(n) * page_bytes;
     copy.tile_slot = tile;
     copy.tile_page = page;
@@ -322,11 +323,14 @@ inline std::uint32_t ResidencyPlanner::stage_history(const LayerPlan& lp) noexce
   const std::uint32_t stage_end = lp.run_count > 0 ? lp.run_first : std::min(pages_total, 1u);
   AK_ASSERT(lp.sink_page != page_none || lp.length_before == 0 || lp.length_before >= P,
             "a missing sink is never the page a step writes");
-  // Page 0 is staged too while the sink is missing (its page was quarantined).
-  std::uint32_t cursor = lp.sink_page == page_none ? 0 : 1;
+  // Page 0 is staged too while the sink is missing (its page was quarantined). A window layer
+  // stages nothing below the first page its step's queries see (its ring no longer holds them).
+  const std::uint32_t seen = mp_.host.first_page_seen(lp.layer, lp.length_before, P);
+  std::uint32_t cursor = std::max(seen, lp.sink_page == page_none ? 0u : 1u);
   std::uint32_t staged = 0;
   for (std::uint32_t i = 0; i < lp.promoted_count; ++i) {
     const std::uint32_t q = promoted_logical_snapshot_[lp.promoted_offset + i];
+    if (q < cursor) continue;
     if (q > cursor) {
       stage_range(lp.slot, lp.layer, cursor, q - cursor);
       staged += q - cursor;
@@ -344,11 +348,12 @@ std::uint32_t ResidencyPlanner::promote(std::uint32_t slot, std::uint32_t layer,
                                         std::uint32_t copy_count) noexcept {
   ContextState& c = budgets_.context(slot);
   const LayerResidency& r = budgets_.layer(slot, layer);
-  if (r.pages_held() >= c.layer_cap) return 0;
+  const std::uint32_t cap = budgets_.layer_cap_of(slot, layer);
+  if (r.pages_held() >= cap) return 0;
   std::uint64_t grantable = c.pages_reserved;
   // Retained device pages count as free here: they hold only pages that would be free (docs/PREFIX.md).
   if (c.pages_held() < c.budget.burst_pages) grantable += std::min(c.budget.burst_pages - c.pages_held(), budgets_.pages_borrowable());
-  grantable = std::min<std::uint64_t>(grantable, c.layer_cap - r.pages_held());
+  grantable = std::min<std::uint64_t>(grantable, cap - r.pages_held());
   if (grantable == 0) return 0;
 
   // Rebuild this layer's staged ranges from its copies (a range may span several copies).

@@ -120,7 +120,7 @@ std::uint32_t BudgetManager::acquire_copy_page(std::uint32_t slot, std::uint32_t
   // history being read may be the only one): an unreserved free page, within the burst and with
   // room left in the layer for the first step's tail page.
   if (pages_unreserved() == 0 || c.pages_held() >= c.budget.burst_pages) return page_none;
-  if (layer(slot, l).pages_held() + 1 >= c.layer_cap) return page_none;
+  if (layer(slot, l).pages_held() + 1 >= layer_cap_of(slot, l)) return page_none;
   const bool grow = c.pages_held() < c.budget.target_pages;
   const PageId page = arena_.pages().allocate(PageOwner{slot, l, logical}, PageState::staging);
   AK_ASSERT(page.valid(), "an unreserved free page exists");

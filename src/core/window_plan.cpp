@@ -53,8 +53,8 @@ std::string format_window_plan(const WindowPlan& w) {
                      format_bytes(w.pool_bytes), w.histories, w.histories_full);
   out += fmt::format("  device burst      = full {} × {} pages + window {} × ring {} pages = {} pages (full layers: {})\n",
                      w.full_layers, w.pages_per_layer_max, w.window_layers, w.ring_pages, w.burst_pages, w.burst_pages_full);
-  out += "  (the KV runtime masks window layers' attention to the window; it still reserves a full segment per\n"
-         "   window layer, so concurrency and pinned bytes above are the full-layer figures)\n";
+  out += "  (the host pool above reserves the rings: a window layer's token t sits in ring slot t mod ring_tokens,\n"
+         "   and attention reads only the window, which the ring always holds)\n";
   return out;
 }
 

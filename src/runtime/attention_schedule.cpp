@@ -17,6 +17,7 @@ AttentionSchedule::AttentionSchedule(const AttentionScheduleLimits& limits) : li
   context_call_.resize(pages_max);
   context_count_.resize(limits.entries_max);
   context_entry_.resize(limits.entries_max);
+  context_first_.resize(limits.entries_max);
   calls_.resize(calls_max);
   tasks_.resize(calls_max * limits.entries_max);
   pages_.resize(pages_max);
@@ -63,7 +64,13 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
     const std::uint32_t* promoted_page = plan.promoted_page_storage.data() + lp.promoted_offset;
     std::uint32_t promoted = 0;
     std::uint32_t copy = 0;
-    for (std::uint32_t g = 0; g < n; ++g) {
+    // A window layer's pages below the first one its queries see are not read (not staged either):
+    // the context's page list starts there, the same page for every budget.
+    const std::uint32_t seen = plan.host->first_page_seen(layer, lp.length_before, page_tokens);
+    AK_ASSERT(seen < n, "attention schedule: a window's first page lies below the step's last");
+    while (promoted < lp.promoted_count && promoted_logical[promoted] < seen) ++promoted;
+    // Entries are indexed by g − seen.
+    for (std::uint32_t g = seen; g < n; ++g) {
       std::uint32_t pool_page = page_none;
       if (g == 0 && lp.sink_page != page_none) {
         pool_page = lp.sink_page;
@@ -75,9 +82,9 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
       const std::uint32_t first = g * page_tokens;
       const std::uint32_t tokens = std::min(page_tokens, lp.length_tokens - first);
       if (pool_page != page_none) {
-        pages[g] = AttentionPage{plan.page_pool_offset + std::uint64_t{pool_page} * plan.page_bytes, first, tokens};
-        keys[g] = PageKey{lp.slot, layer, g, false};
-        calls[g] = UINT32_MAX;  // decided below: the call of the next staged page above
+        pages[g - seen] = AttentionPage{plan.page_pool_offset + std::uint64_t{pool_page} * plan.page_bytes, first, tokens};
+        keys[g - seen] = PageKey{lp.slot, layer, g, false};
+        calls[g - seen] = UINT32_MAX;  // decided below: the call of the next staged page above
         ++pages_resident_;
       } else {
         while (copy < lp.copy_count && plan.copies[lp.copy_first + copy].logical_first +
@@ -89,35 +96,36 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
         AK_ASSERT(g >= c.logical_first, "attention schedule: staged copies must ascend by logical page");
         AK_ASSERT(c.pass >= pass_first_ && c.pass < pass_first_ + pass_count_,
                   "attention schedule: a page is staged in another layer's pass");
-        keys[g] = PageKey{lp.slot, layer, g, true};
+        keys[g - seen] = PageKey{lp.slot, layer, g, true};
         if (in_place_) {  // its rows in the host pool, read by the final call
-          pages[g] = AttentionPage{c.host_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens, true};
-          calls[g] = UINT32_MAX;
+          pages[g - seen] = AttentionPage{c.host_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens, true};
+          calls[g - seen] = UINT32_MAX;
         } else {
-          pages[g] = AttentionPage{c.device_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens};
-          calls[g] = c.pass - pass_first_;
+          pages[g - seen] = AttentionPage{c.device_offset + std::uint64_t{g - c.logical_first} * plan.page_bytes, first, tokens};
+          calls[g - seen] = c.pass - pass_first_;
         }
         ++pages_staged_;
       }
       if constexpr (ak_expensive_asserts) {
         [[maybe_unused]] const PageLocation loc = plan.locate(lp, g);
         AK_EXPENSIVE_ASSERT(loc.kind != PageLocation::Kind::absent &&
-                                (pages[g].host_pool || loc.device_offset == pages[g].arena_offset),
+                                (pages[g - seen].host_pool || loc.device_offset == pages[g - seen].arena_offset),
                             "attention schedule: the walk disagrees with StepPlan::locate");
       }
     }
     // A resident page joins the call of the nearest staged page above it, or the final call.
     std::uint32_t next = final_call;
-    for (std::uint32_t g = n; g-- > 0;) {
-      if (calls[g] == UINT32_MAX) {
-        calls[g] = next;
+    for (std::uint32_t g = n; g-- > seen;) {
+      if (calls[g - seen] == UINT32_MAX) {
+        calls[g - seen] = next;
       } else {
-        AK_ASSERT(calls[g] <= next, "attention schedule: passes must follow ascending page order");
-        next = calls[g];
+        AK_ASSERT(calls[g - seen] <= next, "attention schedule: passes must follow ascending page order");
+        next = calls[g - seen];
       }
     }
-    context_count_[i] = n;
+    context_count_[i] = n - seen;
     context_entry_[i] = lp.entry;
+    context_first_[i] = seen;
   }
 
   // Calls in order; within a call, tasks in entry order, each a slice of its context's pages
@@ -159,10 +167,11 @@ void AttentionSchedule::build(const StepPlan& plan, std::uint32_t layer, std::ui
         kept = count;
       } else {
         for (std::uint32_t j = 0; j < count; ++j) {
-          if (keep[base + j] == 0) continue;
+          const std::size_t k = base + context_first_[i] + j;  // keep is indexed by logical page
+          if (keep[k] == 0) continue;
           pages_[page_count_ + kept] = context_pages_[base + j];
           keys_[page_count_ + kept] = context_keys_[base + j];
-          heads_[page_count_ + kept] = keep[base + j];
+          heads_[page_count_ + kept] = keep[k];
           ++kept;
         }
         if (kept == 0) continue;

@@ -104,6 +104,7 @@ class AttentionSchedule {
   std::vector<std::uint32_t> context_call_;   // call index of each page
   std::vector<std::uint32_t> context_count_;  // pages per context
   std::vector<std::uint32_t> context_entry_;
+  std::vector<std::uint32_t> context_first_;  // per context: its first logical page read (a window layer's)
   std::vector<AttentionCall> calls_;
   std::vector<AttentionTask> tasks_;
   std::vector<AttentionPage> pages_;

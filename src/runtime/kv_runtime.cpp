@@ -199,6 +199,19 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
                                   "backend's attention kernel has no window: run the model on the host backend",
                                   g.window_layers(), g.dense_layers, g.kinds.window_tokens, backend.name()));
   }
+  if (g.window_layers() != 0 && settings.sparse.enabled()) {
+    return make_error(ErrorCode::unsupported, "--sparse-pages",
+                      fmt::format("{} of the {} dense layers attend to a sliding window and keep only a ring of {} tokens "
+                                  "on the host; sparse page selection covers full-history layers only: run exact "
+                                  "(drop --sparse-pages)",
+                                  g.window_layers(), g.dense_layers, plan->host.ring_tokens));
+  }
+  if (g.window_layers() != 0 && settings.tier != nullptr) {
+    return make_error(ErrorCode::unsupported, "kv_tier",
+                      fmt::format("{} of the {} dense layers keep only a ring of {} tokens on the host, and the KV "
+                                  "tier stores whole histories: run this model without a tier",
+                                  g.window_layers(), g.dense_layers, plan->host.ring_tokens));
+  }
   auto runtime = std::make_unique<KvRuntimeImpl>(settings, plan.value(), backend);
   if (Status s = runtime->warm_up(); !s.ok()) return s.error();
   return std::unique_ptr<KvRuntime>(std::move(runtime));

@@ -15,6 +15,7 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   if (Status s = budgets_.check_request(tokens_max); !s.ok()) return s.error();
   if (tier_ != nullptr) release_tier_leases();
   runtime::PrefixMatch match = local_prefix(prompt);
+  match = clamp_to_rings(match);
   // In place only when the prompt takes the whole retained prefix (a conversation's follow-up):
   // adopting a shorter part in place would cut the rest of that history. Otherwise admission takes
   // another free history and the matched pages are copied (from a free or a running history).
@@ -68,6 +69,27 @@ runtime::PrefixMatch KvRuntimeImpl::local_prefix(std::span<const std::int32_t> p
     match = prefix_->longest(prompt, pages_max);
   }
   return match;
+}
+
+// Window layers keep a ring on the host (memory_plan.hpp): the next query after a match at M
+// reads that layer's pages from first_page_seen(M) on, so the source history's rings must still
+// hold them. A match they do not cover is recomputed (counted, logged), never read from
+// overwritten ring slots. A retained history may hold a partial page past its prefix.
+runtime::PrefixMatch KvRuntimeImpl::clamp_to_rings(runtime::PrefixMatch match) noexcept {
+  if (match.pages == 0 || plan_.host.ring_tokens == 0) return match;
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const ContextState& source = budgets_.context(match.slot);
+  const std::uint64_t written_end = source.running ? std::uint64_t{source.length_tokens}
+                                                   : (std::uint64_t{prefix_->pages(match.slot)} + 1) * P;
+  const std::uint32_t M = match.pages * P;
+  std::uint32_t first_needed = UINT32_MAX;
+  for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+    if (plan_.host.is_ring(l)) first_needed = std::min(first_needed, plan_.host.first_page_seen(l, M, P) * P);
+  }
+  if (written_end <= first_needed || written_end - first_needed <= plan_.host.ring_tokens) return match;
+  ++counters_.prefix_ring_recomputed;
+  record_prefix(DecisionKind::drop_retained, Reason::ring_not_covering, match.slot, match.pages);
+  return runtime::PrefixMatch{};
 }
 
 std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
@@ -131,8 +153,9 @@ std::uint32_t KvRuntimeImpl::settle_admission(ContextId context, runtime::Prefix
       const std::span<std::byte> host = backend_.host_pool();
       const std::size_t bytes = std::size_t{match.pages} * P * plan_.host.row_bytes;
       for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+        // A window layer's ring is copied whole: slot t mod ring_tokens is the same in both histories.
         std::memcpy(host.data() + plan_.host.row_offset(slot, l, 0), host.data() + plan_.host.row_offset(match.slot, l, 0),
-                    bytes);
+                    plan_.host.is_ring(l) ? plan_.host.ring_bytes : bytes);
       }
       adoption_[slot] = Adoption{match.pages, true, retained_request_[match.slot]};
       ++counters_.prefix_copies;
@@ -285,6 +308,8 @@ std::span<const std::byte> KvRuntimeImpl::host_row(ContextId context, std::uint3
   AK_ASSERT(budgets_.current(context), "kv runtime: host_row() of a context that is not running");
   AK_ASSERT(layer < plan_.geometry.dense_layers, "kv runtime: host_row() layer out of range");
   AK_ASSERT(token < budgets_.context(context.slot).length_tokens, "kv runtime: host_row() token not written");
+  AK_ASSERT(plan_.host.holds(layer, budgets_.context(context.slot).length_tokens, token),
+            "kv runtime: host_row() of a window layer's token its ring no longer holds");
   const std::uint64_t offset = plan_.host.row_offset(context.slot, layer, token);
   return backend_.host_pool().subspan(offset, plan_.host.row_bytes);
 }

@@ -273,6 +273,8 @@ class KvRuntimeImpl final : public KvRuntime {
   // slot's own retained prefix, if any, is dropped. Returns the tokens adopted.
   // device_pages: the retained device pages the budget manager handed over with the history.
   std::uint32_t settle_admission(ContextId context, runtime::PrefixMatch match, std::uint32_t device_pages) noexcept;
+  // Window layers: a match the source history's host rings no longer cover becomes no match.
+  runtime::PrefixMatch clamp_to_rings(runtime::PrefixMatch match) noexcept;
   // Mirrors the budget manager's retained-device-page counters into counters_.
   void sync_retained_counters() noexcept;
   // ---- device retention (device_retention.cpp; docs/PREFIX.md, "Device side") ----
