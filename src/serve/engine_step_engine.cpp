@@ -94,6 +94,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // Applied with or without reuse, so --no-prefix-reuse keeps the same concurrency (the extra
   // histories then stay empty).
   memory.retained_histories = c.retained_histories;
+  memory.state_checkpoint_pages = c.state_checkpoint_pages;
   memory.prefix_cache_bytes = c.prefix_reuse ? c.prefix_cache_bytes : 0;  // the cache serves prefix reuse only
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",
@@ -265,6 +266,10 @@ void EngineStepEngine::finish(ContextHandle context) {
 }
 void EngineStepEngine::cancel(ContextHandle context) { parts_->runtime->cancel(to_runtime(context)); }
 
+std::uint32_t EngineStepEngine::tokens_to_checkpoint(ContextHandle context) const {
+  return parts_->runtime->tokens_to_checkpoint(to_runtime(context));
+}
+
 Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) {
   Parts& p = *parts_;
   AK_ASSERT(batch.size() <= p.inputs.size(), "EngineStepEngine::step: more entries than max_seqs");
@@ -294,7 +299,9 @@ ContextPages EngineStepEngine::pages(ContextHandle context) const {
   const Explanation x = parts_->runtime->explain(to_runtime(context));
   return ContextPages{static_cast<std::uint32_t>(x.pages_assigned + x.pages_reserved),
                       static_cast<std::uint32_t>(x.budget.floor_pages), static_cast<std::uint32_t>(x.budget.target_pages),
-                      static_cast<std::uint32_t>(x.budget.burst_pages)};
+                      static_cast<std::uint32_t>(x.budget.burst_pages),
+                      x.state_bytes, x.recurrent_slot, x.state_restored_tokens, x.state_checkpoints_held,
+                      x.state_checkpoint_newest};
 }
 
 EngineCounters EngineStepEngine::counters() const {
