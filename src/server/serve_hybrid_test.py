@@ -84,6 +84,24 @@ def check_run(binary, model, tmp):
           f"run: the stranger adopted the shared prompt up to a checkpoint ({on['b1']['reused_tokens']} tokens)")
 
 
+def check_refusals(binary, model, tmp):
+    """What a hybrid cannot use yet is said, not silently dropped: the prefix cache (a plan note) and the tier (refused)."""
+    config = os.path.join(tmp, "cache.json")
+    with open(config, "w") as f:
+        json.dump({**CONFIG, "prefix_cache": "16MiB"}, f)
+    trace = os.path.join(tmp, "one.jsonl")
+    with open(trace, "w") as f:
+        f.write(json.dumps({"id": "x", "arrival_s": 0, "prompt": "Hello", "max_tokens": 2}) + "\n")
+    p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 0 and "the cache keeps no recurrent-state checkpoints yet" in p.stdout,
+          "run: the plan says a hybrid's prefix cache stays unused")
+    p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace, "--kv-tier",
+                        "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=300)
+    check(p.returncode != 0 and "kv_tier" in p.stderr and "hybrid" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+          f"run: a tier with a hybrid model is refused in one line naming kv_tier ({p.stderr.strip()[:200]})")
+
+
 def chat(server, messages, max_tokens):
     status, _, payload = server.request("POST", "/v1/chat/completions",
                                         {"messages": messages, "max_tokens": max_tokens, "temperature": 0})
@@ -157,6 +175,7 @@ def main():
             print("make_arch_model.py failed:", made.stderr)
             return 1
         check_run(binary, model, tmp)
+        check_refusals(binary, model, tmp)
         check_serve(binary, model, tmp)
     if failures:
         print(f"{len(failures)} failures", flush=True)
