@@ -92,6 +92,10 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        "finished histories, at their real length\n",
                        format_bytes(h.prefix_cache_bytes), format_bytes(h.prefix_cache_page_bytes), h.prefix_cache_pages,
                        std::uint64_t{h.prefix_cache_pages} * (h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers));
+    if (plan.state.enabled()) {
+      out += "                      (a hybrid model: the cache keeps no recurrent-state checkpoints yet, so no prompt could "
+             "adopt its pages; it stays unused: set prefix_cache 0 to give its bytes to histories)\n";
+    }
     out += fmt::format("  segments          = floor((host_pool {} − prefix_cache {}) / segment_bytes {}) = {}\n",
                        format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
                        h.segments);

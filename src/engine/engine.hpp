@@ -55,6 +55,13 @@ class Engine {
   // Entry e's logits from the last step (config().vocab floats), empty if not wanted.
   std::span<const float> logits(std::uint32_t entry) const noexcept { return forward_->logits(entry); }
 
+  // The context's length (tokens in its KV: an adopted prefix's, before its first step).
+  std::uint32_t length(ContextId context) const { return kv_->length(context); }
+  // Where a hybrid's state is checkpointed for prefix reuse (KvAccess::note_prompt,
+  // tokens_to_checkpoint): a caller that cuts prefill chunks there keeps the checkpoints.
+  void note_prompt(ContextId context, std::uint32_t prompt_tokens) { kv_->note_prompt(context, prompt_tokens); }
+  std::uint32_t tokens_to_checkpoint(ContextId context) const { return kv_->tokens_to_checkpoint(context); }
+
   const PhaseTimes& times() const noexcept { return forward_->times(); }
   void reset_times() noexcept { forward_->reset_times(); }
   Isa isa() const noexcept { return forward_->isa(); }

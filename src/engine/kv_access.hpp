@@ -48,6 +48,16 @@ class KvAccess {
     (void)context;
     return make_error(ErrorCode::unsupported, "recurrent state", "this KV holds no recurrent state");
   }
+  // Prefix reuse for a hybrid (KvRuntime::note_prompt, tokens_to_checkpoint): the prompt's length,
+  // so the KV keeps a checkpoint of the state at the prompt's last whole page; and the tokens a
+  // context may append before the next position where the KV checkpoints its state, so a caller
+  // cuts its prefill chunk there. A KV that keeps no checkpoints ignores the one, answers
+  // UINT32_MAX to the other.
+  virtual void note_prompt(ContextId context, std::uint32_t prompt_tokens) { (void)context, (void)prompt_tokens; }
+  virtual std::uint32_t tokens_to_checkpoint(ContextId context) const {
+    (void)context;
+    return UINT32_MAX;
+  }
   // The engine's threads, for the KV's own parallel work between the forward pass's regions (the
   // sparse selection's bound); null takes them back. Between steps only; nothing by default.
   virtual void share_threads(ThreadPool* pool) { (void)pool; }

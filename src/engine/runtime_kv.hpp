@@ -42,6 +42,12 @@ class RuntimeKv final : public KvAccess {
   Status end_step() override { return runtime_.end_step(); }
   // The context's slot in the arena's recurrent part (KvRuntime::recurrent_state).
   Result<std::span<std::byte>> recurrent_state(ContextId context) override { return runtime_.recurrent_state(context); }
+  void note_prompt(ContextId context, std::uint32_t prompt_tokens) override {
+    runtime_.note_prompt(context, prompt_tokens);
+  }
+  std::uint32_t tokens_to_checkpoint(ContextId context) const override {
+    return runtime_.tokens_to_checkpoint(context);
+  }
   // The runtime borrows the pool for the sparse selection's bound (KvRuntime::set_parallel).
   void share_threads(ThreadPool* pool) override;
 

@@ -40,6 +40,7 @@ void SwarmSummary::add(const SeedReport& r) {
   follow_ups += r.follow_ups, adoptions += r.adoptions, tokens_reused += r.tokens_reused;
   device_pages_handed_over += r.device_pages_handed_over, device_pages_copied += r.device_pages_copied;
   prefix_cache_hits += r.prefix_cache_hits;
+  hybrid_seeds += r.hybrid ? 1 : 0, states_verified += r.states_verified, state_restores += r.state_restores;
   faults.late += r.faults.late, faults.failed_fences += r.faults.failed_fences;
   faults.unknown_fences += r.faults.unknown_fences, faults.failed_copies += r.faults.failed_copies;
   faults.torn_copies += r.faults.torn_copies, faults.poisoned += r.faults.poisoned;
@@ -77,6 +78,9 @@ std::string format_summary(const SwarmSummary& s, double seconds) {
                      s.device_pages_handed_over, s.device_pages_copied);
   out += fmt::format("prefix cache         {} admissions copied pages from the host prefix cache (rows checked)\n",
                      s.prefix_cache_hits);
+  out += fmt::format("hybrid               {} seeds; {} recurrent states checked at a step's start, {} restored from "
+                     "a checkpoint on adopt\n",
+                     s.hybrid_seeds, s.states_verified, s.state_restores);
   out += fmt::format("corrupted            {}\n", s.corrupted);
   out += fmt::format("trace hash           {:016x}\n", s.trace_hash);
   return out;

@@ -81,6 +81,9 @@ struct SeedReport {
   std::uint64_t device_pages_handed_over = 0;  // retained device pages taken over in place by adopting contexts
   std::uint64_t device_pages_copied = 0;       // prefix pages copied device to device on adopt
   std::uint64_t prefix_cache_hits = 0;         // admissions that copied pages from the host prefix cache (rows checked)
+  bool hybrid = false;                         // contexts carry a recurrent state (a toy recurrence, checked)
+  std::uint64_t states_verified = 0;           // steps' contexts whose recurrent state equalled the toy state
+  std::uint64_t state_restores = 0;            // adoptions whose state came from a host checkpoint
   FaultTally faults;
   std::string violation;                 // empty when every invariant held
   bool ok() const { return violation.empty(); }
@@ -104,6 +107,7 @@ struct SwarmSummary {
   std::uint64_t contexts_recovered = 0, contexts_lost = 0, corrupted = 0;
   std::uint64_t follow_ups = 0, adoptions = 0, tokens_reused = 0, device_pages_handed_over = 0, device_pages_copied = 0;
   std::uint64_t prefix_cache_hits = 0;
+  std::uint64_t hybrid_seeds = 0, states_verified = 0, state_restores = 0;
   FaultTally faults;
   std::uint64_t trace_hash = 0;  // all seeds' hashes folded in order
 

@@ -110,6 +110,7 @@ void SeedRun::draw() {
     r.sums.resize(g.dense_layers);
   }
   draw_serve_pattern(floor_pages, pages);
+  draw_hybrid();
   report_.requests = requests_.size();
   trace(g.dense_layers), trace(g.kv_heads), trace(g.head_dim), trace(m.page_tokens), trace(m.tile_tokens);
   trace(m.max_seqs), trace(m.device_pool_bytes), trace(n);
@@ -146,6 +147,24 @@ void SeedRun::draw_serve_pattern(std::uint64_t floor_pages, std::uint64_t pages)
     r.sums.resize(m.geometry.dense_layers);
     requests_.push_back(std::move(r));
   }
+}
+
+// Hybrid contexts (docs/RUNTIME.md "Recurrent state") in about one seed of three, from their own
+// generator so that every other draw of the seed is what it was before: a recurrent state of 16 to
+// 96 bytes per context (a toy recurrence, swarm_seed_run.hpp), one device slot per context that may
+// run after the page pool (so the pool keeps exactly its pages), and with prefix reuse the host
+// checkpoints of every history slot, one every K pages for a drawn K (0 to 3).
+void SeedRun::draw_hybrid() {
+  std::mt19937_64 hybrid_rng(report_.seed ^ 0x4B7B41Dull);
+  if (hybrid_rng() % 3 != 0) return;
+  report_.hybrid = true;
+  MemorySettings& m = settings_.memory;
+  m.geometry.recurrent_state_bytes = 8 * (2 + hybrid_rng() % 11);
+  m.state_checkpoint_pages = static_cast<std::uint32_t>(hybrid_rng() % 4);
+  m.state_checkpoints = settings_.prefix_reuse;  // as KvRuntime::create() sets it
+  m.host_pool_bytes += std::uint64_t{m.max_seqs + m.retained_histories} * state_bytes_per_history(m);
+  const std::uint64_t slots = std::uint64_t{m.max_seqs} * m.geometry.recurrent_state_bytes;
+  m.device_pool_bytes += (slots + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes;
 }
 
 }  // namespace activekv::reliability::detail

@@ -76,6 +76,11 @@ void SeedRun::adopted(Request& r, std::uint32_t reused) {
     reference_->append(r.reference, l, r.k[l].data(), r.v[l].data(), reused);
   }
   r.length = reused;
+  if (!r.recurrent.empty()) {  // the state the adopted checkpoint must hold: the toy state at `reused`
+    std::fill(r.recurrent.begin(), r.recurrent.end(), std::byte{0});
+    for (std::uint32_t t = 0; t < reused; ++t) fold_state(r.recurrent, r.tokens[t], t);
+    ++report_.state_restores;
+  }
   if (!verify_rows(r, 0, reused)) {
     ++report_.corrupted;
     return fail(fmt::format("request {}: an adopted row differs from its conversation's row", r.id));
@@ -110,9 +115,14 @@ void SeedRun::open(Request& r) {
     return fail("open_context refused a request within --max-context: " + result.error().describe());
   }
   request_of_.push_back(static_cast<std::uint32_t>(&r - requests_.data()));
+  if (fresh && settings_.memory.geometry.recurrent_state_bytes != 0)
+    r.recurrent.assign(settings_.memory.geometry.recurrent_state_bytes, std::byte{0});
   if (result->outcome == AdmitOutcome::admitted) {
     opened(r, result->handle);
     if (reused > 0) adopted(r, reused);
+    // A restore whose copy failed leaves the context faulted: recovered from its (adopted) rows
+    // and replayed, its state recomputed, like any context a fault reached.
+    if (violation_.empty() && reused > 0 && device_.runtime->faulted(r.handle)) recover(r);
   } else {
     r.state = Request::State::queued;
   }
@@ -125,7 +135,10 @@ void SeedRun::sync_admitted() {
     for (std::uint32_t i = 0; i < n; ++i) {
       const std::uint64_t key = admitted[i].request_id / 64 - 1;
       if (key >= request_of_.size()) return fail("take_admitted returned an unknown request");
-      opened(requests_[request_of_[key]], admitted[i].handle);
+      Request& r = requests_[request_of_[key]];
+      opened(r, admitted[i].handle);
+      // Admitted from the queue without its prompt: the runtime learns where the prompt ends.
+      if (r.length == 0 && !r.needs_replay) device_.runtime->note_prompt(r.handle, r.prompt_tokens);
     }
     if (n < 8) return;
   }
@@ -192,6 +205,7 @@ bool SeedRun::replay(Request& r) {
       fail("a replay step was refused: " + s.error().describe());
       return false;
     }
+    fold_steps_state(r.handle, r, done, n);  // the state is recomputed from zero with the rows
     for (std::uint32_t l = 0; s.ok() && l < g.dense_layers; ++l) {
       s = rt.write_kv(l, r.k[l].data() + done * kv_, r.v[l].data() + done * kv_);
       const Status none = rt.attend_none(l);
@@ -225,6 +239,31 @@ bool SeedRun::replay(Request& r) {
   }
   r.needs_replay = false;
   return true;
+}
+
+// Inside a step: the context's recurrent state must be the toy state after the request's `length`
+// tokens (what it started empty with, adopted from a checkpoint, or was replayed to). No allocation.
+bool SeedRun::check_state(const Request& r, ContextId handle) {
+  if (r.recurrent.empty()) return true;
+  Result<std::span<std::byte>> state = device_.runtime->recurrent_state(handle);
+  if (!state.ok()) {
+    fail("recurrent_state refused a context of the open step: " + state.error().describe());
+    return false;
+  }
+  ++report_.states_verified;
+  if (state->size() == r.recurrent.size() && std::memcmp(state->data(), r.recurrent.data(), r.recurrent.size()) == 0) return true;
+  ++report_.corrupted;
+  fail(fmt::format("request {}: its recurrent state at a step's start is not the state after its {} tokens", r.id,
+                   r.length));
+  return false;
+}
+
+// Inside a step: tokens [first, first + n) of the request fold into the context's state.
+void SeedRun::fold_steps_state(ContextId handle, const Request& r, std::uint32_t first, std::uint32_t n) {
+  if (r.recurrent.empty()) return;
+  Result<std::span<std::byte>> state = device_.runtime->recurrent_state(handle);
+  if (!state.ok()) return fail("recurrent_state refused a context of the open step: " + state.error().describe());
+  for (std::uint32_t t = first; t < first + n; ++t) fold_state(*state, r.tokens[t], t);
 }
 
 }  // namespace activekv::reliability::detail

@@ -20,11 +20,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "activekv/memory_plan.hpp"
+#include "activekv/state_plan.hpp"
 #include "backends/host/host_backend.hpp"
 #include "runtime/element_codec.hpp"
 #include "runtime/reference_kv.hpp"
@@ -43,6 +45,24 @@ inline std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
   }
   return h;
 }
+// Hybrid seeds: a toy recurrence stands in for a model's recurrent layers. Every token at position p
+// folds into every 64-bit word of the state, so the state after n tokens is a function of exactly
+// those n tokens, and a lost, stale or misplaced byte shows (as in runtime recurrent_state_test).
+inline std::uint64_t state_mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+inline void fold_state(std::span<std::byte> state, std::int32_t token, std::uint32_t position) {
+  for (std::size_t i = 0; i < state.size() / 8; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, state.data() + 8 * i, 8);
+    w = state_mix(w ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(token)) << 20) ^ position ^ (i << 56));
+    std::memcpy(state.data() + 8 * i, &w, 8);
+  }
+}
+
 inline std::uint64_t fnv_u64(std::uint64_t h, std::uint64_t x) { return fnv(h, &x, sizeof x); }
 constexpr std::uint64_t fnv_basis = 14695981039346656037ull;
 
@@ -71,6 +91,7 @@ struct Request {
   std::uint32_t pre_len = 0;
   std::vector<std::vector<float>> pre_k, pre_v;   // [layer]: pre_len × kv elements
   std::vector<std::vector<std::uint64_t>> pre_sums;
+  std::vector<std::byte> recurrent;               // hybrid seeds: the toy state after `length` tokens
 };
 
 struct Device {
@@ -105,6 +126,7 @@ class SeedRun {
   // ---- the seed's draw (swarm_draw.cpp)
   void draw();
   void draw_serve_pattern(std::uint64_t floor_pages, std::uint64_t pages);
+  void draw_hybrid();
 
   // ---- devices (swarm_devices.cpp)
   bool open_device(bool faulty);
@@ -124,6 +146,8 @@ class SeedRun {
   void release(Request& r, bool finished);
   void recover(Request& r);
   bool replay(Request& r);
+  bool check_state(const Request& r, ContextId handle);
+  void fold_steps_state(ContextId handle, const Request& r, std::uint32_t first, std::uint32_t n);
 
   // ---- steps and the run (swarm_step.cpp)
   bool step_once();

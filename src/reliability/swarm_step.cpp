@@ -24,7 +24,8 @@ bool SeedRun::step_once() {
       if (!chance(75)) continue;
       const std::uint32_t room = r.tokens_max - r.length;
       const std::uint32_t n = r.length < r.prompt_tokens
-                                  ? std::min({room, r.prompt_tokens - r.length, uniform(1, settings_.memory.chunk_tokens)})
+                                  ? std::min({room, r.prompt_tokens - r.length, uniform(1, settings_.memory.chunk_tokens),
+                                              rt.tokens_to_checkpoint(r.handle)})
                                   : 1u;
       entries_.push_back(StepEntry{r.handle, n});
       chosen_.push_back(i);
@@ -67,6 +68,11 @@ bool SeedRun::step_once() {
   if (!s.ok()) {
     fail("begin_step refused a well-formed step: " + s.error().describe());
     return true;
+  }
+  // Hybrid seeds: each context's state is checked, then the step's tokens fold into it.
+  for (std::size_t e = 0; e < entries_.size() && violation_.empty(); ++e) {
+    const Request& r = requests_[chosen_[e]];
+    if (check_state(r, entries_[e].context)) fold_steps_state(entries_[e].context, r, r.length, entries_[e].tokens_new);
   }
   for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
     if (lose && l == lose_device_layer_) {
@@ -161,6 +167,7 @@ bool SeedRun::step_once() {
       r.v[l].insert(r.v[l].end(), v, v + n * kv_);
       for (std::uint32_t t = 0; t < n; ++t) r.sums[l].push_back(row_sum(k + t * kv_, v + t * kv_));
     }
+    for (std::uint32_t t = r.length; t < r.length + n && !r.recurrent.empty(); ++t) fold_state(r.recurrent, r.tokens[t], t);
     r.length += n;
     row += n;
     const bool cancelled = cancel_mid_step && e == 0;
@@ -199,7 +206,9 @@ void SeedRun::compose_serve_step() {
       if (r.state != Request::State::running || r.needs_replay || r.length >= r.tokens_max) continue;
       if ((r.length < r.prompt_tokens) != (prefill == 1)) continue;
       const std::uint32_t n =
-          prefill == 1 ? std::min({r.prompt_tokens - r.length, settings_.memory.chunk_tokens, budget}) : 1u;
+          prefill == 1 ? std::min({r.prompt_tokens - r.length, settings_.memory.chunk_tokens, budget,
+                                   device_.runtime->tokens_to_checkpoint(r.handle)})
+                       : 1u;
       entries_.push_back(StepEntry{r.handle, n});
       chosen_.push_back(i);
       budget -= n;

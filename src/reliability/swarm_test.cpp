@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -65,6 +66,36 @@ TEST(Swarm, QuickSwarmHoldsEveryInvariant) {
   // Sparse staging only the selected pages: pages left unstaged, misses copied in attend.
   EXPECT_GT(summary.sparse_pages_skipped, 0u);
   EXPECT_GT(summary.sparse_pages_missed, 0u);
+  // Hybrid contexts: states checked at every step's start, restored from checkpoints on adopt.
+  EXPECT_GT(summary.hybrid_seeds, 0u);
+  EXPECT_GT(summary.states_verified, 0u);
+  EXPECT_GT(summary.state_restores, 0u);
+}
+
+// The hybrid seeds alone (a recurrent state per context, checkpoints on the host): every fault
+// class reached them, and none lost or corrupted a context.
+TEST(Swarm, HybridSeedsMeetEveryFaultClassAndLoseNothing) {
+  const std::uint64_t seeds = std::min<std::uint64_t>(seeds_from_environment(), 900);  // ~300 hybrid seeds
+  SwarmSummary hybrid;
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
+    const SeedReport report = run_seed(seed);
+    ASSERT_TRUE(report.ok()) << "seed " << seed << ": " << report.violation << "\nreplay: " << replay_command(seed);
+    if (report.hybrid) hybrid.add(report);
+  }
+  std::printf("hybrid seeds:\n%s", format_summary(hybrid, 0.0).c_str());
+  EXPECT_GT(hybrid.seeds, seeds / 5);
+  EXPECT_EQ(hybrid.corrupted, 0u);
+  EXPECT_EQ(hybrid.contexts_lost, 0u);
+  EXPECT_GT(hybrid.states_verified, 0u);
+  EXPECT_GT(hybrid.state_restores, 0u);
+  EXPECT_GT(hybrid.adoptions, 0u);
+  EXPECT_GT(hybrid.contexts_recovered, 0u);
+  EXPECT_GT(hybrid.faults.failed_copies, 0u);
+  EXPECT_GT(hybrid.faults.failed_fences, 0u);
+  EXPECT_GT(hybrid.faults.unknown_fences, 0u);
+  EXPECT_GT(hybrid.faults.late, 0u);
+  EXPECT_GT(hybrid.faults.device_losses, 0u);
+  EXPECT_GT(hybrid.faults.warmup_refusals, 0u);
 }
 
 TEST(Swarm, ASeedDeterminesItsRunExactly) {

@@ -96,6 +96,7 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // Applied with or without reuse, so --no-prefix-reuse keeps the same concurrency (the extra
   // histories then stay empty).
   memory.retained_histories = c.retained_histories;
+  memory.state_checkpoint_pages = c.state_checkpoint_pages;
   memory.prefix_cache_bytes = c.prefix_reuse ? c.prefix_cache_bytes : 0;  // the cache serves prefix reuse only
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",
@@ -119,6 +120,12 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
   identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();
   kvs.model_identity = identity == 0 ? 1 : identity;
+  if (!c.kv_tier.empty() && memory.geometry.recurrent_state_bytes != 0) {
+    return make_error(ErrorCode::unsupported, "kv_tier (--kv-tier)",
+                      fmt::format("the shared KV tier does not carry a hybrid model's recurrent-state checkpoints yet "
+                                  "({} has {} recurrent layers): a block from it could not be adopted; remove kv_tier",
+                                  s.model_path, mc.recurrent_layers));
+  }
   if (!c.kv_tier.empty()) {
     auto store = tier::parse_tier_url(c.kv_tier, "kv_tier (--kv-tier)");
     if (!store) return store.error();
@@ -270,6 +277,10 @@ void EngineStepEngine::finish(ContextHandle context) {
 }
 void EngineStepEngine::cancel(ContextHandle context) { parts_->runtime->cancel(to_runtime(context)); }
 
+std::uint32_t EngineStepEngine::tokens_to_checkpoint(ContextHandle context) const {
+  return parts_->runtime->tokens_to_checkpoint(to_runtime(context));
+}
+
 Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) {
   Parts& p = *parts_;
   AK_ASSERT(batch.size() <= p.inputs.size(), "EngineStepEngine::step: more entries than max_seqs");
@@ -308,7 +319,9 @@ ContextPages EngineStepEngine::pages(ContextHandle context) const {
   const Explanation x = parts_->runtime->explain(to_runtime(context));
   return ContextPages{static_cast<std::uint32_t>(x.pages_assigned + x.pages_reserved),
                       static_cast<std::uint32_t>(x.budget.floor_pages), static_cast<std::uint32_t>(x.budget.target_pages),
-                      static_cast<std::uint32_t>(x.budget.burst_pages)};
+                      static_cast<std::uint32_t>(x.budget.burst_pages),
+                      x.state_bytes, x.recurrent_slot, x.state_restored_tokens, x.state_checkpoints_held,
+                      x.state_checkpoint_newest};
 }
 
 EngineCounters EngineStepEngine::counters() const {

@@ -55,6 +55,7 @@ class EngineStepEngine final : public StepEngine {
   void set_sampling(ContextHandle context, const SamplingSettings& sampling) override;
   void finish(ContextHandle context) override;
   void cancel(ContextHandle context) override;
+  std::uint32_t tokens_to_checkpoint(ContextHandle context) const override;
   Status step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) override;
   ContextPages pages(ContextHandle context) const override;
   EngineCounters counters() const override;

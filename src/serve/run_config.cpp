@@ -87,7 +87,7 @@ constexpr std::uint32_t kv_tier_lookups_max = 64;
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "prefix_cache", "comment"};
+                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "prefix_cache", "state_checkpoint_pages", "comment"};
 
 // The sparse key: "exact", or an object (docs/SPARSE.md "Configuration").
 Status read_sparse(const json& value, SparseSettings& out, std::string_view source) {
@@ -213,7 +213,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories, prefix_cache)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories, prefix_cache, state_checkpoint_pages)");
     }
   }
   RunConfig config;
@@ -232,6 +232,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
                    read_count(object, "prefill_chunk_tokens", config.prefill_chunk_tokens, source, true, 1),
                    read_count(object, "threads", config.threads, source, true, 1),
                    read_count(object, "max_queue", config.max_queue, source, false, 0),
+                   read_count(object, "state_checkpoint_pages", config.state_checkpoint_pages, source, false, 0),
                    read_count(object, "retained_histories", config.retained_histories, source, false, 0,
                               retained_histories_max,
                               fmt::format(": {}; lower retained_histories", retained_histories_why))}) {

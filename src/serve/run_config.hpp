@@ -36,6 +36,10 @@ struct RunConfig {
   // pool must hold concurrency + retained_histories. Applied with or without prefix_reuse (the same
   // concurrency either way; without reuse the extra histories stay empty).
   std::uint32_t retained_histories = 0;
+  // Hybrid models (docs/RUNTIME.md "Recurrent state"): with prefix_reuse, each history also keeps a
+  // checkpoint of the recurrent state every K pages (the plan's host formula counts their bytes);
+  // 0: only at the newest page boundary and the prompt's last whole page. Ignored without state.
+  std::uint32_t state_checkpoint_pages = 0;
   // The host prefix cache (docs/PREFIX.md): finished histories' full pages kept at their real
   // length in this part of the host pool (host_pool must hold it and the histories); 0: none.
   // Used only with prefix_reuse.

@@ -136,6 +136,20 @@ TEST(RunConfig, RetainedHistoriesDefaultToNoneParseAndRefuseOutOfRange) {
   EXPECT_EQ(most->retained_histories, 1024u);
 }
 
+TEST(RunConfig, StateCheckpointPagesDefaultsToZeroParsesAndRefusesNamingTheKey) {
+  auto defaults = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  EXPECT_EQ(defaults->state_checkpoint_pages, 0u) << "newest and prompt checkpoints only unless stated";
+  auto four = parse_run_config(with("state_checkpoint_pages", "4"), "c.json");
+  ASSERT_TRUE(four) << four.error().describe();
+  EXPECT_EQ(four->state_checkpoint_pages, 4u);
+  for (const char* bad : {"-1", "\"4\"", "1.5"}) {
+    auto r = parse_run_config(with("state_checkpoint_pages", bad), "c.json");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().describe().find("state_checkpoint_pages"), std::string::npos) << r.error().describe();
+  }
+}
+
 TEST(RunConfig, PrefixCacheIsOptionalParsesSizesOrZeroAndRefusesOtherValuesNamingIt) {
   auto defaults = parse_run_config(valid, "c.json");
   ASSERT_TRUE(defaults) << defaults.error().describe();

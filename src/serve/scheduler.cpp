@@ -428,8 +428,11 @@ std::size_t Scheduler::compose_batch() {
       const std::uint32_t i = running_[k];
       if (!is_follow_up_suffix(requests_[i], budget)) continue;
       const RequestRecord& r = requests_[i];
-      const std::uint32_t chunk = r.prompt_tokens - r.prefilled_tokens;
-      batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.prefilled_tokens, chunk), true};
+      // Cut where a hybrid's state is checkpointed (the suffix's own prompt checkpoint), if inside.
+      const std::uint32_t remaining = r.prompt_tokens - r.prefilled_tokens;
+      const std::uint32_t chunk = std::min(remaining, engine_.tokens_to_checkpoint(r.context));
+      batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.prefilled_tokens, chunk),
+                             chunk == remaining};
       batch_request_[n++] = i;
       budget -= chunk;
     }
@@ -439,7 +442,8 @@ std::size_t Scheduler::compose_batch() {
     const RequestRecord& r = requests_[i];
     if (r.state != RequestState::prefill) continue;
     const std::uint32_t chunk =
-        std::min({r.prompt_tokens - r.prefilled_tokens, config_.prefill_chunk_tokens, budget});
+        std::min({r.prompt_tokens - r.prefilled_tokens, config_.prefill_chunk_tokens, budget,
+                  engine_.tokens_to_checkpoint(r.context)});
     const bool last = r.prefilled_tokens + chunk == r.prompt_tokens;
     batch_[n] = BatchEntry{r.context, std::span<const std::int32_t>(r.tokens).subspan(r.prefilled_tokens, chunk), last};
     batch_request_[n++] = i;

@@ -74,6 +74,12 @@ struct ContextPages {
   std::uint32_t floor = 0;   // what one step needs resident
   std::uint32_t target = 0;  // held by right
   std::uint32_t burst = 0;   // may borrow up to this while pages are free
+  // A hybrid model's recurrent state (0 bytes: none): where it lives and where it came from.
+  std::uint64_t state_bytes = 0;
+  std::uint32_t recurrent_slot = UINT32_MAX;   // the device slot in the arena's recurrent part
+  std::uint32_t state_restored_tokens = 0;     // restored from the checkpoint at this position (0: started empty)
+  std::uint32_t state_checkpoints_held = 0;    // checkpoints its history holds on the host
+  std::uint32_t state_checkpoint_newest = 0;   // the newest one's position
 };
 
 // Monotonic totals since warm-up ended; the scheduler records deltas per step.
@@ -180,6 +186,13 @@ class StepEngine {
   // context's pages and leases before returning them (quarantining on a failed one).
   virtual void cancel(ContextHandle context) = 0;
 
+  // Tokens the context may prefill before the next position where a hybrid's recurrent state is
+  // checkpointed for prefix reuse (KvRuntime::tokens_to_checkpoint): the scheduler ends a prefill
+  // chunk there, so the checkpoint is taken (outputs do not depend on the cut). UINT32_MAX: none.
+  virtual std::uint32_t tokens_to_checkpoint(ContextHandle context) const {
+    (void)context;
+    return UINT32_MAX;
+  }
   // Runs one step; tokens_out[i] is set for every entry with want_token.
   // Must not allocate after warm-up.
   virtual Status step(std::span<const BatchEntry> batch, std::span<std::int32_t> tokens_out) = 0;

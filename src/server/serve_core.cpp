@@ -433,6 +433,13 @@ std::optional<nlohmann::json> ServeCore::explain(std::uint64_t serial) {
                      {{"floor", by_floor},      // needed resident for one step (sink + tail per layer)
                       {"target", by_right},     // held by right, up to the context's target
                       {"borrowed", borrowed}}}}; // free pages lent above the target, up to the burst
+      if (p.state_bytes != 0) {  // a hybrid: where its recurrent state lives, which checkpoint it came from
+        x["recurrent_state"] = {{"bytes", p.state_bytes},
+                                {"slot", p.recurrent_slot},
+                                {"restored_tokens", p.state_restored_tokens},
+                                {"checkpoints_held", p.state_checkpoints_held},
+                                {"checkpoint_newest", p.state_checkpoint_newest}};
+      }
     } else {
       x["pages"] = {{"held", 0}, {"note", "the request holds no device pages now (queued or ended)"}};
     }
