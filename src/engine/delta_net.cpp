@@ -138,7 +138,7 @@ void Blocks::delta_conv(const LayerWeights& w, std::span<float* const> states) {
   const std::uint32_t channels = ssm.conv_dim();
   const std::uint32_t chunks = std::min<std::uint32_t>(channels / 64 + 1, 4 * pool_.threads());
   {
-    Timed timed(times_.other_ns);
+    Timed timed(times_.recurrent_ns);
     pool_.run_chunks(
         [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
           const Ctx& x = *static_cast<const Ctx*>(c);
@@ -169,7 +169,7 @@ void Blocks::delta_conv(const LayerWeights& w, std::span<float* const> states) {
         },
         &ctx, chunks);
   }
-  Timed timed(times_.other_ns);
+  Timed timed(times_.recurrent_ns);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(ssm.state_size));
   for (std::uint32_t r = 0; r < rows_; ++r) {
     float* c = conv_.data() + std::size_t{r} * channels;
@@ -182,7 +182,7 @@ void Blocks::delta_conv(const LayerWeights& w, std::span<float* const> states) {
 
 // core_ = each value head's recurrence, token by token in position order; heads split over the pool.
 void Blocks::delta_recurrence(const LayerWeights& w, std::span<float* const> states) {
-  Timed timed(times_.other_ns);
+  Timed timed(times_.recurrent_ns);
   const SsmHParams& ssm = hp_.ssm;
   struct Ctx {
     Blocks* self;
@@ -227,7 +227,7 @@ void Blocks::delta_recurrence(const LayerWeights& w, std::span<float* const> sta
 void Blocks::delta_gated_norm(const LayerWeights& w) {
   const SsmHParams& ssm = hp_.ssm;
   norm(core_.data(), w.ssm_norm, core_.data(), ssm.state_size, rows_ * ssm.v_heads);
-  Timed timed(times_.other_ns);
+  Timed timed(times_.recurrent_ns);
   const std::size_t count = std::size_t{rows_} * ssm.inner;
   for (std::size_t i = 0; i < count; ++i) core_[i] *= silu(aux_[i]);
 }
