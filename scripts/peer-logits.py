@@ -22,7 +22,8 @@ status is 1 when any file misses it.
                          [--prompt 1024] [--threads 2] [--build-dir build/release] [--work DIR]
 
 --quick: llama with the llama-spm vocabulary, the q8 mix and a 256-token prompt (a minute);
---reference: also each side against the float64 numpy reference (slow on big vocabularies).
+--reference: also each side against the float64 numpy reference (slow on big vocabularies);
+--worst N: the reference at the N positions where the two sides differ most only.
 The peer tree is PEER_TREE, or the one ../shared/peer/llama-tools.sh built under PEER_DIR
 (default ~/.cache/activekv-peer). When there is none the script prints SKIP and why, and exits
 0: the peer is optional and never part of the build or of scripts/test.sh.
@@ -117,6 +118,28 @@ def compare(ours, peer_rows, block=64):
     return err / ref, worst, agree / len(peer_rows)
 
 
+def position_nmse(ours, peer_rows):
+    o, p = ours.astype(np.float64), peer_rows.astype(np.float64)
+    return np.sum((o - p) ** 2, axis=1) / np.sum(p ** 2, axis=1)
+
+
+def worst_against_reference(model, ids_path, ours, peer_rows, n, work):
+    """Which side is off where the two differ most: the float64 reference (reference_forward.py) at
+    the n worst positions, and each side's NMSE against it there."""
+    per = np.concatenate([position_nmse(ours[r:r + 64], peer_rows[r:r + 64]) for r in range(0, len(peer_rows), 64)])
+    worst = sorted(int(i) for i in np.argsort(per)[::-1][:n])
+    ids = np.fromfile(ids_path, dtype=np.int32)[: worst[-1] + 1]
+    ref_out = os.path.join(work, "worst.ref.f32")
+    run([sys.executable, os.path.join(ROOT, "tests", "reference", "reference_forward.py"), "--model", model,
+         "--tokens", ",".join(str(t) for t in ids), "--out", ref_out, "--positions", ",".join(map(str, worst))])
+    r = np.fromfile(ref_out, dtype=np.float32).reshape(len(worst), -1)
+    os.remove(ref_out)
+    ro, rp = position_nmse(ours[worst], r), position_nmse(peer_rows[worst], r)
+    for i, at in enumerate(worst):
+        print(f"        position {at}: ActiveKV against llama.cpp {per[at]:.2e}; against the float64 reference: "
+              f"ActiveKV {ro[i]:.2e}, llama.cpp {rp[i]:.2e}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -130,6 +153,8 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "release"))
     ap.add_argument("--reference", action="store_true",
                     help="also the float64 numpy reference (tests/reference/reference_forward.py): each side's NMSE against it")
+    ap.add_argument("--worst", type=int, default=0,
+                    help="the N positions where the two sides differ most, each side against the float64 reference there")
     ap.add_argument("--skip-code", type=int, default=0, help="the exit status when there is no peer (ctest: 77)")
     ap.add_argument("--work", default=None, help="where files go (default: BUILD_DIR/peer-logits)")
     a = ap.parse_args()
@@ -196,6 +221,8 @@ def main():
                 ro, rp = compare(o, r), compare(p, r)
                 print(f"        against the float64 reference: ActiveKV NMSE {ro[0]:.2e} (worst {ro[1]:.2e}, top-1 {ro[2]:.3f}), "
                       f"llama.cpp NMSE {rp[0]:.2e} (worst {rp[1]:.2e}, top-1 {rp[2]:.3f})", flush=True)
+            if a.worst:
+                worst_against_reference(model, ids_path, o, p, a.worst, work)
             del p, o
             if not (d[0] < NMSE_MAX and k[0] < NMSE_MAX):
                 failed.append(name)
