@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """peer-logits.py — every architecture's logits against llama.cpp's on the same file and the same ids.
 
-For each architecture (llama, qwen2, qwen3, gemma3) and weight mix (q4_k_m: Q4_K + Q6_K as
+For each architecture (llama, qwen2, qwen3, gemma3, and the qwen35 hybrid as ARCH/GEOMETRY:
+qwen35, qwen35/flags, qwen35/wide; the qwen35 vocabulary) and weight mix (q4_k_m: Q4_K + Q6_K as
 llama.cpp's Q4_K_M lays them out; q8: Q8_0 + Q4_0; f16), tests/reference/make_arch_model.py
 writes a small random-weight GGUF with the `gguf` package carrying a real vocabulary from the
 llama.cpp source package's models/ folder (llama: llama-bpe; qwen2 and qwen3: qwen2; gemma3:
