@@ -15,4 +15,10 @@ namespace activekv::engine {
 void delta_rule_token(float* m, const float* q, const float* k, const float* v, float decay, float beta, float* o,
                       std::uint32_t S) noexcept;
 
+// The same rule in the baseline instruction set only: delta_rule_token takes an AVX2 copy where the
+// processor has it, and the two give the same bits (no fused multiply-add in either); the tests
+// compare them.
+void delta_rule_token_baseline(float* m, const float* q, const float* k, const float* v, float decay, float beta,
+                               float* o, std::uint32_t S) noexcept;
+
 }  // namespace activekv::engine

@@ -87,10 +87,11 @@ double memcpy_read_gbps() {
 
 void print_shares(const char* what, const PhaseTimes& t) {
   const double total = static_cast<double>(t.total_ns());
-  fmt::print("{} time shares: matmul {:.1f}%  attention {:.1f}%  copies {:.1f}%  planning {:.1f}%  other {:.1f}%\n", what,
+  fmt::print("{} time shares: matmul {:.1f}%  attention {:.1f}%  copies {:.1f}%  planning {:.1f}%  other {:.1f}%"
+             "  recurrent {:.1f}%\n", what,
              100.0 * static_cast<double>(t.matmul_ns) / total, 100.0 * static_cast<double>(t.attention_ns) / total,
              100.0 * static_cast<double>(t.copies_ns) / total, 100.0 * static_cast<double>(t.planning_ns) / total,
-             100.0 * static_cast<double>(t.other_ns) / total);
+             100.0 * static_cast<double>(t.other_ns) / total, 100.0 * static_cast<double>(t.recurrent_ns) / total);
 }
 
 }  // namespace
@@ -116,9 +117,9 @@ LayerSignal sparse_layer_signal = LayerSignal::captured;
 // Per-phase milliseconds per token of the steps in `t` (over `tokens` tokens).
 std::string phases_per_token(const PhaseTimes& t, double tokens) {
   const auto ms = [&](std::uint64_t ns) { return static_cast<double>(ns) / 1e6 / tokens; };
-  return fmt::format("matmul {:.3f} (logits {:.3f}) attention {:.3f} copies {:.3f} planning {:.3f} other {:.3f}",
+  return fmt::format("matmul {:.3f} (logits {:.3f}) attention {:.3f} copies {:.3f} planning {:.3f} other {:.3f} recurrent {:.3f}",
                      ms(t.matmul_ns), ms(t.logits_ns), ms(t.attention_ns), ms(t.copies_ns), ms(t.planning_ns),
-                     ms(t.other_ns));
+                     ms(t.other_ns), ms(t.recurrent_ns));
 }
 
 // --suffix H,S: see the file's opening.
@@ -362,6 +363,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
              context, context + decode, decode_s, decode / decode_s, 1e3 * decode_s / decode, decode_cpu);
   print_shares("prefill", prefill_times);
   print_shares("decode", eng.times());
+  fmt::print("decode ms/token: {}\n", phases_per_token(eng.times(), decode));
   if (runtime)
     fmt::print("bytes staged during decode: {}; history below the pool {}\n", runtime->counters().bytes_staged - staged_before,
                runtime->explain(ctx).staged_in_place ? "read in place in the host pool" : "staged through the tiles");

@@ -60,9 +60,12 @@ struct PhaseTimes {
   std::uint64_t copies_ns = 0;     // kv.write_kv and kv.end_step (rows in, tail write-back)
   std::uint64_t planning_ns = 0;   // kv.begin_step (plan, reclamation, staging issue)
   std::uint64_t other_ns = 0;      // embedding, norms, rope, activations
+  std::uint64_t recurrent_ns = 0;  // a hybrid's Gated DeltaNet: convolution, recurrence, gate (its products are matmul)
   std::uint64_t steps = 0;
   std::uint64_t tokens = 0;
-  std::uint64_t total_ns() const noexcept { return matmul_ns + attention_ns + copies_ns + planning_ns + other_ns; }
+  std::uint64_t total_ns() const noexcept {
+    return matmul_ns + attention_ns + copies_ns + planning_ns + other_ns + recurrent_ns;
+  }
   PhaseTimes& operator+=(const PhaseTimes& t) noexcept {
     matmul_ns += t.matmul_ns;
     logits_ns += t.logits_ns;
@@ -70,6 +73,7 @@ struct PhaseTimes {
     copies_ns += t.copies_ns;
     planning_ns += t.planning_ns;
     other_ns += t.other_ns;
+    recurrent_ns += t.recurrent_ns;
     steps += t.steps;
     tokens += t.tokens;
     return *this;

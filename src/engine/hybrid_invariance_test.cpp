@@ -23,12 +23,14 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "activekv/backend.hpp"
 #include "activekv/kv_runtime.hpp"
 #include "activekv/state_plan.hpp"
+#include "engine/delta_net.hpp"
 #include "engine/forward.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/runtime_kv.hpp"
@@ -238,6 +240,24 @@ TEST_F(HybridInvariance, EveryDeviceBudgetGivesTheSameBits) {
   expect_same(whole, runtime_run(chunks_of(256), 1.0, false), "runtime: one chunk vs chunks of 256");
   expect_same(whole, runtime_run(chunks_of(7), 0.25, false), "runtime: a quarter of the pages, chunks of 7");
   expect_same(whole, runtime_run(chunks_of(1), 0.25, true), "runtime: a quarter, one token at a time, batched");
+}
+
+// The delta rule's instruction-set copies (delta_net.hpp): the processor's and the baseline's give the
+// same state and output bits, token after token, at the state sizes of the test files and of Qwen3.5.
+TEST(DeltaRule, EveryInstructionSetGivesTheSameBits) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const std::uint32_t S : {16u, 64u, 128u, 13u}) {
+    std::vector<float> m_a(std::size_t{S} * S, 0.0f), m_b(m_a), q(S), k(S), v(S), o_a(S), o_b(S);
+    for (int t = 0; t < 64; ++t) {
+      for (std::uint32_t i = 0; i < S; ++i) q[i] = uniform(rng), k[i] = uniform(rng) / std::sqrt(float(S)), v[i] = uniform(rng);
+      const float decay = 0.5f + 0.5f * std::fabs(uniform(rng)), beta = std::fabs(uniform(rng));
+      delta_rule_token(m_a.data(), q.data(), k.data(), v.data(), decay, beta, o_a.data(), S);
+      delta_rule_token_baseline(m_b.data(), q.data(), k.data(), v.data(), decay, beta, o_b.data(), S);
+      ASSERT_EQ(std::memcmp(o_a.data(), o_b.data(), S * sizeof(float)), 0) << "S " << S << " token " << t << ": output";
+      ASSERT_EQ(std::memcmp(m_a.data(), m_b.data(), m_a.size() * sizeof(float)), 0) << "S " << S << " token " << t << ": state";
+    }
+  }
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ Variants (--variant) exercise the optional parts of each architecture:
   qwen35  plain (6 layers, full_attention_interval 3: Gated DeltaNet on 0, 1, 3, 4, gated attention
           on 2 and 5; partial rotary, M-RoPE sections) | flags (attention.recurrent_layers, 4 layers,
           attention on 0 and 3; 4 value heads over 2 key heads)
-Hybrid options (qwen35): --layers N --interval N --embedding N --vocab-from FILE.gguf (the
+Hybrid options (qwen35): --layers N --interval N --embedding N --ffn N --heads N --kv-heads N
+--head-dim N --rope-dims N (default half the head) --ssm-state N --ssm-groups N --ssm-v-heads N --vocab-from FILE.gguf (the
 vocabulary, merges, special ids and chat template of a vocabulary-only GGUF, such as llama.cpp's
 models/ggml-vocab-qwen35.gguf; token_embd then has its rows).
 
@@ -139,6 +140,11 @@ def main():
     ap.add_argument("--vocab-from", default=None, help="copy this GGUF's tokenizer (a real vocabulary)")
     ap.add_argument("--vocab-cache", default=None, help="a folder where --vocab-from's keys are kept between runs")
     ap.add_argument("--interval", type=int, default=3, help="qwen35: full_attention_interval")
+    ap.add_argument("--rope-dims", type=int, default=0, help="qwen35: rope.dimension_count (0: half of --head-dim)")
+    ap.add_argument("--ssm-state", type=int, default=16, help="qwen35: ssm.state_size (each head's state is S × S)")
+    ap.add_argument("--ssm-groups", type=int, default=2, help="qwen35: ssm.group_count, the key heads")
+    ap.add_argument("--ssm-v-heads", type=int, default=0, help="qwen35: ssm.time_step_rank, the value heads "
+                    "(0: 2, or 4 with --variant flags)")
     ap.add_argument("--malformed", default="", choices=["", "interval0", "state", "missing"],
                     help="qwen35: a broken file (full_attention_interval 0; ssm.state_size and ssm.inner_size "
                          "twice what the tensors hold; blk.0.ssm_a left out)")
@@ -268,12 +274,20 @@ def write_qwen35(args, mix):
     flags = args.variant == "flags"
     layers = args.layers or (4 if flags else 6)
     embedding = args.embedding
-    heads, kv_heads, head_dim, rope_dims = 4, 2, 32, 16
-    conv_kernel, state, k_heads = 4, 16, 2
-    v_heads = 4 if flags else 2
+    heads, kv_heads = args.heads, args.kv_heads
+    head_dim = args.head_dim or 32
+    rope_dims = args.rope_dims or head_dim // 2  # partial rotary, as Qwen3.5's 64 of 256
+    # M-RoPE sections over rope_dims / 2 frequencies, interleaved (pair i to section i mod 3), so that
+    # every pair falls in one of the three text sections (Qwen3.5: [11, 11, 10, 0] of 32)
+    pairs = rope_dims // 2
+    sections = [-(-pairs // 3), -(-(pairs - 1) // 3)]
+    sections += [pairs - sum(sections), 0]
+    conv_kernel, state, k_heads = 4, args.ssm_state, args.ssm_groups
+    v_heads = args.ssm_v_heads or (4 if flags else 2)
     inner = v_heads * state
     conv_dim = 2 * k_heads * state + inner
     q_dim, kv_dim = heads * head_dim, kv_heads * head_dim
+    ffn = args.ffn if args.ffn != FFN else 2 * embedding
     if flags:
         recurrent = [l % 3 != 0 for l in range(layers)]
     else:
@@ -284,15 +298,15 @@ def write_qwen35(args, mix):
     p = "qwen35."
     w.add_uint32(p + "block_count", layers)
     w.add_uint32(p + "embedding_length", embedding)
-    w.add_uint32(p + "feed_forward_length", 2 * embedding)
+    w.add_uint32(p + "feed_forward_length", ffn)
     w.add_uint32(p + "attention.head_count", heads)
     w.add_uint32(p + "attention.head_count_kv", kv_heads)
     w.add_uint32(p + "attention.key_length", head_dim)
     w.add_uint32(p + "attention.value_length", head_dim)
-    w.add_uint32(p + "context_length", 4096)
+    w.add_uint32(p + "context_length", args.context if args.context != CONTEXT else 4096)
     w.add_float32(p + "rope.freq_base", 10000000.0)
     w.add_uint32(p + "rope.dimension_count", rope_dims)
-    w.add_array(p + "rope.dimension_sections", [3, 3, 2, 0])
+    w.add_array(p + "rope.dimension_sections", sections)
     w.add_float32(p + "attention.layer_norm_rms_epsilon", 1e-6)
     told = 2 if args.malformed == "state" else 1  # metadata that contradicts the tensors
     w.add_uint32(p + "ssm.conv_kernel", conv_kernel)
@@ -324,7 +338,6 @@ def write_qwen35(args, mix):
     vector("output_norm.weight", embedding, 1.0, 0.1)
     matrix("output.weight", vocab, embedding, mix["out"], 0.15)
     a = 1.0 / np.sqrt(embedding)
-    ffn = 2 * embedding
     for l in range(layers):
         b = f"blk.{l}."
         vector(b + "attn_norm.weight", embedding, 1.0, 0.1)

@@ -32,7 +32,7 @@ Gemma 3's window layers: l % 6 < 5 unless the file gives attention.sliding_windo
 (a period, or one flag per layer); their RoPE base rope.freq_base_swa or 10,000.
 
 Usage:
-  reference_forward.py --model M.gguf --tokens 1,2,3 --out logits.f32 [--positions last|all]
+  reference_forward.py --model M.gguf --tokens 1,2,3 --out logits.f32 [--positions last|all|P1,P2,...]
 Writes float32 little-endian logits: the last position's (vocab values) or every
 position's (tokens x vocab). Exit code 3 when numpy or gguf is missing.
 """
@@ -154,7 +154,7 @@ def attention(q, k, v, n_heads, n_kv, head_dim, mask):
     return out
 
 
-def forward_qwen35(w, tokens):
+def forward_qwen35(w, tokens, rows=None):
     p = "qwen35."
     fields = w.reader.fields
     n_layers = int(w.field(p + "block_count"))
@@ -196,13 +196,13 @@ def forward_qwen35(w, tokens):
         x = x + f
     x = rmsnorm(x, w.get("output_norm.weight"), eps)
     out_w = w.get("output.weight") if w.has("output.weight") else emb
-    return x @ out_w.T
+    return (x if rows is None else x[rows]) @ out_w.T
 
 
-def forward(w, tokens):
+def forward(w, tokens, rows=None):
     arch = bytes(w.field("general.architecture")).decode()
     if arch == "qwen35":
-        return forward_qwen35(w, tokens)
+        return forward_qwen35(w, tokens, rows)
     assert arch in ("llama", "qwen2", "qwen3", "gemma3"), arch
     p = arch + "."
 
@@ -287,7 +287,7 @@ def forward(w, tokens):
         x = x + f
     x = rmsnorm(x, w.get("output_norm.weight"), eps)
     out_w = w.get("output.weight") if w.has("output.weight") else emb
-    return x @ out_w.T  # [T, vocab]
+    return (x if rows is None else x[rows]) @ out_w.T  # [T or len(rows), vocab]
 
 
 def main():
@@ -295,10 +295,11 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--positions", choices=["last", "all"], default="last")
+    ap.add_argument("--positions", default="last", help="last, all, or comma-separated positions (their rows in order)")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
-    logits = forward(Weights(args.model), tokens)
+    rows = None if args.positions in ("last", "all") else [int(p) for p in args.positions.split(",")]
+    logits = forward(Weights(args.model), tokens, rows)
     if args.positions == "last":
         logits = logits[-1]
     logits.astype("<f4").tofile(args.out)
