@@ -1,0 +1,87 @@
+// formats/k_super.hpp — the K-quant super-blocks (Q4_K, Q5_K, Q6_K) as the
+// 8-bit-activation path (matmul_q8.hpp) reads them: per 256-element super-block
+// the fp32 factors d and dmin, a signed integer scale per 16 elements, a minimum
+// per 32, and (portable) the 256 integers u in element order, such that element
+// e is worth d × sc[e / 16] × u[e] − dmin × m[e / 32].
+//
+// Chunk c (elements 32c .. 32c+31) of a super-block:
+//   Q4_K/Q5_K: the nibbles of qs[32 (c/2) ..] at shift 4 (c % 2); Q5_K's fifth bit is bit c of qh[l];
+//   Q6_K:      n = c / 4, t = c % 4: ql[64n + 32 (t%2) ..] at shift 4 (t/2), qh[32n ..] at shift 2t,
+//              scales 8n + 2t (elements 0..15) and 8n + 2t + 1 (16..31), value − 32.
+// Internal linkage: each instruction-set file compiles its own copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/quant_blocks.hpp"
+#include "gguf/ggml_type.hpp"
+
+namespace activekv::engine::formats {
+namespace {
+
+using namespace blocks;
+
+struct KScales {
+  float d = 0.0f;
+  float dmin = 0.0f;         // 0 for Q6_K
+  std::int16_t sc[16] = {};  // per 16 elements
+  std::int16_t m[8] = {};    // per 32 elements (0 for Q6_K)
+};
+
+template <class Block>
+static inline const Block& super_at(const std::uint8_t* row, std::size_t i) {
+  return reinterpret_cast<const Block*>(row)[i];
+}
+
+// Q4_K and Q5_K share the scales layout.
+template <class Block>
+static inline void k4_scales(const Block& b, KScales* s) {
+  s->d = half_to_float(b.d);
+  s->dmin = half_to_float(b.dmin);
+  for (int c = 0; c < 8; ++c) {
+    std::uint8_t sc = 0, mn = 0;
+    q4_k_scale_min(c, b.scales, &sc, &mn);
+    s->sc[2 * c] = s->sc[2 * c + 1] = sc;
+    s->m[c] = mn;
+  }
+}
+
+static inline void k6_scales(const BlockQ6_K& b, KScales* s) {
+  s->d = half_to_float(b.d);
+  s->dmin = 0.0f;
+  for (int g = 0; g < 16; ++g) s->sc[g] = b.scales[g];
+  for (int c = 0; c < 8; ++c) s->m[c] = 0;
+}
+
+static inline void k_scales(gguf::GgmlType type, const std::uint8_t* row, std::size_t i, KScales* s) {
+  if (type == gguf::GgmlType::q4_k) k4_scales(super_at<BlockQ4_K>(row, i), s);
+  else if (type == gguf::GgmlType::q5_k) k4_scales(super_at<BlockQ5_K>(row, i), s);
+  else k6_scales(super_at<BlockQ6_K>(row, i), s);
+}
+
+// The 256 integers u of super-block i, element order.
+static inline void k_values(gguf::GgmlType type, const std::uint8_t* row, std::size_t i, int* u) {
+  for (int c = 0; c < 8; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      int v = 0;
+      if (type == gguf::GgmlType::q6_k) {
+        const BlockQ6_K& b = super_at<BlockQ6_K>(row, i);
+        const int n = c / 4, t = c % 4;
+        const int lo = (b.ql[64 * n + 32 * (t % 2) + l] >> (4 * (t / 2))) & 0x0F;
+        const int hi = (b.qh[32 * n + l] >> (2 * t)) & 0x03;
+        v = (lo | (hi << 4)) - 32;
+      } else if (type == gguf::GgmlType::q5_k) {
+        const BlockQ5_K& b = super_at<BlockQ5_K>(row, i);
+        v = ((b.qs[32 * (c / 2) + l] >> (4 * (c % 2))) & 0x0F) | (((b.qh[l] >> c) & 1) << 4);
+      } else {
+        const BlockQ4_K& b = super_at<BlockQ4_K>(row, i);
+        v = (b.qs[32 * (c / 2) + l] >> (4 * (c % 2))) & 0x0F;
+      }
+      u[32 * c + l] = v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace activekv::engine::formats
