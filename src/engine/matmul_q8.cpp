@@ -110,7 +110,7 @@ bool parse_activations(std::string_view text, Activations* out) noexcept {
 
 bool q8_supported(GgmlType type, std::uint32_t cols) noexcept {
   const bool on_path = type == GgmlType::q4_k || type == GgmlType::q5_k || type == GgmlType::q6_k;
-  return on_path && cols > 0 && cols % q8_block == 0;
+  return on_path && cols > 0 && cols % q8_block == 0 && cols / q8_block <= q8_super_blocks_max;
 }
 
 // AVX-512 CPUs run the AVX2 kernels of this path (the bits are the same).

@@ -57,6 +57,9 @@ bool parse_activations(std::string_view text, Activations* out) noexcept;
 constexpr std::uint32_t q8_block = 256;  // values per activation block
 constexpr std::uint32_t q8_chunk = 32;   // values per block sum
 constexpr float q8_max = 127.0f;         // the largest |q|
+// The widest row the path reads, in super-blocks (32,768 values): the AVX2 kernel decodes a row's scales
+// once into a buffer on its stack of this many entries per row.
+constexpr std::uint32_t q8_super_blocks_max = 128;
 
 // A batch of activation rows quantised as above. The caller owns the arrays.
 struct Q8Rows {
@@ -67,7 +70,8 @@ struct Q8Rows {
   std::size_t batch = 0;
 };
 
-// Whether matmul_rows_q8 computes with weights of this type at this width (a multiple of 256).
+// Whether matmul_rows_q8 computes with weights of this type at this width (a multiple of 256, at most
+// q8_super_blocks_max super-blocks).
 bool q8_supported(GgmlType type, std::uint32_t cols) noexcept;
 
 // Quantises rows [row_begin, row_end) of x (row b at x + b × x_stride, out.cols values) into out.

@@ -64,10 +64,10 @@ static inline std::size_t super_bytes() {
   else return sizeof(blocks::BlockQ6_K);
 }
 
-// Rows r0..r0+R of w against activation rows b0..b0+V.
+// Rows r0..r0+R of w against activation rows b0..b0+V. s: the rows' decoded scales, R × nb.
 template <GgmlType T, int R, int V>
-static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::size_t b0, float* y,
-                        std::size_t y_stride) {
+static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::size_t b0, const KScales* sr,
+                        float* y, std::size_t y_stride) {
   constexpr bool has_min = T != GgmlType::q6_k;
   constexpr int chunks = static_cast<int>(q8_block / q8_chunk);
   const std::size_t nb = w.cols / q8_block;
@@ -77,8 +77,8 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   for (std::size_t i = 0; i < nb; ++i) {
-    KScales s[R];
-    for (int r = 0; r < R; ++r) formats::k_scales(T, rows[r], i, &s[r]);
+    const KScales* s[R];
+    for (int r = 0; r < R; ++r) s[r] = sr + r * nb + i;
     __m256i isum[R][V];
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) isum[r][v] = _mm256_setzero_si256();
@@ -86,7 +86,7 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
       __m256i wv[R], sc[R];
       for (int r = 0; r < R; ++r) {
         wv[r] = chunk<T>(rows[r] + i * super_bytes<T>(), c);
-        sc[r] = _mm256_setr_m128i(_mm_set1_epi16(s[r].sc[2 * c]), _mm_set1_epi16(s[r].sc[2 * c + 1]));
+        sc[r] = _mm256_setr_m128i(_mm_set1_epi16(s[r]->sc[2 * c]), _mm_set1_epi16(s[r]->sc[2 * c + 1]));
       }
       for (int v = 0; v < V; ++v) {
         const __m256i xv = _mm256_loadu_si256(
@@ -106,12 +106,11 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
         bs = _mm256_cvtepi16_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsum + ((b0 + v) * nb + i) * chunks)));
       for (int r = 0; r < R; ++r) {
-        acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_set1_ps(s[r].d * dx), acc[r][v]);
+        acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_set1_ps(s[r]->d * dx), acc[r][v]);
         if constexpr (has_min) {
           // bs lanes are sign-extended int16 and m lanes < 64: vpmaddwd's high halves add 0, so lane j = m_j × bsum_j.
-          const __m256i m = _mm256_setr_epi32(s[r].m[0], s[r].m[1], s[r].m[2], s[r].m[3], s[r].m[4], s[r].m[5],
-                                              s[r].m[6], s[r].m[7]);
-          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m)), _mm256_set1_ps(-(s[r].dmin * dx)),
+          const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(s[r]->m));
+          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m)), _mm256_set1_ps(-(s[r]->dmin * dx)),
                                       acc[r][v]);
         }
       }
@@ -121,12 +120,18 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
     for (int v = 0; v < V; ++v) y[(b0 + v) * y_stride + r0 + r] = hsum(acc[r][v]);
 }
 
+// The R rows' scales are decoded once (q8_supported bounds nb by q8_super_blocks_max) and serve every
+// activation row.
 template <GgmlType T, int R, int V>
 static inline void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::size_t b_begin,
                             std::size_t b_end, float* y, std::size_t y_stride) {
+  const std::size_t nb = w.cols / q8_block;
+  KScales s[R * q8_super_blocks_max];
+  for (int r = 0; r < R; ++r)
+    for (std::size_t i = 0; i < nb; ++i) formats::k_scales(T, w.data + (r0 + r) * w.row_bytes, i, &s[r * nb + i]);
   std::size_t b = b_begin;
-  for (; b + V <= b_end; b += V) tile<T, R, V>(w, x, r0, b, y, y_stride);
-  for (; b < b_end; ++b) tile<T, R, 1>(w, x, r0, b, y, y_stride);
+  for (; b + V <= b_end; b += V) tile<T, R, V>(w, x, r0, b, s, y, y_stride);
+  for (; b < b_end; ++b) tile<T, R, 1>(w, x, r0, b, s, y, y_stride);
 }
 
 template <GgmlType T>

@@ -22,11 +22,12 @@ namespace {
 
 using namespace blocks;
 
-struct KScales {
-  float d = 0.0f;
-  float dmin = 0.0f;         // 0 for Q6_K
-  std::int16_t sc[16] = {};  // per 16 elements
-  std::int16_t m[8] = {};    // per 32 elements (0 for Q6_K)
+// No initialisers: the AVX2 kernel keeps a row pair's worth on its stack, filled by k_scales() alone.
+struct alignas(32) KScales {
+  std::int32_t m[8];    // per 32 elements (0 for Q6_K); first, so that it loads as one aligned vector
+  std::int16_t sc[16];  // per 16 elements
+  float d;
+  float dmin;           // 0 for Q6_K
 };
 
 template <class Block>
