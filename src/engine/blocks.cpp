@@ -64,7 +64,7 @@ Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Acti
   if (activations_ == Activations::q8) {
     xq8_q_.assign(n * scratch_stride_, 0);
     xq8_d_.assign(n * scratch_stride_ / q8_block + 1, 0.0f);
-    xq8_bsum_.assign(n * scratch_stride_ / q8_chunk + 1, 0);
+    xq8_bsum_.assign(n * scratch_stride_ / q8_group + 1, 0);
   }
   AK_ASSERT(!hp_.ropes.empty() && hp_.ropes.size() <= rope_tables_max, "blocks: 1 or 2 RoPE tables");
   rope_positions_ = rope_positions;

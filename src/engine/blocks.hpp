@@ -125,7 +125,7 @@ class Blocks {
   Q16Rows xq_;                             // views of the three above for the current product
   std::vector<std::int8_t> xq8_q_;         // Activations::q8 only: rows_max × the widest row as 8-bit blocks
   std::vector<float> xq8_d_;               // their block scales
-  std::vector<std::int16_t> xq8_bsum_;     // and sums per 32 values
+  std::vector<std::int16_t> xq8_bsum_;     // and sums per 16 values
   Q8Rows xq8_;                             // views of the three above for the current product
   std::uint32_t rope_positions_ = 0;
   // Per table (HParams::ropes): rope_positions_ × rope_dims / 2 angles' cosines and sines.

@@ -30,16 +30,16 @@ void quantize_portable(const float* x, std::size_t x_stride, const Q8Rows& out, 
         amax = a > amax ? a : amax;
       }
       const float is = amax != 0.0f ? q8_max / amax : 0.0f;
-      for (std::uint32_t c = 0; c < q8_block / q8_chunk; ++c) {
+      for (std::uint32_t g = 0; g < q8_block / q8_group; ++g) {
         int sum = 0;
-        for (std::uint32_t l = 0; l < q8_chunk; ++l) {
-          const std::uint32_t i = c * q8_chunk + l;
+        for (std::uint32_t l = 0; l < q8_group; ++l) {
+          const std::uint32_t i = g * q8_group + l;
           long v = std::lrint(xs[i] * is);
           v = v < -127 ? -127 : (v > 127 ? 127 : v);
           q[i] = static_cast<std::int8_t>(v);
           sum += static_cast<int>(v);
         }
-        out.bsum[(b * nb + k) * (q8_block / q8_chunk) + c] = static_cast<std::int16_t>(sum);
+        out.bsum[(b * nb + k) * (q8_block / q8_group) + g] = static_cast<std::int16_t>(sum);
       }
       out.d[b * nb + k] = amax != 0.0f ? 1.0f / is : 0.0f;
     }
@@ -58,7 +58,7 @@ float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std:
     formats::k_values(type, row, i, u);
     const std::int8_t* q = x.q + b * x.cols + i * q8_block;
     const float dx = x.d[b * nb + i];
-    const std::int16_t* bsum = x.bsum + (b * nb + i) * (q8_block / q8_chunk);
+    const std::int16_t* bsum = x.bsum + (b * nb + i) * (q8_block / q8_group);
     const float scale = s.d * dx;
     const float scale_min = -(s.dmin * dx);
     for (int j = 0; j < 8; ++j) {
@@ -68,8 +68,13 @@ float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std:
         for (int e = 4 * j; e < 4 * j + 4; ++e) part += u[32 * c + e] * q[32 * c + e];
         p += s.sc[2 * c + j / 4] * part;
       }
-      acc[j] = std::fma(static_cast<float>(p), scale, acc[j]);
-      if (has_min) acc[j] = std::fma(static_cast<float>(s.m[j] * bsum[j]), scale_min, acc[j]);
+      const int m = s.mk[2 * j] * bsum[2 * j] + s.mk[2 * j + 1] * bsum[2 * j + 1];
+      if (has_min) {
+        acc[j] = std::fma(static_cast<float>(p), scale, acc[j]);
+        acc[j] = std::fma(static_cast<float>(m), scale_min, acc[j]);
+      } else {
+        acc[j] = std::fma(static_cast<float>(p - m), scale, acc[j]);
+      }
     }
   }
   return sum8(acc);

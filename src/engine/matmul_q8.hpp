@@ -7,30 +7,34 @@
 //
 // Activations. Each row of x (one token) is cut into blocks of 256 values, the
 // K-quant super-block. A block is stored as 256 int8 q (|q| ≤ 127), one fp32
-// scale d and 8 int16 sums, one per 32 values:
+// scale d and 16 int16 sums, one per 16 values:
 //
 //   amax = max|x[i]|, is = 127 / amax, q[i] = round_to_nearest_even(x[i] × is),
-//   d = 1 / is, bsum[c] = Σ q[32c .. 32c+31]                  (q = 0, d = 0 when amax = 0)
+//   d = 1 / is, bsum[g] = Σ q[16g .. 16g+15]                  (q = 0, d = 0 when amax = 0)
 //
 // — llama.cpp's Q8_K up to the sign of q and d (it divides by the signed
 // largest value; the products d × q are the same numbers). Each value moves by
 // at most d/2 = amax / 254 of its block. The quantisation of a row reads only
 // that row.
 //
-// Product. A weight super-block i has fp32 factors dw (and dmin, with a minimum),
+// Product. A weight super-block i has fp32 factors dw (and dmin, Q4_K/Q5_K),
 // integer group scales sc (one per 16 elements; Q4_K/Q5_K's per-32 scale
-// repeated), minimums m (per 32: Q4_K, Q5_K) and integers u per element:
-//   Q4_K: u = nibble, Q5_K: u = nibble | fifth bit << 4, w = dw × sc × u − dmin × m
-//   Q6_K: u = 6-bit value − 32 (signed),                  w = dw × sc × u
+// repeated), unsigned integers u per element (the stored bits) and a factor mk
+// per 16 elements for the activation's block sums:
+//   Q4_K: u = nibble, Q5_K: u = nibble | fifth bit << 4, mk = m (per 32, repeated), w = dw × sc × u − dmin × m
+//   Q6_K: u = 6-bit value (0..63), mk = 32 × sc,                                      w = dw × sc × (u − 32)
 // For weight row r, activation row b, super-block i with activation scale dx:
 //   P_j = Σ_{c<8} sc[2c + j/4] × Σ_{e=4j..4j+3} u[32c+e] × q[32c+e]    (lane j = 0..7)
-//   M_j = m[j] × bsum[j]
-//   acc_j = fma(float(P_j), dw × dx, acc_j);  then (minimum) acc_j = fma(float(M_j), −(dmin × dx), acc_j)
+//   M_j = mk[2j] × bsum[2j] + mk[2j+1] × bsum[2j+1]
+//   Q4_K, Q5_K: acc_j = fma(float(P_j), dw × dx, acc_j);  acc_j = fma(float(M_j), −(dmin × dx), acc_j)
+//   Q6_K:       acc_j = fma(float(P_j − M_j), dw × dx, acc_j)   (the −32 offset through the block sums)
 // over i in order, and y = ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
 // Lane j is what vpmaddubsw + vpmaddwd leave in 32-bit lane j when a chunk of
-// 32 elements sits in one register (bytes 4j..4j+3, the scale of their 16-group).
-// Every integer is exact: |P_j| ≤ 8 × 4 × 32 × 127 × 128 < 2^24 (Q6_K's bound,
-// the largest), so its conversion to fp32 is exact too, and the only roundings
+// 32 elements sits in one register (bytes 4j..4j+3, the scale of their 16-group),
+// and M_j what vpmaddwd leaves from the 16 block sums. Every integer is exact in
+// int32; for Q4_K and Q5_K |P_j| ≤ 8 × 4 × 31 × 127 × 63 < 2^24, so its conversion
+// to fp32 is exact too; Q6_K's P_j − M_j (up to 2^25.6) rounds to nearest on
+// conversion, identically on every path. The other roundings
 // are dw × dx, the FMAs and the final sum, in the order above on every
 // instruction set, for every batch size, tile and thread split. So the portable
 // path and the AVX2 path give the same bits (tested), and every output depends
@@ -55,7 +59,8 @@ const char* activations_name(Activations a) noexcept;
 bool parse_activations(std::string_view text, Activations* out) noexcept;
 
 constexpr std::uint32_t q8_block = 256;  // values per activation block
-constexpr std::uint32_t q8_chunk = 32;   // values per block sum
+constexpr std::uint32_t q8_chunk = 32;   // values per register chunk of the kernel
+constexpr std::uint32_t q8_group = 16;   // values per block sum
 constexpr float q8_max = 127.0f;         // the largest |q|
 // The widest row the path reads, in super-blocks (32,768 values): the AVX2 kernel decodes a row's scales
 // once into a buffer on its stack of this many entries per row.
@@ -65,7 +70,7 @@ constexpr std::uint32_t q8_super_blocks_max = 128;
 struct Q8Rows {
   std::int8_t* q = nullptr;      // batch × cols
   float* d = nullptr;            // batch × cols / 256
-  std::int16_t* bsum = nullptr;  // batch × cols / 32
+  std::int16_t* bsum = nullptr;  // batch × cols / 16
   std::uint32_t cols = 0;        // a multiple of 256
   std::size_t batch = 0;
 };

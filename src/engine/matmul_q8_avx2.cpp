@@ -10,9 +10,9 @@
 // (unsigned weight byte × signed activation byte, pairs into int16: at most
 // 2 × 32 × 127, no saturation), vpmaddwd with the group scales (pairs into
 // int32), one add — 3 operations per 32 multiply-adds where the 16-bit path
-// needs 5 per 32 and twice the activation bytes. Q6_K's signed values go in as
-// |u| with the activation's sign moved onto it (vpsignb), so every product is
-// u × q exactly. Once per super-block the 8 integer lanes become fp32 (exactly)
+// needs 5 per 32 and twice the activation bytes. Q6_K's values go in unsigned
+// (0..63) and their −32 offset comes off through the activation's block sums
+// (one vpmaddwd per super-block). Once per super-block the 8 integer lanes become fp32 (exactly)
 // and meet dw × dx in one FMA. Internal linkage only.
 #include <immintrin.h>
 
@@ -31,7 +31,7 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// Chunk c's 32 integers u of super-block `sb` (unsigned for Q4_K/Q5_K, signed for Q6_K), one per byte.
+// Chunk c's 32 unsigned integers u of super-block `sb`, one per byte.
 template <GgmlType T>
 static inline __m256i chunk(const std::uint8_t* sb, int c) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -42,7 +42,7 @@ static inline __m256i chunk(const std::uint8_t* sb, int c) {
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (t / 2))), low4);
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), _mm256_set1_epi8(0x03));
-    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63; the −32 goes through the block sums
   } else {
     using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
     const auto& b = *reinterpret_cast<const Block*>(sb);
@@ -70,6 +70,7 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
                         float* y, std::size_t y_stride) {
   constexpr bool has_min = T != GgmlType::q6_k;
   constexpr int chunks = static_cast<int>(q8_block / q8_chunk);
+  constexpr int groups = static_cast<int>(q8_block / q8_group);
   const std::size_t nb = w.cols / q8_block;
   const std::uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = w.data + (r0 + r) * w.row_bytes;
@@ -98,26 +99,22 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
         const __m256i xv = _mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(x.q + (b0 + v) * x.cols + i * q8_block + c * q8_chunk));
         for (int r = 0; r < R; ++r) {
-          __m256i p;
-          if constexpr (T == GgmlType::q6_k) p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[r]), _mm256_sign_epi8(xv, wv[r]));
-          else p = _mm256_maddubs_epi16(wv[r], xv);
+          const __m256i p = _mm256_maddubs_epi16(wv[r], xv);
           isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(p, sc[r]));
         }
       }
     }
     for (int v = 0; v < V; ++v) {
       const float dx = x.d[(b0 + v) * nb + i];
-      [[maybe_unused]] __m256i bs;
-      if constexpr (has_min)
-        bs = _mm256_cvtepi16_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsum + ((b0 + v) * nb + i) * chunks)));
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + ((b0 + v) * nb + i) * groups));
       for (int r = 0; r < R; ++r) {
-        acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_set1_ps(s[r]->d * dx), acc[r][v]);
+        const __m256i m = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(s[r]->mk)));
+        const __m256 scale = _mm256_set1_ps(s[r]->d * dx);
         if constexpr (has_min) {
-          // bs lanes are sign-extended int16 and m lanes < 64: vpmaddwd's high halves add 0, so lane j = m_j × bsum_j.
-          const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(s[r]->m));
-          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m)), _mm256_set1_ps(-(s[r]->dmin * dx)),
-                                      acc[r][v]);
+          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), scale, acc[r][v]);
+          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(-(s[r]->dmin * dx)), acc[r][v]);
+        } else {
+          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r][v], m)), scale, acc[r][v]);
         }
       }
     }
@@ -194,20 +191,21 @@ void quantize_q8_avx2(const float* x, std::size_t x_stride, const Q8Rows& out, s
       const __m256 vis = _mm256_set1_ps(is);
       for (int c = 0; c < chunks; ++c) {
         __m256i q[4];
-        __m256i sum = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
           // Round to nearest even (the default MXCSR mode, as lrint), clamp to ±127.
           const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xs + c * q8_chunk + 8 * j), vis);
           q[j] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(v), lim), neg_lim);
-          sum = _mm256_add_epi32(sum, q[j]);
         }
         const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q + b * out.cols + k * q8_block + c * q8_chunk),
                             _mm256_permutevar8x32_epi32(bytes, order));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        out.bsum[(b * nb + k) * chunks + c] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s4));
+        for (int h = 0; h < 2; ++h) {  // the chunk's two groups of 16: q[0..1], q[2..3]
+          const __m256i sum = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+          __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+          s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+          s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+          out.bsum[(b * nb + k) * (q8_block / q8_group) + 2 * c + h] = static_cast<std::int16_t>(_mm_cvtsi128_si32(s4));
+        }
       }
       out.d[b * nb + k] = a != 0.0f ? 1.0f / is : 0.0f;
     }

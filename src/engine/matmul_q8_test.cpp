@@ -66,12 +66,12 @@ struct Q8Buffers {
   std::vector<std::int16_t> bsum;
   Q8Rows rows;
   Q8Buffers(std::size_t batch, std::uint32_t cols)
-      : q(batch * cols, 99), d(batch * cols / q8_block, -1.0f), bsum(batch * cols / q8_chunk, 9999),
+      : q(batch * cols, 99), d(batch * cols / q8_block, -1.0f), bsum(batch * cols / q8_group, 9999),
         rows{q.data(), d.data(), bsum.data(), cols, batch} {}
   // Row b alone, as a one-row batch (a decode step).
   Q8Rows row(std::size_t b) {
     const std::uint32_t cols = rows.cols;
-    return Q8Rows{q.data() + b * cols, d.data() + b * cols / q8_block, bsum.data() + b * cols / q8_chunk, cols, 1};
+    return Q8Rows{q.data() + b * cols, d.data() + b * cols / q8_block, bsum.data() + b * cols / q8_group, cols, 1};
   }
 };
 
@@ -89,15 +89,15 @@ TEST(MatmulQ8, QuantisationIsRowLocalWithinHalfAStepAndTheSameOnEveryPath) {
       float amax = 0.0f;
       for (std::uint32_t i = k * q8_block; i < (k + 1) * q8_block; ++i) amax = std::max(amax, std::fabs(x[b * cols + i]));
       ASSERT_NEAR(d, amax / 127.0f, 1e-6f * amax);
-      for (std::uint32_t c = 0; c < q8_block / q8_chunk; ++c) {
+      for (std::uint32_t g = 0; g < q8_block / q8_group; ++g) {
         int sum = 0;
-        for (std::uint32_t l = 0; l < q8_chunk; ++l) {
-          const std::size_t i = b * cols + k * q8_block + c * q8_chunk + l;
+        for (std::uint32_t l = 0; l < q8_group; ++l) {
+          const std::size_t i = b * cols + k * q8_block + g * q8_group + l;
           ASSERT_LE(std::abs(int{portable.q[i]}), 127);
           ASSERT_LE(std::fabs(x[i] - d * portable.q[i]), 0.5f * d * (1.0f + 1e-5f) + 1e-30f) << "element " << i;
           sum += portable.q[i];
         }
-        ASSERT_EQ(sum, portable.bsum[(b * cols / q8_block + k) * (q8_block / q8_chunk) + c]);
+        ASSERT_EQ(sum, portable.bsum[(b * cols / q8_block + k) * (q8_block / q8_group) + g]);
       }
     }
   }
