@@ -3,7 +3,7 @@
 
 For each architecture (llama, qwen2, qwen3, gemma3, and the qwen35 hybrid as ARCH/GEOMETRY:
 qwen35, qwen35/flags, qwen35/wide; the qwen35 vocabulary) and weight mix (q4_k_m: Q4_K + Q6_K as
-llama.cpp's Q4_K_M lays them out; q8: Q8_0 + Q4_0; f16), tests/reference/make_arch_model.py
+llama.cpp's Q4_K_M lays them out; q5_k_m: the same with Q5_K; q8: Q8_0 + Q4_0; f16), tests/reference/make_arch_model.py
 writes a small random-weight GGUF with the `gguf` package carrying a real vocabulary from the
 llama.cpp source package's models/ folder (llama: llama-bpe; qwen2 and qwen3: qwen2; gemma3:
 llama-spm, a SentencePiece vocabulary, as Gemma's is). The same PROMPT token ids (seeded, uniform
@@ -20,7 +20,7 @@ single position's NMSE, and next-token (argmax) agreement. The target is NMSE < 
 status is 1 when any file misses it.
 
   scripts/peer-logits.py [--quick] [--archs llama,qwen2,qwen3,gemma3,qwen35/flags] [--mixes q4_k_m,q8,f16]
-                         [--prompt 1024] [--threads 2] [--build-dir build/release] [--work DIR]
+                         [--prompt 1024] [--threads 2] [--activations q8|q16] [--build-dir build/release] [--work DIR]
 
 --quick: llama with the llama-spm vocabulary, the q8 mix and a 256-token prompt (a minute);
 --reference: also each side against the float64 numpy reference (slow on big vocabularies);
@@ -150,6 +150,8 @@ def main():
     ap.add_argument("--vocab", default=None, help="one models/ggml-vocab-NAME.gguf for every file (--quick: llama-spm)")
     ap.add_argument("--chunk", type=int, default=256, help="the prefill chunk of the second ActiveKV run")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--activations", default="q8", choices=["q8", "q16"],
+                    help="the engine's activation width (q8: llama.cpp's arithmetic for K-quants)")
     ap.add_argument("--window", type=int, default=2048, help="gemma3's attention.sliding_window")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "release"))
     ap.add_argument("--reference", action="store_true",
@@ -175,7 +177,8 @@ def main():
     work = a.work or os.path.join(a.build_dir, "peer-logits")
     os.makedirs(work, exist_ok=True)
     engine, peer = build_tools(tree, a.build_dir, work)
-    print(f"peer tree {tree}; prompt {a.prompt} tokens; {a.threads} threads; load {os.getloadavg()[0]:.2f}")
+    print(f"peer tree {tree}; prompt {a.prompt} tokens; {a.threads} threads; ActiveKV --activations {a.activations}; "
+          f"load {os.getloadavg()[0]:.2f}")
     print(f"{'arch':7} {'mix':7} {'vocab':>7} {'NMSE decode':>12} {'worst pos':>10} {'top-1':>6} "
           f"{'NMSE chunk':>11} {'worst':>9} {'top-1':>6}")
     failed = []
@@ -201,9 +204,10 @@ def main():
             prompt_ids(vocab, a.prompt).tofile(ids_path)
             peer_out, ours_out, chunk_out = (os.path.join(work, name + s) for s in (".peer.f32", ".ours.f32", ".chunk.f32"))
             run([peer, model, ids_path, peer_out, str(a.threads)])
-            run([engine, "--model", model, "--ids", ids_path, "--out", ours_out, "--threads", str(a.threads)])
+            act = ["--activations", a.activations]
+            run([engine, "--model", model, "--ids", ids_path, "--out", ours_out, "--threads", str(a.threads)] + act)
             run([engine, "--model", model, "--ids", ids_path, "--out", chunk_out, "--threads", str(a.threads),
-                 "--chunk", str(a.chunk)])
+                 "--chunk", str(a.chunk)] + act)
             p = np.memmap(peer_out, dtype=np.float32, mode="r").reshape(a.prompt, vocab)
             o = np.memmap(ours_out, dtype=np.float32, mode="r").reshape(a.prompt, vocab)
             ends = [min(e, a.prompt) - 1 for e in range(a.chunk, a.prompt + a.chunk, a.chunk)]

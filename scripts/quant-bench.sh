@@ -4,11 +4,13 @@
 #
 #   scripts/quant-bench.sh [--types Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q5_K,Q6_K,F16] [--threads 2]
 #                          [--prompt 512] [--decode 128] [--rounds 2] [--build-dir build/release]
+#                          [--activations q8|q16]
 #
 # Each file: tests/reference/make_random_llama.py FILE --mix TYPE (8 layers, 1024 wide, FFN 2816,
 # 16 heads, 4 KV heads, the default model's 49,152-token vocabulary; every matrix of TYPE, the
 # embeddings too), written once into BUILD_DIR/quant-bench/. Per round and type:
-#   ours: ACTIVEKV_MODEL=FILE engine_bench --context P --decode N --chunk P --threads T
+#   ours: ACTIVEKV_MODEL=FILE engine_bench --context P --decode N --chunk P --threads T --activations A
+#         (A: q8 by default, llama.cpp's 8-bit activation arithmetic for Q4_K/Q5_K/Q6_K; q16 the engine's default)
 #         (prefill: P prompt tokens from an empty context in one chunk; decode: N steps after it)
 #   peer: llama-bench -m FILE -t T -fa 1 -p P -n 0 -r 1 --no-warmup           (prefill)
 #         llama-bench -m FILE -t T -fa 1 -p 0 -n N -d P -r 1 --no-warmup      (decode at depth P)
@@ -19,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 types=Q4_0,Q4_1,Q5_0,Q8_0,Q4_K,Q5_K,Q6_K,F16
-threads=2 prompt=512 decode=128 rounds=2 build_dir=build/release
+threads=2 prompt=512 decode=128 rounds=2 build_dir=build/release activations=q8
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --types) types=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --decode) decode=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
+    --activations) activations=$2; shift 2 ;;
     *) echo "quant-bench.sh: unknown option '$1' (see the header of scripts/quant-bench.sh)" >&2; exit 2 ;;
   esac
 done
@@ -51,13 +54,13 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 peer_rate() {  # llama-bench's CSV: the last row's avg_ts
   "$peer_script" "$@" -o csv 2>/dev/null | tail -n 1 | python3 -c 'import csv,sys; r=next(csv.reader(sys.stdin)); print(r[-2])' 2>/dev/null || echo nan
 }
-echo "threads $threads; prefill $prompt tokens; decode $decode steps after it; rounds $rounds"
+echo "threads $threads; prefill $prompt tokens; decode $decode steps after it; rounds $rounds; ActiveKV --activations $activations"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 for round in $(seq 1 "$rounds"); do
   for t in "${tlist[@]}"; do
     f="$work/llama-$t.gguf"
     l=$(load)
-    out=$(ACTIVEKV_MODEL=$f "$ours" --context "$prompt" --decode "$decode" --chunk "$prompt" --threads "$threads")
+    out=$(ACTIVEKV_MODEL=$f "$ours" --context "$prompt" --decode "$decode" --chunk "$prompt" --threads "$threads" --activations "$activations")
     pre=$(sed -n 's/^prefill .*s, \([0-9.]*\) tokens\/s;.*/\1/p' <<<"$out")
     dec=$(sed -n 's/^decode .*s, \([0-9.]*\) tokens\/s (.*/\1/p' <<<"$out")
     echo "ours $t prefill ${pre:-nan} $l" >>"$results"

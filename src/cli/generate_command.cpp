@@ -57,6 +57,7 @@ struct GenerateOptions {
   float temperature = 0.0f;
   float top_p = 1.0f;
   std::uint32_t threads = 2;
+  std::string activations = "q16";  // --activations: q16 or q8 (engine/matmul_q8.hpp)
   bool verbose = false;
   SparseFlags sparse;  // --sparse-pages/-fraction/-adaptive/-measure/-score/-layer-budget/-layer-signal (docs/SPARSE.md)
 };
@@ -93,6 +94,12 @@ Status check_flags(const GenerateOptions& o) {
                    range("--max-tokens", o.max_tokens, 1, engine::context_tokens_max)}) {
     if (!s) return s;
   }
+  engine::Activations activations = engine::Activations::q16;
+  if (!engine::parse_activations(o.activations, &activations))
+    return make_error(ErrorCode::invalid_argument, "--activations",
+                      fmt::format("'{}' is not an activation width: give q16 (exact, the default) or q8 (llama.cpp's "
+                                  "8-bit arithmetic for Q4_K, Q5_K and Q6_K, faster)",
+                                  o.activations));
   if (o.max_context != 0 && o.page_tokens > o.max_context)
     return make_error(ErrorCode::invalid_argument, "--page-tokens",
                       fmt::format("{} is longer than --max-context {}: a page holds at most one context", o.page_tokens,
@@ -206,14 +213,16 @@ int run(const GenerateOptions& o) {
 
   engine::EngineSettings es;
   es.threads = o.threads;
+  (void)engine::parse_activations(o.activations, &es.activations);  // check_flags() accepted it
   es.limits = limits;
   Result<std::unique_ptr<engine::Engine>> created = engine::Engine::create(std::move(model), std::move(kv), es);
   if (!created) return fail(created.error());
   engine::Engine& eng = **created;
   if (o.verbose)
-    std::fprintf(stderr, "model %s: %u layers, %u/%u heads × %u, vocab %u; %u prompt tokens; %s kernels, %u threads\n",
+    std::fprintf(stderr, "model %s: %u layers, %u/%u heads × %u, vocab %u; %u prompt tokens; %s kernels, %s activations, %u threads\n",
                  path.c_str(), cfg.layers, cfg.q_heads, cfg.kv_heads, cfg.head_dim, cfg.vocab,
-                 static_cast<unsigned>(prompt.size()), engine::isa_name(eng.isa()), eng.threads());
+                 static_cast<unsigned>(prompt.size()), engine::isa_name(eng.isa()),
+                 engine::activations_name(eng.activations()), eng.threads());
 
   std::vector<engine::TokenId> stops;
   if (tok->eos()) stops.push_back(static_cast<engine::TokenId>(*tok->eos()));
@@ -278,6 +287,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("--top-p", o->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   sub.add_option("--threads", o->threads, "Compute threads")->capture_default_str();
+  sub.add_option("--activations", o->activations,
+                 "Activation width of the quantised products: q16 (exact) or q8 (llama.cpp's, faster; Q4_K/Q5_K/Q6_K)")
+      ->capture_default_str();
   sub.add_flag("--verbose", o->verbose, "Print the memory plan, the model and the speeds to stderr");
   o->sparse.add_to(sub);
   return [o] { return run(*o); };

@@ -31,9 +31,9 @@ class Timed {
 
 }  // namespace
 
-Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, std::uint32_t rows_max,
-               std::uint32_t rope_positions, PhaseTimes& times)
-    : model_(model), hp_(model.config()), kv_(kv), pool_(pool), isa_(isa), times_(times) {
+Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Activations activations,
+               std::uint32_t rows_max, std::uint32_t rope_positions, PhaseTimes& times)
+    : model_(model), hp_(model.config()), kv_(kv), pool_(pool), isa_(isa), activations_(activations), times_(times) {
   const std::size_t n = rows_max;
   const std::size_t qd = hp_.q_dim();
   const std::size_t kvd = hp_.kv_dim();
@@ -61,6 +61,11 @@ Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, std:
   xq_q_.assign(n * scratch_stride_, 0);
   xq_d_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
   xq_s_.assign(n * scratch_stride_ / q16_block + 1, 0.0f);
+  if (activations_ == Activations::q8) {
+    xq8_q_.assign(n * scratch_stride_, 0);
+    xq8_d_.assign(n * scratch_stride_ / q8_block + 1, 0.0f);
+    xq8_bsum_.assign(n * scratch_stride_ / q8_group + 1, 0);
+  }
   AK_ASSERT(!hp_.ropes.empty() && hp_.ropes.size() <= rope_tables_max, "blocks: 1 or 2 RoPE tables");
   rope_positions_ = rope_positions;
   for (std::uint32_t t = 0; t < hp_.ropes.size(); ++t) build_rope_table(hp_.ropes[t], t);
@@ -96,11 +101,16 @@ void Blocks::set_rows(std::uint32_t rows) noexcept {
   rows_ = rows;
 }
 
-void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n) {
-  xq_ = Q16Rows{xq_q_.data(), xq_d_.data(), xq_s_.data(), cols, n};
+void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n, bool q8) {
+  if (q8) xq8_ = Q8Rows{xq8_q_.data(), xq8_d_.data(), xq8_bsum_.data(), cols, n};
+  else xq_ = Q16Rows{xq_q_.data(), xq_d_.data(), xq_s_.data(), cols, n};
+  auto rows = [](Blocks* self, const float* xs, std::uint32_t width, bool eight, std::size_t begin, std::size_t end) {
+    if (eight) quantize_rows_q8(self->isa_, xs, width, self->xq8_, begin, end);
+    else quantize_rows_q16(self->isa_, xs, width, self->xq_, begin, end);
+  };
   constexpr std::uint32_t rows_per_chunk = 32;  // below this a region's wake-up costs more than it saves
   if (n < 2 * rows_per_chunk) {
-    quantize_rows_q16(isa_, x, cols, xq_, 0, n);
+    rows(this, x, cols, q8, 0, n);
     return;
   }
   struct Ctx {
@@ -108,14 +118,16 @@ void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n) {
     const float* x;
     std::uint32_t cols;
     std::uint32_t n;
-  } ctx{this, x, cols, n};
+    bool q8;
+    decltype(rows) quantize_rows;
+  } ctx{this, x, cols, n, q8, rows};
   // Each row's bytes depend on that row alone, so the split does not change them.
   pool_.run_chunks(
       [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
         const Ctx& q = *static_cast<const Ctx*>(c);
         const std::size_t begin = std::uint64_t{q.n} * index / count;
         const std::size_t end = std::uint64_t{q.n} * (index + 1) / count;
-        quantize_rows_q16(q.self->isa_, q.x, q.cols, q.self->xq_, begin, end);
+        q.quantize_rows(q.self, q.x, q.cols, q.q8, begin, end);
       },
       &ctx, std::min<std::uint32_t>(n / rows_per_chunk, 4 * pool_.threads()));
 }
@@ -123,17 +135,21 @@ void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n) {
 void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
   Timed timed(times_.matmul_ns);
   bool quantised = true;
-  for (const Product& p : products)
-    quantised = quantised && q16_supported(p.w->type, p.w->cols) && p.x == products[0].x &&
-                p.w->cols == products[0].w->cols;
-  if (quantised) quantize(products[0].x, products[0].w->cols, n);
+  bool q8 = activations_ == Activations::q8;
+  for (const Product& p : products) {
+    const bool shared = p.x == products[0].x && p.w->cols == products[0].w->cols;
+    quantised = quantised && q16_supported(p.w->type, p.w->cols) && shared;
+    q8 = q8 && q8_supported(p.w->type, p.w->cols) && shared;
+  }
+  if (q8 || quantised) quantize(products[0].x, products[0].w->cols, n, q8);
   struct Ctx {
     Blocks* self;
     std::span<const Product> products;
     std::uint32_t n;
     std::uint32_t rows_total;
     bool quantised;
-  } ctx{this, products, n, 0, quantised};
+    bool q8;
+  } ctx{this, products, n, 0, quantised, q8};
   for (const Product& p : products) ctx.rows_total += p.w->rows;
   // Chunks of rows claimed by whichever thread is free (a descheduled thread
   // holds up one chunk, not half the product). A row's arithmetic does not
@@ -149,7 +165,9 @@ void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
         for (const Product& p : x.products) {
           const std::uint32_t lo = std::max(begin, offset);
           const std::uint32_t hi = std::min(end, offset + p.w->rows);
-          if (lo < hi && x.quantised) {
+          if (lo < hi && x.q8) {
+            matmul_rows_q8(x.self->isa_, *p.w, x.self->xq8_, p.y, p.w->rows, lo - offset, hi - offset);
+          } else if (lo < hi && x.quantised) {
             matmul_rows_q16(x.self->isa_, *p.w, x.self->xq_, p.y, p.w->rows, lo - offset, hi - offset, scratch);
           } else if (lo < hi) {
             matmul_rows(x.self->isa_, *p.w, p.x, p.w->cols, x.n, p.y, p.w->rows, lo - offset, hi - offset, scratch);

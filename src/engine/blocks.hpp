@@ -29,6 +29,7 @@
 #include "engine/kv_access.hpp"
 #include "engine/matmul.hpp"
 #include "engine/matmul_q16.hpp"
+#include "engine/matmul_q8.hpp"
 #include "engine/model.hpp"
 #include "engine/thread_pool.hpp"
 
@@ -44,9 +45,10 @@ class Blocks {
     float* y;        // rows × w->rows
   };
 
-  // rope_positions: positions the RoPE tables cover (the run's context).
-  Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, std::uint32_t rows_max,
-         std::uint32_t rope_positions, PhaseTimes& times);
+  // rope_positions: positions the RoPE tables cover (the run's context). activations: the width the
+  // quantised products quantise x to (matmul_q8.hpp).
+  Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Activations activations,
+         std::uint32_t rows_max, std::uint32_t rope_positions, PhaseTimes& times);
 
   const HParams& hp() const noexcept { return hp_; }
   const LayerWeights& weights(std::uint32_t layer) const noexcept { return model_.layer(layer); }
@@ -73,8 +75,9 @@ class Blocks {
 
   void norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count);
   // Every product's y = x · wᵀ over `rows` rows, in one parallel region split by output rows.
-  // Products of one call share their x. Q4_1 and Q8_0 weights take the 16-bit activation path
-  // (matmul_q16.hpp: x quantised once per row, integer dots).
+  // Products of one call share their x. Quantised weights take the 16-bit activation path
+  // (matmul_q16.hpp: x quantised once per row, integer dots), or with Activations::q8, when every
+  // product of the call is Q4_K, Q5_K or Q6_K, the 8-bit one (matmul_q8.hpp).
   void matmul(std::uint32_t rows, std::span<const Product> products);
   void matmul(std::span<const Product> products) { matmul(rows_, products); }
   void add_bias(float* y, const float* bias, std::uint32_t width);
@@ -96,8 +99,8 @@ class Blocks {
   void delta_recurrence(const LayerWeights& w, std::span<float* const> states);
   void delta_gated_norm(const LayerWeights& w);
 
-  // xq_ = x (n rows of `cols`) quantised to 16-bit blocks; split over the pool when n is large.
-  void quantize(const float* x, std::uint32_t cols, std::uint32_t n);
+  // xq_ (or xq8_ when q8) = x (n rows of `cols`) quantised; split over the pool when n is large.
+  void quantize(const float* x, std::uint32_t cols, std::uint32_t n, bool q8);
   void build_rope_table(const RopeSpec& spec, std::uint32_t table);
 
   const Model& model_;
@@ -105,6 +108,7 @@ class Blocks {
   KvAccess& kv_;
   ThreadPool& pool_;
   Isa isa_;
+  Activations activations_;
   PhaseTimes& times_;
   std::uint32_t rows_ = 0;
 
@@ -119,6 +123,10 @@ class Blocks {
   std::vector<std::int16_t> xq_q_;         // rows_max × the widest row: activations as 16-bit blocks
   std::vector<float> xq_d_, xq_s_;         // their block scales and d × Σq
   Q16Rows xq_;                             // views of the three above for the current product
+  std::vector<std::int8_t> xq8_q_;         // Activations::q8 only: rows_max × the widest row as 8-bit blocks
+  std::vector<float> xq8_d_;               // their block scales
+  std::vector<std::int16_t> xq8_bsum_;     // and sums per 16 values
+  Q8Rows xq8_;                             // views of the three above for the current product
   std::uint32_t rope_positions_ = 0;
   // Per table (HParams::ropes): rope_positions_ × rope_dims / 2 angles' cosines and sines.
   std::vector<float> rope_cos_[rope_tables_max], rope_sin_[rope_tables_max];

@@ -30,7 +30,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Model> model, std
   engine->model_ = std::move(model);
   engine->kv_ = std::move(kv);
   engine->pool_ = std::make_unique<ThreadPool>(settings.threads);
-  engine->forward_ = std::make_unique<Forward>(*engine->model_, *engine->kv_, *engine->pool_, isa, settings.limits);
+  engine->forward_ = std::make_unique<Forward>(*engine->model_, *engine->kv_, *engine->pool_, isa, settings.limits,
+                                               settings.activations);
   engine->kv_->share_threads(engine->pool_.get());
   return engine;
 }

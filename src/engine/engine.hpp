@@ -35,6 +35,8 @@ struct EngineSettings {
   std::uint32_t threads = 2;  // --threads: the caller plus threads − 1 workers
   bool isa_auto = true;       // choose best_isa(); otherwise `isa`
   Isa isa = Isa::portable;
+  // --activations: the quantised products' activation width (matmul_q8.hpp; docs/ENGINE.md, "Activation width").
+  Activations activations = Activations::q16;
   ForwardLimits limits;       // tokens and entries per step
 };
 
@@ -65,6 +67,7 @@ class Engine {
   const PhaseTimes& times() const noexcept { return forward_->times(); }
   void reset_times() noexcept { forward_->reset_times(); }
   Isa isa() const noexcept { return forward_->isa(); }
+  Activations activations() const noexcept { return forward_->activations(); }
   std::uint32_t threads() const noexcept { return pool_->threads(); }
   const ForwardLimits& limits() const noexcept { return forward_->limits(); }
 

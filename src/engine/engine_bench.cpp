@@ -4,6 +4,7 @@
 // seconds long and the figures wanted are rates and shares, not ns/iteration.
 //
 //   engine_bench [--context N] [--decode M] [--pool FRACTION[,FRACTION...]] [--threads T] [--chunk C] [--kv runtime|reference]
+//                [--activations q16|q8]
 //                [--sparse-fraction F] [--sparse-lists group|one] [--sparse-score bound|moments|mixed]
 //                [--sparse-layer-budget captured|moments] [--rounds R] [--staging auto|copy|in-place]
 //                [--suffix H,S]
@@ -187,6 +188,8 @@ int run_suffix(Engine& eng, KvRuntime& runtime, ContextId ctx, const std::vector
   return 0;
 }
 
+Activations bench_activations = Activations::q16;  // --activations
+
 int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std::uint32_t chunk, double pool,
         const std::string& kv_kind, Figures& figures, double sparse_fraction = 0.0, const std::string& staging = "auto") {
   Result<std::string> path = find_default_model();
@@ -267,6 +270,7 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   }
   EngineSettings es;
   es.threads = threads;
+  es.activations = bench_activations;
   es.limits = limits;
   Result<std::unique_ptr<Engine>> created = Engine::create(std::move(model), std::move(kv), es);
   if (!created) return fmt::print(stderr, "{}\n", created.error().describe()), 1;
@@ -355,8 +359,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   const double decode_s = seconds_since(t0);
   const double decode_cpu = cpu_seconds() - cpu0;
   const double gbps = memcpy_read_gbps();
-  fmt::print("model {}, {} kernels, {} threads, kv {}, pool {:.0f}% of the context\n", cfg.name, isa_name(eng.isa()),
-             threads, kv_kind, pool * 100);
+  fmt::print("model {}, {} kernels, {} activations, {} threads, kv {}, pool {:.0f}% of the context\n", cfg.name, isa_name(eng.isa()),
+             activations_name(eng.activations()), threads, kv_kind, pool * 100);
   fmt::print("prefill {} tokens (chunks of {}): {:.2f} s, {:.1f} tokens/s; {:.2f} CPU s ({:.1f} tokens per CPU second)\n",
              context, chunk, prefill_s, context / prefill_s, prefill_cpu, context / prefill_cpu);
   fmt::print("decode {} tokens at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/token); {:.2f} CPU s\n", decode,
@@ -406,6 +410,9 @@ int main(int argc, char** argv) {
   app.add_option("--pool", fractions, "device pool as fractions of the context's pages, comma-separated")
       ->delimiter(',')->check(CLI::Range(1e-6, 1.0));
   app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1u, 64u));
+  std::string activations_text = "q16";
+  app.add_option("--activations", activations_text, "activation width of the quantised products (matmul_q8.hpp)")
+      ->check(CLI::IsMember({"q16", "q8"}));
   app.add_option("--chunk", chunk, "prefill chunk tokens")->check(CLI::Range(1u, 1u << 16));
   app.add_option("--kv", kv_kind, "where the KV lives")->check(CLI::IsMember({"runtime", "reference"}));
   app.add_option("--sparse-fraction", sparse_fraction, "fraction of the pages sparse decode reads")
@@ -424,6 +431,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   chunk = std::min(chunk, context);  // a chunk longer than the prompt is the prompt
+  (void)parse_activations(activations_text, &bench_activations);  // CLI11 checked it
   sparse_one_list = lists == "one";
   if (!score.empty() && (!sparse_score_from_name(score.c_str(), sparse_score) || sparse_score == SparseScore::oracle)) {
     fmt::print(stderr, "--sparse-score {}: give bound, moments or mixed\n", score);

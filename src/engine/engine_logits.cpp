@@ -1,7 +1,7 @@
 // engine_logits.cpp — the engine's logits on given token ids, written to a file, for comparisons
 // against another implementation on the same GGUF (scripts/peer-logits.sh: llama.cpp's).
 //
-//   engine_logits --model FILE.gguf --ids IDS.i32 --out OUT.f32 [--chunk C] [--threads T]
+//   engine_logits --model FILE.gguf --ids IDS.i32 --out OUT.f32 [--chunk C] [--threads T] [--activations q16|q8]
 //
 // IDS.i32: little-endian int32 token ids, fed as given, positions 0…n−1 of one context whose KV
 // lives in the ActiveKV runtime on the host backend (the whole history on the device). The prompt
@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path, "where the logits go (f32 rows)")->required();
   app.add_option("--chunk", chunk, "tokens per step; logits of each step's last token")->check(CLI::Range(1u, 1u << 16));
   app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1u, 64u));
+  std::string activations_text = "q16";
+  app.add_option("--activations", activations_text, "activation width of the quantised products (matmul_q8.hpp)")
+      ->check(CLI::IsMember({"q16", "q8"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,6 +91,7 @@ int main(int argc, char** argv) {
 
   EngineSettings es;
   es.threads = threads;
+  (void)parse_activations(activations_text, &es.activations);  // CLI11 checked it
   es.limits = limits;
   Result<std::unique_ptr<Engine>> created = Engine::create(std::move(model), std::make_unique<RuntimeKv>(**runtime), es);
   if (!created) return fmt::print(stderr, "{}\n", created.error().describe()), 1;

@@ -46,14 +46,17 @@ Status check_runnable(const Model& model, const ForwardLimits& limits) {
                                 hp.layers, hp.window_layers(), hp.architecture, LayerKinds::layers_max));
 }
 
-Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits)
+Forward::Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits,
+                 Activations activations)
     : model_(model),
       cfg_(model.config()),
       kv_(kv),
       isa_(isa),
+      activations_(activations),
       limits_(limits),
       context_tokens_(run_context(model.config(), limits)),
-      blocks_(model, kv, pool, isa, std::max<std::uint32_t>(limits.step_tokens_max, 1), context_tokens_, times_) {
+      blocks_(model, kv, pool, isa, activations, std::max<std::uint32_t>(limits.step_tokens_max, 1), context_tokens_,
+              times_) {
   AK_ASSERT(limits.step_tokens_max >= 1, "Forward: step_tokens_max must be at least 1");
   AK_ASSERT(limits.step_entries_max >= 1, "Forward: step_entries_max must be at least 1");
   AK_ASSERT(isa_available(isa), "Forward: instruction set not available on this CPU");

@@ -99,7 +99,9 @@ Status check_runnable(const Model& model, const ForwardLimits& limits);
 
 class Forward {
  public:
-  Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits);
+  // activations: the width of the quantised products' activations (matmul_q8.hpp, docs/ENGINE.md).
+  Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits,
+          Activations activations = Activations::q16);
 
   // One step. Errors (nothing is changed): too many tokens or entries for the
   // limits, an empty entry, a token id outside the vocabulary, a context that
@@ -114,6 +116,7 @@ class Forward {
   void reset_times() noexcept { times_ = {}; }
   const ForwardLimits& limits() const noexcept { return limits_; }
   Isa isa() const noexcept { return isa_; }
+  Activations activations() const noexcept { return activations_; }
 
  private:
   Status validate(std::span<const StepInput> inputs) const;
@@ -124,6 +127,7 @@ class Forward {
   const HParams& cfg_;
   KvAccess& kv_;
   Isa isa_;
+  Activations activations_;
   ForwardLimits limits_;
   PhaseTimes times_;
   std::uint32_t context_tokens_ = 0;       // positions the RoPE tables cover (ForwardLimits::context_tokens)

@@ -61,11 +61,12 @@ MIXES = {
     "q8": dict(attn=T.Q8_0, ffn=T.Q4_0, embd=T.Q8_0, out=T.Q8_0),
     "q4": dict(attn=T.Q4_0, ffn=T.Q8_0, embd=T.F16, out=T.Q4_0),
     "q4_k_m": dict(attn=T.Q4_K, ffn=T.Q4_K, embd=T.Q4_K, out=T.Q6_K, wide=T.Q6_K),
+    "q5_k_m": dict(attn=T.Q5_K, ffn=T.Q5_K, embd=T.Q5_K, out=T.Q6_K, wide=T.Q6_K),
 }
 
 # K-quant blocks: byte offsets of their f16 scale fields and the ratio of the fields to each other
-# (Q4_K's dmin = 7.5 d centres its sub-blocks: the mean 4-bit value is 7.5).
-K_SCALES = {T.Q4_K: [(0, 1.0), (2, 7.5)], T.Q6_K: [(208, 1.0)]}
+# (Q4_K's dmin = 7.5 d centres its sub-blocks: the mean 4-bit value is 7.5; Q5_K's 15.5, for 5 bits).
+K_SCALES = {T.Q4_K: [(0, 1.0), (2, 7.5)], T.Q5_K: [(0, 1.0), (2, 15.5)], T.Q6_K: [(208, 1.0)]}
 
 
 def random_kquant(rng, rows, cols, qtype, spread):
