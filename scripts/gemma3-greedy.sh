@@ -7,7 +7,9 @@
 #
 # Per prompt: both texts; equal or not. Then the ids of prompt + ActiveKV's continuation (BOS, the
 # prompt and the continuation re-tokenized as the text paths tokenize) go through engine_logits
-# (prefill, then one decode step per generated token) and peer_logits (libllama), 8 highest logits
+# (prefill, then one decode step per generated token) and peer_logits (libllama: BOS and the prompt
+# in one batch, then one token per llama_decode, as llama-completion feeds them; llama.cpp's logits
+# move with the batch shape by up to 0.2 here), 8 highest logits
 # per position: the first generated position where each side's argmax is not the next id. ActiveKV's
 # must be none (else the re-tokenized ids are not the ones it generated, and the line says so);
 # llama.cpp's is where greedy decoding parts, with llama.cpp's gap there between its choice and
@@ -82,7 +84,7 @@ EOF
   pre=$(cat "$work/ids-$i.i32.pre")
   n=$(($(stat -c %s "$work/ids-$i.i32") / 4))
   if [[ $pre -ge $((n - 1)) ]]; then echo "  (no continuation to check)"; continue; fi
-  "$peer_logits" "$model" "$work/ids-$i.i32" "$work/peer-$i.top" "$threads" 512 8 >/dev/null 2>&1
+  "$peer_logits" "$model" "$work/ids-$i.i32" "$work/peer-$i.top" "$threads" 1 8 "$((pre + 1))" >/dev/null 2>&1
   "$build_dir/src/engine/engine_logits" --model "$model" --ids "$work/ids-$i.i32" --out "$work/ours-$i.top" \
     --threads "$threads" --prefill "$pre" --top 8 >/dev/null
   python3 - "$work/ids-$i.i32" "$pre" "$work/peer-$i.top" "$work/ours-$i.top" <<'EOF'
