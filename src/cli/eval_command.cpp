@@ -205,7 +205,9 @@ int run(EvalOptions& o) {
   std::vector<engine::TokenId> tokens;
   std::vector<eval::Window> windows;
   if (!o.passkey) {
-    const std::vector<tokenizer::TokenId> ids = tok->encode(text, tokenizer::Special::plain);
+    // Text is not parsed for control tokens, but user-defined ones (Gemma's runs of spaces and
+    // newlines) are matched, as llama.cpp tokenizes a text it does not parse for special tokens.
+    const std::vector<tokenizer::TokenId> ids = tok->encode(text, tokenizer::Special::user_defined);
     if (tok->add_bos() && tok->bos()) tokens.push_back(static_cast<engine::TokenId>(*tok->bos()));
     tokens.insert(tokens.end(), ids.begin(), ids.end());
     // 64 MiB of text is fewer than 2^32 tokens (a token is at least one byte).

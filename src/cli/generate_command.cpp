@@ -140,7 +140,9 @@ int run(const GenerateOptions& o) {
     if (!chat) return fail(chat.error());
     text = chat->render_prompt(o.prompt, true);
   }
-  std::vector<tokenizer::TokenId> ids = tok->encode(text, o.chat ? tokenizer::Special::allow : tokenizer::Special::plain);
+  // A plain prompt matches user-defined tokens (Gemma's whitespace runs) but not control-token text.
+  std::vector<tokenizer::TokenId> ids =
+      tok->encode(text, o.chat ? tokenizer::Special::allow : tokenizer::Special::user_defined);
   if (ids.empty()) return fail(make_error(ErrorCode::invalid_argument, "--prompt", "the prompt is empty"));
   // A plain prompt starts with BOS where the file says so (tokenizer.ggml.add_bos_token; Gemma),
   // as `eval` and llama.cpp do; a chat template writes its own.

@@ -21,8 +21,9 @@ constexpr const char* question = "What is the pass key? The pass key is";
 
 constexpr const char* chat_question = "What is the pass key?<|im_end|>\n<|im_start|>assistant\nThe pass key is";
 
+// Plain text: user-defined tokens (Gemma's whitespace runs) are matched, control-token text is not.
 std::vector<engine::TokenId> encode(const tokenizer::Tokenizer& tok, const std::string& text) {
-  const std::vector<tokenizer::TokenId> ids = tok.encode(text, tokenizer::Special::plain);
+  const std::vector<tokenizer::TokenId> ids = tok.encode(text, tokenizer::Special::user_defined);
   return {ids.begin(), ids.end()};
 }
 
