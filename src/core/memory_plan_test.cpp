@@ -137,7 +137,9 @@ TEST(MemoryPlan, RandomGeometriesMatchAnIndependentComputationAndLayoutHolds) {
     EXPECT_EQ(p.host.segments, largest_fitting(segment, s.host_pool_bytes));
     EXPECT_EQ(p.host.histories, histories);
     EXPECT_EQ(p.host.leftover_segments + p.host.histories * s.geometry.dense_layers, p.host.segments);
-    if (s.geometry.recurrent_state_bytes == 0) EXPECT_LT(p.host.leftover_segments, s.geometry.dense_layers);
+    if (s.geometry.recurrent_state_bytes == 0) {
+      EXPECT_LT(p.host.leftover_segments, s.geometry.dense_layers);
+    }
     EXPECT_LE(p.host.used_bytes, s.host_pool_bytes);
     EXPECT_EQ(p.host.concurrency, std::min<std::uint64_t>(s.max_seqs, histories));
     // Arena: parts in order, aligned, disjoint, inside the device pool.

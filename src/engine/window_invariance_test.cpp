@@ -220,7 +220,9 @@ class WindowInvariance : public ::testing::Test {
     RuntimeKv kv(**rt);
     Logits out = feed(*model_, kv, a->handle, other, pool_, tokens_, other_, steps);
     const KvCounters& c = (*rt)->counters();
-    if (fraction < 1.0) EXPECT_GT(c.bytes_staged, 0u) << "a part of the pages on the device: history must be staged";
+    if (fraction < 1.0) {
+      EXPECT_GT(c.bytes_staged, 0u) << "a part of the pages on the device: history must be staged";
+    }
     EXPECT_EQ(c.heap_allocations_in_steps, 0u) << "invariant 7";
     EXPECT_EQ(c.device_allocations_after_warmup, 0u);
     // A window layer's newest rows are in its ring, at slot t mod ring.
@@ -241,9 +243,13 @@ class WindowInvariance : public ::testing::Test {
     std::vector<std::uint32_t> held(g.dense_layers, 0);
     for (const ResidentRun& run : e.runs) held[run.layer] += run.pages;
     for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
-      if (l % 6 < 5) EXPECT_LE(held[l], 1u + kRing / kPageTokens) << "window layer " << l;
+      if (l % 6 < 5) {
+        EXPECT_LE(held[l], 1u + kRing / kPageTokens) << "window layer " << l;
+      }
     }
-    if (fraction == 1.0) EXPECT_EQ(held[5], (kLength + kPageTokens - 1) / kPageTokens) << "the full layer, all resident";
+    if (fraction == 1.0) {
+      EXPECT_EQ(held[5], (kLength + kPageTokens - 1) / kPageTokens) << "the full layer, all resident";
+    }
     return out;
   }
 

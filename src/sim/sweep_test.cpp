@@ -67,9 +67,9 @@ TEST(Sweep, ReducedScenarioEndToEnd) {
   const CellResult* akv_4 = r.find(Variant::activekv, 4, 16384);
   const CellResult* hr_4 = r.find(Variant::activekv_headroom, 4, 16384);
   ASSERT_TRUE(stock_4 && akv_4 && hr_4 && stock_4->ran && akv_4->ran && hr_4->ran);
-  const double kv_bytes = 4.0 * 16384 * s.kv_bytes_per_token();
+  const double kv_bytes = 4.0 * 16384 * static_cast<double>(s.kv_bytes_per_token());
   const double pool_bytes = static_cast<double>(r.plan.arena.page_pool.size_bytes);
-  EXPECT_NEAR(akv_4->h2d_bytes_per_step, kv_bytes - pool_bytes, 64.0 * r.plan.arena.page_bytes);
+  EXPECT_NEAR(akv_4->h2d_bytes_per_step, kv_bytes - pool_bytes, 64.0 * static_cast<double>(r.plan.arena.page_bytes));
   EXPECT_GT(akv_4->itl_seconds, stock_4->itl_seconds * 1.5);
   // With headroom the same bytes come from retained history by d2d, not over the link.
   EXPECT_EQ(hr_4->h2d_bytes_per_step, 0.0);

@@ -96,7 +96,9 @@ void compare_with_reference(const std::string& path, const std::vector<TokenId>&
     }
     const float tolerance = relative ? tolerance_given * spread : tolerance_given;
     EXPECT_LE(max_diff, tolerance) << "position " << fed - 1;
-    if (want[top] - want[second] > 2 * tolerance) EXPECT_EQ(Sampler::argmax(got), top) << "position " << fed - 1;
+    if (want[top] - want[second] > 2 * tolerance) {
+      EXPECT_EQ(Sampler::argmax(got), top) << "position " << fed - 1;
+    }
     std::printf("position %zu: max |engine - reference| = %.6f (max |logit| %.3f), argmax %u\n", fed - 1, max_diff,
                 spread, top);
   }

@@ -455,7 +455,9 @@ TEST_P(Conformance, WindowBatchesMatchTheReferenceOrAreRefused) {
       ASSERT_LE(std::fabs(run.output[i] - expected[i]), tolerance) << "seed " << seed << " window " << window;
       masks = masks || expected[i] != unmasked[i];
     }
-    if (window <= s.positions.front()) EXPECT_TRUE(masks) << "seed " << seed << ": the window must change the output";
+    if (window <= s.positions.front()) {
+      EXPECT_TRUE(masks) << "seed " << seed << ": the window must change the output";
+    }
     float total = 0.0f;
     for (float m : run.mass) total += m;
     ASSERT_NEAR(total, 1.0f, 1e-4f) << "seed " << seed;
