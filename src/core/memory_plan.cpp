@@ -245,12 +245,6 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
                                  "one step's new rows would overwrite each other; lower --chunk-tokens to at most {}",
                                  s.chunk_tokens, h.ring_tokens, s.geometry.kinds.window_tokens, s.page_tokens, h.ring_tokens));
     }
-    if (s.prefix_cache_bytes > 0) {
-      return refused("prefix_cache",
-                     fmt::format("the model has {} window layers, whose host rings keep only their last {} tokens, and the "
-                                 "prefix cache keeps whole pages of every layer: set prefix_cache to 0",
-                                 h.window_layers, h.ring_tokens));
-    }
   }
   if (s.host_pool_bytes == 0) {
     return invalid("--host-pool", fmt::format("must be given explicitly: one history needs {} ({} segments of {})",

@@ -92,6 +92,12 @@ std::string format_memory_plan(const MemoryPlan& plan) {
                        "finished histories, at their real length\n",
                        format_bytes(h.prefix_cache_bytes), format_bytes(h.prefix_cache_page_bytes), h.prefix_cache_pages,
                        std::uint64_t{h.prefix_cache_pages} * (h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers));
+    if (h.window_layers != 0) {
+      out += fmt::format("                      (window layers {}: a cached page keeps their rows only if the finished "
+                         "history's ring of {} tokens still held them; an adoption is cut back to the longest prefix "
+                         "whose window the cache holds)\n",
+                         h.window_layers, h.ring_tokens);
+    }
     if (plan.state.enabled()) {
       out += "                      (a hybrid model: the cache keeps no recurrent-state checkpoints yet, so no prompt could "
              "adopt its pages; it stays unused: set prefix_cache 0 to give its bytes to histories)\n";

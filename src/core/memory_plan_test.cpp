@@ -516,7 +516,7 @@ TEST(MemoryPlan, WindowLayersReserveRingsAndTheLayoutTilesEachHistory) {
   EXPECT_NE(format_memory_plan(plan).find("history_bytes     = full_layers 3"), std::string::npos);
 }
 
-TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndAPrefixCache) {
+TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndPlanAPrefixCache) {
   MemorySettings s;
   s.geometry = find_preset("gemma3-270m")->geometry;
   s.max_context_tokens = 32768;
@@ -527,10 +527,20 @@ TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndAPrefixCache) {
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.error().describe().find("--chunk-tokens"), std::string::npos) << plan.error().describe();
   s.chunk_tokens = 256;
+  // A prefix cache is planned like any other (docs/PREFIX_CACHE.md, "Window layers"): pages of every
+  // layer (16 × 1 KiB × 18 = 288 KiB), carved off first; the histories by the ring formula.
   s.prefix_cache_bytes = 64 << 20;
   plan = make_memory_plan(s);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.error().describe().find("prefix_cache"), std::string::npos) << plan.error().describe();
+  ASSERT_TRUE(plan.ok()) << plan.error().describe();
+  EXPECT_EQ(plan->host.prefix_cache_page_bytes, 16u * 1024 * 18);
+  EXPECT_EQ(plan->host.prefix_cache_pages, (64u << 20) / (16u * 1024 * 18));  // 227 pages
+  EXPECT_EQ(plan->host.histories, (4 * GiB - (64u << 20)) / ((3ull * 32768 + 15ull * 528) * 1024));  // 38
+  EXPECT_EQ(plan->host.prefix_cache_offset, std::uint64_t{plan->host.history_slots} * plan->host.history_bytes);
+  const std::string text = format_memory_plan(*plan);
+  EXPECT_NE(text.find("prefix_cache      = floor(prefix_cache 64 MiB / cache_page_bytes 288 KiB) = 227 pages"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("(window layers 15: a cached page keeps their rows only if the finished history's ring of 528 tokens"),
+            std::string::npos) << text;
 }
 
 }  // namespace

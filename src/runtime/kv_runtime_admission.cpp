@@ -326,6 +326,8 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.cache_pages_end = a.cache_pages_end;
   e.cache_shared_prefixes = a.cache_shared;
   e.cache_partial_rows = a.cache_partial_rows;
+  e.cache_ring_cut_pages = a.cache_ring_cut;
+  e.cache_state_cut_pages = a.cache_state_cut;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
   e.adopted_device_promoted = a.device_promoted;

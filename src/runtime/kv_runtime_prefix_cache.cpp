@@ -16,7 +16,12 @@
 //   - adoption copies rows below the context's length before the context's first step, into a
 //     history no copy is in flight on (it was just admitted), so nothing reads them meanwhile;
 //   - the rows copied are the bytes a finished context wrote for the same tokens: a row depends
-//     only on the tokens before it (docs/PREFIX.md, "Exactness"), so outputs do not change.
+//     only on the tokens before it (docs/PREFIX.md, "Exactness"), so outputs do not change;
+//   - window layers (a host ring each, memory_plan.hpp): a page is cached with its window rows only
+//     while the offering history's rings still hold them; an adoption ending at page E needs the
+//     window rows of every page a query at E·P reads, [first_page_seen(E·P), E), and is cut back to
+//     the longest E the cache covers (counted, logged, explained). Those pages' rows go into the new
+//     history's ring slots (token t at t mod ring_tokens); older pages are neither copied nor read.
 #include "runtime/kv_runtime_impl.hpp"
 
 #include <cstring>
@@ -47,8 +52,35 @@ void KvRuntimeImpl::sync_cache_counters() noexcept {
 
 std::uint32_t KvRuntimeImpl::cache_prefix_pages(std::span<const std::int32_t> prompt) noexcept {
   const std::uint32_t P = plan_.arena.page_tokens;
+  cache_matched_pages_ = 0;
   if (cache_ == nullptr || prompt.size() <= P) return 0;
-  return cache_->match(prompt, static_cast<std::uint32_t>((prompt.size() - 1) / P));
+  cache_matched_pages_ = cache_->match(prompt, static_cast<std::uint32_t>((prompt.size() - 1) / P));
+  return cache_ring_covered(cache_matched_pages_);
+}
+
+// The first page any window layer's query at token q reads (q itself when there are none).
+std::uint32_t KvRuntimeImpl::window_first_page(std::uint32_t q) const noexcept {
+  const std::uint32_t P = plan_.arena.page_tokens;
+  std::uint32_t first = q / P;
+  for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+    if (plan_.host.is_ring(l)) first = std::min(first, plan_.host.first_page_seen(l, q, P));
+  }
+  return first;
+}
+
+// The cut rule: the longest end ≤ n whose first query's window the cache holds, every page of
+// [window_first_page(end · P), end) with its window rows. O(n × window pages), at admission only.
+std::uint32_t KvRuntimeImpl::cache_ring_covered(std::uint32_t n) const noexcept {
+  if (plan_.host.ring_tokens == 0) return n;
+  const std::span<const std::uint32_t> chain = cache_->chain();
+  for (std::uint32_t end = n; end > 0; --end) {
+    bool held = true;
+    for (std::uint32_t p = window_first_page(end * plan_.arena.page_tokens); p < end && held; ++p) {
+      held = cache_->window_rows(chain[p]);
+    }
+    if (held) return end;
+  }
+  return 0;
 }
 
 std::uint32_t KvRuntimeImpl::host_prefix_tokens(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept {
@@ -59,11 +91,15 @@ void KvRuntimeImpl::offer_to_cache(std::uint32_t slot, std::span<const std::int3
   if (cache_ == nullptr) return;
   const std::byte* host = backend_.host_pool().data();
   const std::uint32_t P = plan_.arena.page_tokens;
-  const runtime::PrefixCacheInsert done = cache_->insert(tokens, [&](std::uint32_t layer, std::uint32_t page) {
+  const std::uint32_t length = budgets_.context(slot).length_tokens;
+  const runtime::PrefixCacheInsert done = cache_->insert(tokens, [&](std::uint32_t layer, std::uint32_t page) -> const std::byte* {
+    // A window layer's ring holds the page while its first row is among the last ring_tokens written.
+    if (!plan_.host.holds(layer, length, page * P)) return nullptr;
     return host + plan_.host.row_offset(slot, layer, page * P);
   });
   counters_.prefix_cache_pages_stored += done.stored;
   counters_.prefix_cache_pages_shared += done.shared;
+  counters_.prefix_cache_window_less_pages += done.without_window_rows;
   if (done.evicted > 0) record_prefix(DecisionKind::evict, Reason::prefix_cache_lru, slot, done.evicted);
   if (done.stored > 0) record_prefix(DecisionKind::retain, Reason::prefix_cached, slot, done.stored);
   sync_cache_counters();
@@ -87,13 +123,25 @@ std::uint32_t KvRuntimeImpl::restore_from_cache(std::uint32_t slot, std::span<co
   const std::uint32_t P = plan_.arena.page_tokens;
   const std::uint32_t first = reused / P;
   const std::uint32_t end = cache_prefix_pages(prompt);
+  if (cache_matched_pages_ > std::max(end, first)) {
+    // The cache matched further, but a window layer's rows the query there needs were not cached.
+    const std::uint32_t cut = cache_matched_pages_ - std::max(end, first);
+    ++counters_.prefix_cache_ring_cuts;
+    counters_.prefix_cache_ring_cut_pages += cut;
+    adoption_[slot].cache_ring_cut = cut;
+    record_prefix(DecisionKind::adopt, Reason::prefix_cache_ring_cut, slot, cut);
+  }
   // Pages still landing by a device-to-device copy end the run at the local prefix and cannot be
   // given up before their fence: the cache's rows are not used this time (the rest prefills).
   if (end <= first || adoption_[slot].device_copied > 0) return reused;
   const std::span<std::byte> host = backend_.host_pool();
   const std::span<const std::uint32_t> chain = cache_->chain();
   for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
-    for (std::uint32_t p = first; p < end; ++p) {
+    // A window layer takes only the pages the first query's window reads (all cached: the cut rule),
+    // into its ring's slots; the pages below them would be overwritten before anything read them.
+    const std::uint32_t from = plan_.host.is_ring(l) ? plan_.host.first_page_seen(l, end * P, P) : first;
+    for (std::uint32_t p = from; p < end; ++p) {
+      AK_ASSERT(!plan_.host.is_ring(l) || cache_->window_rows(chain[p]), "kv runtime: a window page the cut rule let through");
       std::memcpy(host.data() + plan_.host.row_offset(slot, l, p * P), cache_->rows(chain[p], l), P * plan_.host.row_bytes);
     }
   }
@@ -143,6 +191,7 @@ std::uint32_t KvRuntimeImpl::adopt_partial_page(ContextId context, std::span<con
   const std::uint32_t rows = want - reused;
   const std::uint32_t page = cache_->match_partial(end, prompt.subspan(reused, rows));
   if (page == runtime::PrefixCache::none) return reused;
+  if (!cache_->window_rows(page)) return reused;  // a window layer's rows of it left its ring before it was cached
   // Room for one page per layer, all or none; the page extends a run that ends right below it.
   ContextState& c = budgets_.context(slot);
   if (budgets_.pages_unreserved() < layers || c.pages_held() + layers > c.budget.burst_pages) return reused;

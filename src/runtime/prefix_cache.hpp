@@ -11,7 +11,11 @@
 //   cache page i, layer l:  store + (i × dense_layers + l) × P × row_bytes   (P rows)
 //
 // so one chained page hash (prefix_chain_page, the same chain the retained index and the tier
-// use) names one cache page. The pages form a tree: a page's parent is the page before it in
+// use) names one cache page. A window layer's history is a ring (memory_plan.hpp): when a page is
+// offered its rows may be gone from the ring. rows() then gives nullptr for that layer, the page
+// is stored without them (window_rows(page) false: those layers' part of the page unused) and an
+// adoption that needs them is cut back by the runtime (kv_runtime_prefix_cache.cpp). A later offer
+// of the same page that still has them fills them in. The pages form a tree: a page's parent is the page before it in
 // its prefix. Pages shared by several prefixes (a common system prompt) are stored once: a
 // second prefix finds them by hash and links its own pages below them.
 //
@@ -53,6 +57,8 @@ struct PrefixCacheInsert {
   std::uint32_t shared = 0;    // pages already stored (by this or another prefix): touched, not copied
   std::uint32_t evicted = 0;   // leaves evicted to make room
   std::uint32_t skipped = 0;   // full pages not stored: only this prefix's own chain was left to evict
+  std::uint32_t without_window_rows = 0;  // pages stored (or left) without some layer's rows: a ring no longer held them
+  std::uint32_t window_rows_filled = 0;   // shared pages stored without them whose missing rows this offer filled
 };
 
 class PrefixCache {
@@ -68,8 +74,10 @@ class PrefixCache {
   }
 
   // Stores the full pages of `tokens` (at most pages_per_prefix). rows(layer, page) gives the
-  // P rows of logical page `page` of `layer` in the finished history (P × row_bytes bytes).
-  // Pages already stored are touched; new ones take free pages, then evicted leaves.
+  // P rows of logical page `page` of `layer` in the finished history (P × row_bytes bytes), or
+  // nullptr when the history no longer holds them (a window layer's ring moved past the page).
+  // Pages already stored are touched (and given their missing rows when this offer has them); new
+  // ones take free pages, then evicted leaves.
   template <class Rows>
   PrefixCacheInsert insert(std::span<const std::int32_t> tokens, Rows&& rows) noexcept;
 
@@ -93,6 +101,9 @@ class PrefixCache {
   const std::byte* rows(std::uint32_t page, std::uint32_t layer) const noexcept {
     return store_.data() + (std::size_t{page} * config_.dense_layers + layer) * layer_bytes_;
   }
+  // Whether every layer's rows of `page` are stored (false: some layer's rows were gone when it was
+  // offered — a window layer's ring — and that part of the page is unused).
+  bool window_rows(std::uint32_t page) const noexcept { return records_[page].window_rows; }
   // Prefixes (leaves of the tree) that go through `page`: how many prompts share it.
   std::uint32_t prefixes_through(std::uint32_t page) const noexcept { return records_[page].leaves; }
 
@@ -117,6 +128,7 @@ class PrefixCache {
     std::uint32_t next = none;       // LRU list: towards the least recent
     std::uint32_t depth = 0;         // its page index in its prefixes
     bool used = false;
+    bool window_rows = false;        // every layer's rows stored (else a ring had lost some: unused part)
   };
 
   PrefixCache() = default;
@@ -134,6 +146,21 @@ class PrefixCache {
   std::int32_t* tokens_of(std::uint32_t page) noexcept { return tokens_.data() + std::size_t{page} * config_.page_tokens; }
   const std::int32_t* tokens_of(std::uint32_t page) const noexcept {
     return tokens_.data() + std::size_t{page} * config_.page_tokens;
+  }
+  // Copies logical page `p`'s rows of every layer rows() still holds into cache page `page`;
+  // whether every layer's were there.
+  template <class Rows>
+  bool copy_rows(std::uint32_t page, std::uint32_t p, Rows& rows) noexcept {
+    bool all = true;
+    for (std::uint32_t l = 0; l < config_.dense_layers; ++l) {
+      const std::byte* src = rows(l, p);
+      if (src == nullptr) {
+        all = false;
+        continue;
+      }
+      std::copy(src, src + layer_bytes_, rows_mut(page, l));
+    }
+    return all;
   }
   std::byte* rows_mut(std::uint32_t page, std::uint32_t layer) noexcept {
     return store_.data() + (std::size_t{page} * config_.dense_layers + layer) * layer_bytes_;
@@ -173,6 +200,12 @@ PrefixCacheInsert PrefixCache::insert(std::span<const std::int32_t> tokens, Rows
     std::uint32_t page = find(hash, parent, page_tokens, p);
     if (page != none) {
       ++out.shared;
+      if (!records_[page].window_rows) {
+        // Stored while a ring had lost some of its rows: this offer may still hold them.
+        records_[page].window_rows = copy_rows(page, p, rows);
+        out.window_rows_filled += records_[page].window_rows ? 1u : 0u;
+        out.without_window_rows += records_[page].window_rows ? 0u : 1u;
+      }
       lru_unlink(page);     // to the front now; the chain is re-touched leaf first at the end
       lru_push_front(page);
     } else {
@@ -186,10 +219,8 @@ PrefixCacheInsert PrefixCache::insert(std::span<const std::int32_t> tokens, Rows
       r.depth = p;
       r.used = true;
       std::copy(page_tokens, page_tokens + P, tokens_of(page));
-      for (std::uint32_t l = 0; l < config_.dense_layers; ++l) {
-        const std::byte* src = rows(l, p);
-        std::copy(src, src + layer_bytes_, rows_mut(page, l));
-      }
+      r.window_rows = copy_rows(page, p, rows);
+      out.without_window_rows += r.window_rows ? 0u : 1u;
       link(page, parent);
       table_insert(page);
       lru_push_front(page);

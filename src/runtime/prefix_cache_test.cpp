@@ -116,6 +116,40 @@ TEST(PrefixCache, APartialLastPageIsFoundBelowTheChainByItsFirstTokensAndTouched
   EXPECT_EQ(f.cache.check(), nullptr);
 }
 
+// A window layer's ring may have lost a page's rows when it is offered (rows() gives nullptr): the
+// page is stored without them and says so; the layers it had are stored; a later offer of the same
+// page that still has them fills them in.
+TEST(PrefixCache, APageOfferedWithoutAWindowLayersRowsIsMarkedAndALaterOfferFillsThem) {
+  Fixture f = Fixture::make(8);
+  const History h(seq(100, 12));  // 3 pages
+  // Layer 1 is the window layer; its ring held only page 2.
+  runtime::PrefixCacheInsert done = f.cache.insert(h.tokens, [&](std::uint32_t l, std::uint32_t p) -> const std::byte* {
+    return l == 1 && p < 2 ? nullptr : h.page(l, p);
+  });
+  EXPECT_EQ(done.stored, 3u);
+  EXPECT_EQ(done.without_window_rows, 2u);
+  ASSERT_EQ(f.cache.match(h.tokens, 3), 3u);
+  EXPECT_FALSE(f.cache.window_rows(f.cache.chain()[0]));
+  EXPECT_FALSE(f.cache.window_rows(f.cache.chain()[1]));
+  EXPECT_TRUE(f.cache.window_rows(f.cache.chain()[2]));
+  for (std::uint32_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(std::memcmp(f.cache.rows(f.cache.chain()[p], 0), h.page(0, p), P * row_bytes), 0) << "the full layers are stored";
+  }
+  // The same prefix again, its ring holding page 1 now too: page 1 is filled, page 0 stays without.
+  done = f.cache.insert(h.tokens, [&](std::uint32_t l, std::uint32_t p) -> const std::byte* {
+    return l == 1 && p < 1 ? nullptr : h.page(l, p);
+  });
+  EXPECT_EQ(done.stored, 0u);
+  EXPECT_EQ(done.shared, 3u);
+  EXPECT_EQ(done.window_rows_filled, 1u);
+  EXPECT_EQ(done.without_window_rows, 1u);
+  ASSERT_EQ(f.cache.match(h.tokens, 3), 3u);
+  EXPECT_FALSE(f.cache.window_rows(f.cache.chain()[0]));
+  EXPECT_TRUE(f.cache.window_rows(f.cache.chain()[1]));
+  EXPECT_EQ(std::memcmp(f.cache.rows(f.cache.chain()[1], 1), h.page(1, 1), P * row_bytes), 0);
+  EXPECT_EQ(f.cache.check(), nullptr);
+}
+
 TEST(PrefixCache, RefusesZeroFieldsAndATooSmallStoreNamingThem) {
   std::vector<std::byte> store(1024);
   Result<PrefixCache> r = PrefixCache::create(PrefixCacheConfig{0, P, layers, row_bytes, 8, 1}, store);
