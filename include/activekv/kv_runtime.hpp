@@ -336,6 +336,9 @@ struct KvCounters {
   std::uint64_t prefix_cache_ring_cut_pages = 0;  // matched pages those cuts gave up (prefilled instead)
   std::uint64_t prefix_cache_state_cuts = 0;  // adoptions cut back to the last cached state checkpoint (hybrid models)
   std::uint64_t prefix_cache_state_cut_pages = 0;  // matched pages those cuts gave up (prefilled instead)
+  std::uint64_t prefix_cache_states_stored = 0;  // recurrent-state checkpoints stored beside cached pages (hybrid)
+  std::uint64_t prefix_cache_states = 0;      // a level: state checkpoints the cache holds now
+  std::uint64_t prefix_cache_state_evictions = 0;  // states given up for newer ones (the pages stay)
   std::uint64_t prefix_cache_window_less_pages = 0;  // pages stored without a window layer's rows (gone from its ring)
   std::uint64_t prefix_cache_pages_stored = 0;  // pages written into the cache by finished histories
   std::uint64_t prefix_cache_pages_shared = 0;  // pages a finished history found already stored (shared, not copied)

@@ -66,6 +66,8 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::ring_not_covering: return "ring_not_covering";
     case Reason::prefix_cache_ring_cut: return "prefix_cache_ring_cut";
     case Reason::prefix_cache_state_cut: return "prefix_cache_state_cut";
+    case Reason::prefix_cache_state_kept: return "prefix_cache_state_kept";
+    case Reason::prefix_cache_state_lru: return "prefix_cache_state_lru";
   }
   return "?";
 }
@@ -131,6 +133,12 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::prefix_cache_state_cut:
       return "the prefix cache holds the recurrent state only where the finished context had checkpoints: the "
              "adoption is cut back to the last page boundary with a cached state, and the rest is prefilled";
+    case Reason::prefix_cache_state_kept:
+      return "finished: its recurrent-state checkpoints at page boundaries are stored beside its cached pages, so a "
+             "prompt can adopt up to them";
+    case Reason::prefix_cache_state_lru:
+      return "the prefix cache's state checkpoints are full: the least recently used page's state gives way (its rows "
+             "stay; a prompt adopts up to an earlier cached state)";
   }
   return "?";
 }

@@ -550,6 +550,9 @@ class KvRuntimeImpl final : public KvRuntime {
   // cache_matched_pages_.
   std::uint32_t cache_prefix_pages(std::span<const std::int32_t> prompt) noexcept;
   std::uint32_t cache_matched_pages_ = 0;
+  std::uint32_t cache_window_pages_ = 0;  // after the window cut, before the state cut
+  std::uint32_t cache_state_covered(std::uint32_t n) const noexcept;
+  void offer_states_to_cache(std::uint32_t slot) noexcept;
   std::uint32_t window_first_page(std::uint32_t q) const noexcept;
   std::uint32_t cache_ring_covered(std::uint32_t n) const noexcept;
   // Tokens the host holds for `prompt`: the longest of the local match and the cache's (the tier starts there).

@@ -21,7 +21,11 @@
 //     while the offering history's rings still hold them; an adoption ending at page E needs the
 //     window rows of every page a query at E·P reads, [first_page_seen(E·P), E), and is cut back to
 //     the longest E the cache covers (counted, logged, explained). Those pages' rows go into the new
-//     history's ring slots (token t at t mod ring_tokens); older pages are neither copied nor read.
+//     history's ring slots (token t at t mod ring_tokens); older pages are neither copied nor read;
+//   - recurrent state (hybrid models): an offered history's state checkpoints at page boundaries go
+//     into the cache's state slots beside their pages; an adoption is cut back to the last page with
+//     a cached state (counted, logged, explained), and that state becomes the new history's newest
+//     checkpoint, from which open_context's restore_state fills the context's recurrent slot.
 #include "runtime/kv_runtime_impl.hpp"
 
 #include <cstring>
@@ -29,14 +33,15 @@
 namespace activekv::runtime_impl {
 
 Status KvRuntimeImpl::create_prefix_cache() {
-  // A hybrid model's cached pages would come without a state checkpoint, so no prompt could adopt
-  // them: the cache's part of the host pool stays unused (docs/RUNTIME.md "Recurrent state").
-  if (prefix_ == nullptr || plan_.host.prefix_cache_pages == 0 || plan_.state.enabled()) return Status::success();
+  // A hybrid model without state checkpoints (none planned) could adopt nothing from it.
+  if (prefix_ == nullptr || plan_.host.prefix_cache_pages == 0) return Status::success();
+  if (plan_.state.enabled() && plan_.host.prefix_cache_states == 0) return Status::success();
   const runtime::PrefixIndexConfig& index = prefix_->config();
   const runtime::PrefixCacheConfig config{plan_.host.prefix_cache_pages, plan_.arena.page_tokens, plan_.geometry.dense_layers,
-                                          plan_.host.row_bytes, index.pages_per_history, index.model_identity};
-  const std::span<std::byte> store = backend_.host_pool().subspan(
-      plan_.host.prefix_cache_offset, std::uint64_t{plan_.host.prefix_cache_pages} * plan_.host.prefix_cache_page_bytes);
+                                          plan_.host.row_bytes, index.pages_per_history, index.model_identity,
+                                          plan_.host.prefix_cache_states, plan_.host.prefix_cache_state_bytes};
+  const std::span<std::byte> store =
+      backend_.host_pool().subspan(plan_.host.prefix_cache_offset, runtime::PrefixCache::store_bytes(config));
   Result<runtime::PrefixCache> cache = runtime::PrefixCache::create(config, store);
   if (!cache.ok()) return cache.error();
   cache_ = std::make_unique<runtime::PrefixCache>(std::move(cache).value());
@@ -48,6 +53,8 @@ void KvRuntimeImpl::sync_cache_counters() noexcept {
   counters_.prefix_cache_pages = cache_->pages_used();
   counters_.prefix_cache_bytes = cache_->bytes_used();
   counters_.prefix_cache_evictions = cache_->evictions();
+  counters_.prefix_cache_states = cache_->states_used();
+  counters_.prefix_cache_state_evictions = cache_->state_evictions();
 }
 
 std::uint32_t KvRuntimeImpl::cache_prefix_pages(std::span<const std::int32_t> prompt) noexcept {
@@ -55,7 +62,17 @@ std::uint32_t KvRuntimeImpl::cache_prefix_pages(std::span<const std::int32_t> pr
   cache_matched_pages_ = 0;
   if (cache_ == nullptr || prompt.size() <= P) return 0;
   cache_matched_pages_ = cache_->match(prompt, static_cast<std::uint32_t>((prompt.size() - 1) / P));
-  return cache_ring_covered(cache_matched_pages_);
+  cache_window_pages_ = cache_ring_covered(cache_matched_pages_);
+  return cache_state_covered(cache_window_pages_);
+}
+
+// Hybrid models: the longest end ≤ n whose page end has a cached state (0 when none has).
+std::uint32_t KvRuntimeImpl::cache_state_covered(std::uint32_t n) const noexcept {
+  if (!plan_.state.enabled()) return n;
+  const std::span<const std::uint32_t> chain = cache_->chain();
+  std::uint32_t end = n;
+  while (end > 0 && !cache_->has_state(chain[end - 1])) --end;
+  return end;
 }
 
 // The first page any window layer's query at token q reads (q itself when there are none).
@@ -102,7 +119,40 @@ void KvRuntimeImpl::offer_to_cache(std::uint32_t slot, std::span<const std::int3
   counters_.prefix_cache_window_less_pages += done.without_window_rows;
   if (done.evicted > 0) record_prefix(DecisionKind::evict, Reason::prefix_cache_lru, slot, done.evicted);
   if (done.stored > 0) record_prefix(DecisionKind::retain, Reason::prefix_cached, slot, done.stored);
+  offer_states_to_cache(slot);
   sync_cache_counters();
+}
+
+// The history's state checkpoints at page boundaries the chain just stored reaches go beside their
+// pages (deepest first: the longest adoptions). Every position in checkpoint_pos_ names bytes that
+// arrived (kv_runtime_state.cpp), and nothing writes them between steps.
+void KvRuntimeImpl::offer_states_to_cache(std::uint32_t slot) noexcept {
+  if (!plan_.state.enabled() || cache_->config().states == 0) return;
+  const StatePlan& sp = plan_.state;
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const std::uint32_t pages = static_cast<std::uint32_t>(cache_->chain().size());
+  const std::byte* host = backend_.host_pool().data();
+  const std::uint64_t evicted_before = cache_->state_evictions();
+  std::uint32_t stored = 0;
+  std::uint32_t above = UINT32_MAX;  // positions already offered lie at or above it
+  for (;;) {
+    std::uint32_t best = 0, index = UINT32_MAX;
+    for (std::uint32_t i = 0; i < sp.checkpoints; ++i) {
+      const std::uint32_t p = checkpoint_pos_[std::size_t{slot} * sp.checkpoints + i];
+      if (p == UINT32_MAX || p == 0 || p >= above || p > pages * P || p <= best) continue;
+      best = p;
+      index = i;
+    }
+    if (index == UINT32_MAX) break;
+    above = best;
+    const bool had = cache_->has_state(cache_->chain()[best / P - 1]);
+    if (!cache_->put_state(best / P - 1, host + sp.checkpoint_offset(slot, index))) break;
+    stored += had ? 0u : 1u;
+  }
+  const auto evicted = static_cast<std::uint32_t>(cache_->state_evictions() - evicted_before);
+  counters_.prefix_cache_states_stored += stored;
+  if (evicted > 0) record_prefix(DecisionKind::evict, Reason::prefix_cache_state_lru, slot, evicted);
+  if (stored > 0) record_prefix(DecisionKind::retain, Reason::prefix_cache_state_kept, slot, stored);
 }
 
 void KvRuntimeImpl::offer_prefix(ContextId context, std::span<const std::int32_t> tokens) {
@@ -123,13 +173,21 @@ std::uint32_t KvRuntimeImpl::restore_from_cache(std::uint32_t slot, std::span<co
   const std::uint32_t P = plan_.arena.page_tokens;
   const std::uint32_t first = reused / P;
   const std::uint32_t end = cache_prefix_pages(prompt);
-  if (cache_matched_pages_ > std::max(end, first)) {
+  if (cache_matched_pages_ > std::max(cache_window_pages_, first)) {
     // The cache matched further, but a window layer's rows the query there needs were not cached.
-    const std::uint32_t cut = cache_matched_pages_ - std::max(end, first);
+    const std::uint32_t cut = cache_matched_pages_ - std::max(cache_window_pages_, first);
     ++counters_.prefix_cache_ring_cuts;
     counters_.prefix_cache_ring_cut_pages += cut;
     adoption_[slot].cache_ring_cut = cut;
     record_prefix(DecisionKind::adopt, Reason::prefix_cache_ring_cut, slot, cut);
+  }
+  if (cache_window_pages_ > std::max(end, first)) {
+    // The cache holds the rows further, but the recurrent state only at an earlier page boundary.
+    const std::uint32_t cut = cache_window_pages_ - std::max(end, first);
+    ++counters_.prefix_cache_state_cuts;
+    counters_.prefix_cache_state_cut_pages += cut;
+    adoption_[slot].cache_state_cut = cut;
+    record_prefix(DecisionKind::adopt, Reason::prefix_cache_state_cut, slot, cut);
   }
   // Pages still landing by a device-to-device copy end the run at the local prefix and cannot be
   // given up before their fence: the cache's rows are not used this time (the rest prefills).
@@ -153,6 +211,14 @@ std::uint32_t KvRuntimeImpl::restore_from_cache(std::uint32_t slot, std::span<co
     adoption_[slot].device_pages -= std::min(adoption_[slot].device_pages, given_up);
   }
   budgets_.context(slot).length_tokens = end * P;
+  if (plan_.state.enabled()) {
+    // The cached state at the adopted end becomes the history's only checkpoint (older ones belong
+    // to the history's previous prefix, or lie below it): restore_state reads it into the slot.
+    drop_checkpoints(slot, 0);
+    std::memcpy(host.data() + plan_.state.checkpoint_offset(slot, StatePlan::latest), cache_->state(chain[end - 1]),
+                plan_.state.state_bytes);
+    checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints + StatePlan::latest] = end * P;
+  }
   adoption_[slot].cache_pages_first = first;
   adoption_[slot].cache_pages_end = end;
   adoption_[slot].cache_shared = cache_->prefixes_through(chain[first]);

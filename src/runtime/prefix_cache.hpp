@@ -15,7 +15,13 @@
 // offered its rows may be gone from the ring. rows() then gives nullptr for that layer, the page
 // is stored without them (window_rows(page) false: those layers' part of the page unused) and an
 // adoption that needs them is cut back by the runtime (kv_runtime_prefix_cache.cpp). A later offer
-// of the same page that still has them fills them in. The pages form a tree: a page's parent is the page before it in
+// of the same page that still has them fills them in.
+//
+// Recurrent state (hybrid models): the state exists at one position only, so a cached prefix is
+// adoptable only up to a page boundary where the cache also holds the state. The store's second
+// part holds `states` state checkpoints (state_bytes each); put_state() gives one to a chained page
+// (the state at the page's end, token (depth + 1) × P), taking a free one or the least recently
+// used page's; a page's state goes with the page when it is evicted. The pages form a tree: a page's parent is the page before it in
 // its prefix. Pages shared by several prefixes (a common system prompt) are stored once: a
 // second prefix finds them by hash and links its own pages below them.
 //
@@ -49,6 +55,8 @@ struct PrefixCacheConfig {
   std::uint64_t row_bytes = 0;
   std::uint32_t pages_per_prefix = 0;    // max_context_tokens / P: the longest chain
   std::uint64_t model_identity = 0;      // seeds the chain (the same root as the retained index)
+  std::uint32_t states = 0;              // state checkpoints the store holds after its pages (0: none)
+  std::uint64_t state_bytes = 0;         // bytes of one (the geometry's recurrent_state_bytes)
 };
 
 // What one insert() did, for the counters and the decision log.
@@ -67,6 +75,10 @@ class PrefixCache {
 
   // Refuses a zero field, naming it.
   static Result<PrefixCache> create(const PrefixCacheConfig& config, std::span<std::byte> store);
+  // The store's bytes: pages × page_bytes + states × state_bytes.
+  static std::uint64_t store_bytes(const PrefixCacheConfig& c) noexcept {
+    return std::uint64_t{c.pages} * page_bytes(c.page_tokens, c.row_bytes, c.dense_layers) + std::uint64_t{c.states} * c.state_bytes;
+  }
 
   // The cache page bytes: P × row_bytes × dense_layers.
   static std::uint64_t page_bytes(std::uint32_t page_tokens, std::uint64_t row_bytes, std::uint32_t dense_layers) noexcept {
@@ -96,6 +108,19 @@ class PrefixCache {
   std::uint32_t match_partial(std::uint32_t n, std::span<const std::int32_t> tokens) const noexcept;
   // Marks `page` (a child of chain()[n − 1]) and then chain()[0 .. n) used now: leaf first.
   void touch_below_chain(std::uint32_t page, std::uint32_t n) noexcept;
+
+  // Stores `state` (state_bytes) as the state at the end of chain()[index] (token (index + 1) × P),
+  // unless that page holds one already (a state depends only on the tokens before it: the same
+  // bytes). Takes a free state slot, else the least recently used page's when that page is not in
+  // chain(). False when none was free and the least recently used state is the chain's.
+  bool put_state(std::uint32_t index, const std::byte* state) noexcept;
+  bool has_state(std::uint32_t page) const noexcept { return records_[page].state != none; }
+  // The state at the end of `page` (has_state(page)): state_bytes bytes.
+  const std::byte* state(std::uint32_t page) const noexcept {
+    return store_.data() + states_offset_ + std::size_t{records_[page].state} * config_.state_bytes;
+  }
+  std::uint32_t states_used() const noexcept { return config_.states - state_free_count_; }
+  std::uint64_t state_evictions() const noexcept { return state_evictions_; }
 
   // Rows of cache page `page`, layer `layer`: P × row_bytes bytes.
   const std::byte* rows(std::uint32_t page, std::uint32_t layer) const noexcept {
@@ -129,6 +154,7 @@ class PrefixCache {
     std::uint32_t depth = 0;         // its page index in its prefixes
     bool used = false;
     bool window_rows = false;        // every layer's rows stored (else a ring had lost some: unused part)
+    std::uint32_t state = none;      // state slot holding the state at the page's end (none: no state)
   };
 
   PrefixCache() = default;
@@ -179,6 +205,10 @@ class PrefixCache {
   std::uint32_t used_ = 0;
   std::uint32_t lru_head_ = none;        // the most recently used page
   std::uint32_t lru_tail_ = none;        // the least recently used page (a leaf)
+  std::vector<std::uint32_t> state_free_;  // [states]: a stack of free state slots
+  std::uint32_t state_free_count_ = 0;
+  std::uint64_t states_offset_ = 0;      // pages × page bytes: where the state slots start in the store
+  std::uint64_t state_evictions_ = 0;    // states taken from an older page for a newer one
   std::vector<std::uint32_t> chain_;     // [pages_per_prefix]: match's and insert's chain (scratch)
   std::uint32_t chain_length_ = 0;
   std::uint64_t evictions_ = 0;

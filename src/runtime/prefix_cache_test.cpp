@@ -150,6 +150,56 @@ TEST(PrefixCache, APageOfferedWithoutAWindowLayersRowsIsMarkedAndALaterOfferFill
   EXPECT_EQ(f.cache.check(), nullptr);
 }
 
+// Recurrent state: a chained page keeps the state at its end in one of the store's state slots.
+// Two slots: a third state takes the least recently used page's (its rows stay); evicting a page
+// frees its state; check() holds throughout.
+TEST(PrefixCache, StatesSitBesidePagesAndTheLeastRecentlyUsedGivesItsUp) {
+  constexpr std::uint64_t state_bytes = 16;
+  const PrefixCacheConfig c{4, P, layers, row_bytes, pages_per_prefix, 42, 2, state_bytes};
+  std::vector<std::byte> store(PrefixCache::store_bytes(c));
+  EXPECT_EQ(store.size(), 4 * PrefixCache::page_bytes(P, row_bytes, layers) + 2 * state_bytes);
+  Result<PrefixCache> made = PrefixCache::create(c, store);
+  ASSERT_TRUE(made.ok());
+  PrefixCache cache = std::move(made).value();
+  auto state_of = [](std::uint8_t v) { return std::vector<std::byte>(state_bytes, std::byte{v}); };
+  const History a(seq(100, 8)), b(seq(200, 4)), d(seq(300, 4));
+  auto rows = [](const History& h) { return [&h](std::uint32_t l, std::uint32_t p) { return h.page(l, p); }; };
+  cache.insert(a.tokens, rows(a));  // 2 pages
+  const std::vector<std::byte> s1 = state_of(1), s2 = state_of(2), s3 = state_of(3);
+  ASSERT_TRUE(cache.put_state(0, s1.data()));
+  ASSERT_TRUE(cache.put_state(1, s2.data()));
+  EXPECT_EQ(cache.states_used(), 2u);
+  ASSERT_EQ(cache.match(a.tokens, 2), 2u);
+  EXPECT_EQ(std::memcmp(cache.state(cache.chain()[0]), s1.data(), state_bytes), 0);
+  EXPECT_EQ(std::memcmp(cache.state(cache.chain()[1]), s2.data(), state_bytes), 0);
+  EXPECT_EQ(cache.check(), nullptr);
+  // b (more recent) takes the least recently used state: a's leaf (page 1) is the LRU tail.
+  cache.insert(b.tokens, rows(b));
+  ASSERT_TRUE(cache.put_state(0, s3.data()));
+  EXPECT_EQ(cache.state_evictions(), 1u);
+  ASSERT_EQ(cache.match(a.tokens, 2), 2u);
+  EXPECT_TRUE(cache.has_state(cache.chain()[0]));
+  EXPECT_FALSE(cache.has_state(cache.chain()[1])) << "the least recently used state gave way; the rows stay";
+  EXPECT_EQ(cache.check(), nullptr);
+  // d fills the last page; its state takes a's first page's (the least recently used one with a state).
+  cache.insert(d.tokens, rows(d));
+  ASSERT_TRUE(cache.put_state(0, s1.data()));
+  EXPECT_EQ(cache.state_evictions(), 2u);
+  ASSERT_EQ(cache.match(a.tokens, 2), 2u);
+  EXPECT_FALSE(cache.has_state(cache.chain()[0]));
+  // f (2 pages) evicts a's two pages, leaf first; its states take b's and then d's.
+  const History f(seq(400, 8));
+  EXPECT_EQ(cache.insert(f.tokens, rows(f)).evicted, 2u);
+  ASSERT_TRUE(cache.put_state(1, s2.data()));
+  ASSERT_TRUE(cache.put_state(0, s3.data()));
+  EXPECT_EQ(cache.state_evictions(), 4u);
+  ASSERT_EQ(cache.match(b.tokens, 1), 1u);
+  EXPECT_FALSE(cache.has_state(cache.chain()[0]));
+  ASSERT_EQ(cache.match(f.tokens, 2), 2u);
+  EXPECT_EQ(std::memcmp(cache.state(cache.chain()[1]), s2.data(), state_bytes), 0);
+  EXPECT_EQ(cache.check(), nullptr);
+}
+
 TEST(PrefixCache, RefusesZeroFieldsAndATooSmallStoreNamingThem) {
   std::vector<std::byte> store(1024);
   Result<PrefixCache> r = PrefixCache::create(PrefixCacheConfig{0, P, layers, row_bytes, 8, 1}, store);
