@@ -264,7 +264,8 @@ std::uint32_t KvRuntimeImpl::adopt_partial_page(ContextId context, std::span<con
   if (device_copy_regions_.size() < layers || device_copy_pages_.size() < layers) return reused;
   for (std::uint32_t l = 0; l < layers; ++l) {
     const LayerResidency& r = budgets_.layer(slot, l);
-    if (r.pages_held() + 1 >= c.layer_cap) return reused;
+    // The layer's own cap: a window layer's is its window's pages, below the context's layer_cap.
+    if (r.pages_held() + 1 >= budgets_.layer_cap_of(slot, l)) return reused;
     if (r.run_count > 0 && r.run_first + r.run_count != end) return reused;
   }
   if (device_copy_count_ == device_copies_.size() ||

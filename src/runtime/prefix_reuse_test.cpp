@@ -1162,6 +1162,71 @@ TEST(PrefixCacheRuntime, WindowLayersAdoptOnlyWhereTheCacheHoldsTheWindowIntoThe
   EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
 }
 
+// Random prompts over shared stems through one history, a window layer (8 tokens, ring 12) and a
+// small cache: every adoption (retained in place, from the cache, cut or not, with a partial page or
+// not) gives the outputs a runtime without reuse gives, byte for byte; check() after every request,
+// no allocation in steps, every page back at the end.
+TEST(PrefixCacheRuntime, WindowLayersRandomPromptsOverSharedStemsEqualNoReuse) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  constexpr std::uint32_t window = 8;
+  std::uint64_t adopted = 0, cut = 0, requests = 0, hits = 0, partial = 0;
+  for (std::uint32_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::uint32_t cache_pages = 4 + static_cast<std::uint32_t>(rng() % 24);
+    Small sm = make_small(1, true, seed, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, cache_pages, window);
+    ASSERT_NE(sm.rt, nullptr);
+    const Sequence stem = sequence_of(48, 900 + seed % 3);
+    for (std::uint32_t r = 0; r < 6; ++r) {
+      Sequence s;
+      const std::uint32_t shared = static_cast<std::uint32_t>(rng() % 49);
+      for (std::uint32_t t = 0; t < shared; ++t) s.push(stem.tokens[t]);
+      const std::uint32_t total = std::max<std::uint32_t>(shared + 1 + static_cast<std::uint32_t>(rng() % 14), 6);
+      for (std::int32_t t : sequence_of(total - shared, seed * 100 + r).tokens) s.push(t);
+      const std::uint32_t prompt = std::max<std::uint32_t>(2, total - static_cast<std::uint32_t>(rng() % 6));
+      const std::vector<std::int32_t> prompt_tokens(s.tokens.begin(), s.tokens.begin() + prompt);
+      std::uint32_t reused = 0;
+      auto c = sm.rt->open_context(r + 1, 64, prompt_tokens, reused);
+      ASSERT_TRUE(c.ok());
+      ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+      ASSERT_LT(reused, prompt) << "at least one prompt token is fed";
+      adopted += reused > 0 ? 1 : 0;
+      const std::vector<float> got = run_rest(sm, c->handle, s, reused);
+      ASSERT_FALSE(HasFatalFailure());
+      Small off = make_small(1, false, seed, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, 0, window);
+      std::uint32_t none = 0;
+      auto d = off.rt->open_context(1, 64, prompt_tokens, none);
+      ASSERT_TRUE(d.ok());
+      prefill(off, d->handle, s, 0, reused);
+      const std::vector<float> want = run_rest(off, d->handle, s, reused);
+      ASSERT_EQ(want.size(), got.size());
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+          << "seed " << seed << " request " << r << ": shared " << shared << ", prompt " << prompt << ", reused " << reused;
+      off.rt->finish(d->handle);
+      if (rng() % 4 == 0) {
+        sm.rt->finish(c->handle);
+      } else {
+        sm.rt->finish_retaining(c->handle, s.tokens);
+      }
+      ASSERT_EQ(sm.rt->check(), nullptr) << "seed " << seed;
+      ++requests;
+    }
+    cut += sm.rt->counters().prefix_cache_ring_cuts;
+    hits += sm.rt->counters().prefix_cache_hits;
+    partial += count_logged(*sm.rt, DecisionKind::adopt, Reason::prefix_cache_partial);
+    EXPECT_EQ(sm.rt->counters().heap_allocations_in_steps, 0u);
+    sm.rt->release_retained();
+    EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  }
+  std::printf("window layers, random prompts: %llu requests, %llu adopted a prefix, %llu from the cache (%llu with a "
+              "partial page), %llu cache adoptions cut\n",
+              static_cast<unsigned long long>(requests), static_cast<unsigned long long>(adopted),
+              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(partial),
+              static_cast<unsigned long long>(cut));
+  EXPECT_GT(adopted, 20u);
+  EXPECT_GT(hits, 10u);
+  EXPECT_GT(cut, 5u);
+}
+
 struct Totals {
   std::uint64_t steps = 0, adoptions = 0, copies = 0, reused = 0, kept = 0, dropped = 0, cancels = 0, mid_step = 0,
                 queued = 0, device_kept = 0, device_adopted = 0, device_reclaimed = 0,
