@@ -124,7 +124,7 @@ void KvRuntimeImpl::offer_to_cache(std::uint32_t slot, std::span<const std::int3
 }
 
 // The history's state checkpoints at page boundaries the chain just stored reaches go beside their
-// pages (deepest first: the longest adoptions). Every position in checkpoint_pos_ names bytes that
+// pages (roughly deepest first: the longest adoptions). Every position in checkpoint_pos_ names bytes that
 // arrived (kv_runtime_state.cpp), and nothing writes them between steps.
 void KvRuntimeImpl::offer_states_to_cache(std::uint32_t slot) noexcept {
   if (!plan_.state.enabled() || cache_->config().states == 0) return;
@@ -134,19 +134,13 @@ void KvRuntimeImpl::offer_states_to_cache(std::uint32_t slot) noexcept {
   const std::byte* host = backend_.host_pool().data();
   const std::uint64_t evicted_before = cache_->state_evictions();
   std::uint32_t stored = 0;
-  std::uint32_t above = UINT32_MAX;  // positions already offered lie at or above it
-  for (;;) {
-    std::uint32_t best = 0, index = UINT32_MAX;
-    for (std::uint32_t i = 0; i < sp.checkpoints; ++i) {
-      const std::uint32_t p = checkpoint_pos_[std::size_t{slot} * sp.checkpoints + i];
-      if (p == UINT32_MAX || p == 0 || p >= above || p > pages * P || p <= best) continue;
-      best = p;
-      index = i;
-    }
-    if (index == UINT32_MAX) break;
-    above = best;
-    const bool had = cache_->has_state(cache_->chain()[best / P - 1]);
-    if (!cache_->put_state(best / P - 1, host + sp.checkpoint_offset(slot, index))) break;
+  // The newest and the prompt's first, then every K pages from the deepest: one pass, O(checkpoints).
+  for (std::uint32_t n = 0; n < sp.checkpoints; ++n) {
+    const std::uint32_t index = n < StatePlan::every_first ? n : sp.checkpoints - 1 - (n - StatePlan::every_first);
+    const std::uint32_t p = checkpoint_pos_[std::size_t{slot} * sp.checkpoints + index];
+    if (p == UINT32_MAX || p == 0 || p > pages * P) continue;
+    const bool had = cache_->has_state(cache_->chain()[p / P - 1]);
+    if (!cache_->put_state(p / P - 1, host + sp.checkpoint_offset(slot, index))) break;
     stored += had ? 0u : 1u;
   }
   const auto evicted = static_cast<std::uint32_t>(cache_->state_evictions() - evicted_before);
