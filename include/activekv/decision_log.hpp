@@ -55,6 +55,10 @@ enum class Reason : std::uint8_t {
   run_behind_cache,      // evict: a prefix cache adoption moved the history's end past the adopted run: its pages give way
   prefix_cache_partial,  // adopt: the first rows of the prompt's partial last page copied from a cached page (host and device)
   ring_not_covering,     // drop_retained: a match whose window layers' rings no longer hold its window is recomputed
+  prefix_cache_ring_cut, // adopt: the cache's match cut back to the longest prefix whose window rows the cache holds
+  prefix_cache_state_cut,  // adopt: the cache's match cut back to the last page boundary with a cached state checkpoint
+  prefix_cache_state_kept,  // retain: a finished history's state checkpoints stored beside its cached pages
+  prefix_cache_state_lru,   // evict: the cache's least recently used state checkpoints gave way to new ones (rows stay)
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

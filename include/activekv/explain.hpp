@@ -81,6 +81,10 @@ struct Explanation {
   // Rows of the prompt's partial last page (logical page cache_pages_end) copied from the cache
   // too, with the page placed on the device for them; 0 when none were.
   std::uint32_t cache_partial_rows = 0;
+  // Pages of the cache's match not adopted: the window layers' rows the next query needs were not
+  // cached (ring), or no cached state checkpoint lay at a later boundary (state); 0 when none.
+  std::uint32_t cache_ring_cut_pages = 0;
+  std::uint32_t cache_state_cut_pages = 0;
   std::uint32_t adopted_device_copied = 0;  // of the adopted pages, pool pages copied device to device from the source's resident pages
   std::uint32_t adopted_device_promoted = 0;  // of those, the source's promoted pages below its run, promoted here too
   std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history

@@ -332,6 +332,14 @@ struct KvCounters {
   std::uint64_t prefix_cache_lookups = 0;     // admissions with a prompt that looked in the cache
   std::uint64_t prefix_cache_hits = 0;        // of them, admissions that copied at least one page from it
   std::uint64_t prefix_cache_hit_tokens = 0;  // prompt tokens copied from the cache instead of prefilled
+  std::uint64_t prefix_cache_ring_cuts = 0;   // adoptions cut back: the cache lacked window rows their window needs
+  std::uint64_t prefix_cache_ring_cut_pages = 0;  // matched pages those cuts gave up (prefilled instead)
+  std::uint64_t prefix_cache_state_cuts = 0;  // adoptions cut back to the last cached state checkpoint (hybrid models)
+  std::uint64_t prefix_cache_state_cut_pages = 0;  // matched pages those cuts gave up (prefilled instead)
+  std::uint64_t prefix_cache_states_stored = 0;  // recurrent-state checkpoints stored beside cached pages (hybrid)
+  std::uint64_t prefix_cache_states = 0;      // a level: state checkpoints the cache holds now
+  std::uint64_t prefix_cache_state_evictions = 0;  // states given up for newer ones (the pages stay)
+  std::uint64_t prefix_cache_window_less_pages = 0;  // pages stored without a window layer's rows (gone from its ring)
   std::uint64_t prefix_cache_pages_stored = 0;  // pages written into the cache by finished histories
   std::uint64_t prefix_cache_pages_shared = 0;  // pages a finished history found already stored (shared, not copied)
   std::uint64_t prefix_cache_evictions = 0;   // pages evicted (least recently used leaves first)

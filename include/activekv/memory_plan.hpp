@@ -6,7 +6,9 @@
 //
 // Host pool (DESIGN.md "The memory plan"):
 //   prefix_cache_pages = floor(prefix_cache_bytes / (page_tokens × row_bytes × dense_layers))
-//                       (the host prefix cache, docs/PREFIX.md: carved off first; 0 when off)
+//                       (the host prefix cache, docs/PREFIX.md: carved off first; 0 when off; with
+//                       recurrent state half its bytes hold prefix_cache_states state checkpoints and
+//                       the pages get the rest: docs/PREFIX_CACHE.md "Recurrent state")
 //   segment_bytes     = max_context_tokens × row_bytes
 //   segments          = floor((host_pool_bytes − prefix_cache_bytes) / segment_bytes)
 //   histories         = floor(segments / dense_layers)
@@ -104,7 +106,11 @@ struct HostPoolPlan {
   std::uint32_t history_slots = 0;      // concurrency + retained_histories: the histories mapped
   std::uint64_t prefix_cache_bytes = 0;       // stated: the host prefix cache's part of the pool (0: none)
   std::uint64_t prefix_cache_page_bytes = 0;  // page_tokens × row_bytes × dense_layers: one page index, every layer
-  std::uint32_t prefix_cache_pages = 0;       // floor(prefix_cache_bytes / prefix_cache_page_bytes)
+  std::uint32_t prefix_cache_pages = 0;       // floor((prefix_cache_bytes − its states' bytes) / prefix_cache_page_bytes)
+  // Hybrid models: the cache's recurrent-state checkpoints, after its pages (half its bytes):
+  //   prefix_cache_states = floor(prefix_cache_bytes / 2 / state_bytes)   (0 without recurrent state)
+  std::uint32_t prefix_cache_states = 0;
+  std::uint64_t prefix_cache_state_bytes = 0;  // one state (the geometry's recurrent_state_bytes)
   std::uint64_t prefix_cache_offset = 0;      // history_slots × history_bytes: the cache's pages follow the histories
   std::uint64_t used_bytes = 0;         // history_slots × history_bytes + the cache's pages (what is mapped and pinned)
   // Window layers (0 without): each keeps a ring of ring_tokens rows instead of a segment.

@@ -64,6 +64,10 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::run_behind_cache: return "run_behind_cache";
     case Reason::prefix_cache_partial: return "prefix_cache_partial";
     case Reason::ring_not_covering: return "ring_not_covering";
+    case Reason::prefix_cache_ring_cut: return "prefix_cache_ring_cut";
+    case Reason::prefix_cache_state_cut: return "prefix_cache_state_cut";
+    case Reason::prefix_cache_state_kept: return "prefix_cache_state_kept";
+    case Reason::prefix_cache_state_lru: return "prefix_cache_state_lru";
   }
   return "?";
 }
@@ -122,6 +126,19 @@ const char* reason_text(Reason reason) noexcept {
              "first rows are copied to the host and the device, not prefilled";
     case Reason::ring_not_covering:
       return "the match's window no longer lies in the window layers' host rings: the prompt is prefilled instead";
+    case Reason::prefix_cache_ring_cut:
+      return "the prefix cache holds the prompt's pages, but not the window layers' rows the next query's window needs "
+             "(gone from the finished history's rings when it was cached): the adoption is cut back to the longest "
+             "prefix whose window rows the cache holds, and the rest is prefilled";
+    case Reason::prefix_cache_state_cut:
+      return "the prefix cache holds the recurrent state only where the finished context had checkpoints: the "
+             "adoption is cut back to the last page boundary with a cached state, and the rest is prefilled";
+    case Reason::prefix_cache_state_kept:
+      return "finished: its recurrent-state checkpoints at page boundaries are stored beside its cached pages, so a "
+             "prompt can adopt up to them";
+    case Reason::prefix_cache_state_lru:
+      return "the prefix cache's state checkpoints are full: the least recently used page's state gives way (its rows "
+             "stay; a prompt adopts up to an earlier cached state)";
   }
   return "?";
 }

@@ -128,6 +128,21 @@ std::string explanation_text(const Explanation& e) {
                        "page shared by {} prefix(es)\n",
                        e.cache_pages_first, e.cache_pages_end - 1, e.cache_shared_prefixes);
   }
+  if (e.cache_pages_end > e.cache_pages_first && e.window_layers != 0) {
+    out += fmt::format("  window layers took from the prefix cache only the pages the next query's window needs, into "
+                       "their host rings (token t at slot t mod {})\n",
+                       e.ring_tokens);
+  }
+  if (e.cache_ring_cut_pages > 0) {
+    out += fmt::format("  prefix cache: {} more matched page(s) not adopted: the window layers' rows their window needs "
+                       "had left the finished history's rings before it was cached (prefilled instead)\n",
+                       e.cache_ring_cut_pages);
+  }
+  if (e.cache_state_cut_pages > 0) {
+    out += fmt::format("  prefix cache: {} more matched page(s) not adopted: no cached recurrent-state checkpoint lies "
+                       "past the adopted boundary (prefilled instead)\n",
+                       e.cache_state_cut_pages);
+  }
   if (e.cache_partial_rows > 0) {
     out += fmt::format("  adopted from the prefix cache: the first {} row(s) of the partial page {} of every layer "
                        "(a finished answer filled it; copied to the host and the device, not prefilled)\n",
@@ -225,6 +240,8 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["cache_pages_end"] = e.cache_pages_end;
   j["cache_shared_prefixes"] = e.cache_shared_prefixes;
   j["cache_partial_rows"] = e.cache_partial_rows;
+  j["cache_ring_cut_pages"] = e.cache_ring_cut_pages;
+  j["cache_state_cut_pages"] = e.cache_state_cut_pages;
   j["adopted_device_pages"] = e.adopted_device_pages;
   j["adopted_device_copied"] = e.adopted_device_copied;
   j["adopted_device_promoted"] = e.adopted_device_promoted;

@@ -84,7 +84,8 @@ StatePlan plan_state(const MemorySettings& s, const HostPoolPlan& h) noexcept {
   sp.checkpoints = state_checkpoints(s);
   sp.bytes_per_history = state_bytes_per_history(s);
   sp.histories = h.history_slots;
-  sp.offset = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes;
+  sp.offset = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes +
+              std::uint64_t{h.prefix_cache_states} * h.prefix_cache_state_bytes;
   sp.bytes = std::uint64_t{sp.histories} * sp.bytes_per_history;
   sp.device_slots = h.concurrency;
   sp.device_bytes = std::uint64_t{sp.device_slots} * sp.state_bytes;
@@ -193,7 +194,24 @@ Status check_shape(const MemorySettings& s) {
 Status plan_prefix_cache(const MemorySettings& s, HostPoolPlan& h) {
   h.prefix_cache_bytes = s.prefix_cache_bytes;
   h.prefix_cache_page_bytes = std::uint64_t{s.page_tokens} * h.row_bytes * h.dense_layers;
-  const std::uint64_t pages = s.prefix_cache_bytes / h.prefix_cache_page_bytes;
+  if (state_checkpoints(s) != 0) {
+    // A hybrid's cached prefix is adoptable only up to a page boundary where the cache holds the
+    // state too: half the cache's bytes keep state checkpoints, the pages get the rest.
+    const std::uint64_t state = s.geometry.recurrent_state_bytes;
+    const std::uint64_t states = s.prefix_cache_bytes / 2 / state;
+    if (states == 0 || states > UINT32_MAX) {
+      return refused("prefix_cache",
+                     fmt::format("{} cannot give half its bytes to recurrent-state checkpoints of {} (a hybrid model's "
+                                 "cached prefix is adoptable only up to a cached state): raise prefix_cache to at least "
+                                 "{} or set it to 0 (no prefix cache)",
+                                 format_bytes(s.prefix_cache_bytes), format_bytes(state),
+                                 format_bytes(2 * std::max(state, h.prefix_cache_page_bytes))));
+    }
+    h.prefix_cache_states = static_cast<std::uint32_t>(states);
+    h.prefix_cache_state_bytes = state;
+  }
+  const std::uint64_t pages =
+      (s.prefix_cache_bytes - std::uint64_t{h.prefix_cache_states} * h.prefix_cache_state_bytes) / h.prefix_cache_page_bytes;
   if (pages == 0) {
     return refused("prefix_cache",
                    fmt::format("{} holds no cache page of {} (page_tokens {} × row_bytes {} × dense_layers {}): raise "
@@ -244,12 +262,6 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
                      fmt::format("{} is longer than the window layers' host ring of {} tokens (window {} + a page of {}): "
                                  "one step's new rows would overwrite each other; lower --chunk-tokens to at most {}",
                                  s.chunk_tokens, h.ring_tokens, s.geometry.kinds.window_tokens, s.page_tokens, h.ring_tokens));
-    }
-    if (s.prefix_cache_bytes > 0) {
-      return refused("prefix_cache",
-                     fmt::format("the model has {} window layers, whose host rings keep only their last {} tokens, and the "
-                                 "prefix cache keeps whole pages of every layer: set prefix_cache to 0",
-                                 h.window_layers, h.ring_tokens));
     }
   }
   if (s.host_pool_bytes == 0) {
@@ -306,6 +318,7 @@ Result<HostPoolPlan> plan_host_pool(const MemorySettings& s) {
   h.history_slots = h.concurrency + h.retained_histories;
   h.prefix_cache_offset = static_cast<std::uint64_t>(h.history_slots) * h.history_bytes;
   h.used_bytes = h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * h.prefix_cache_page_bytes +
+                 std::uint64_t{h.prefix_cache_states} * h.prefix_cache_state_bytes +
                  std::uint64_t{h.history_slots} * state_bytes_per_history(s);
   return h;
 }

@@ -53,7 +53,10 @@ std::string format_state_plan(const MemoryPlan& plan) {
 // " + prefix cache 2912 pages × 360 KiB" in the pinned line, beside the running histories.
 std::string cache_term(const HostPoolPlan& h) {
   if (h.prefix_cache_pages == 0) return {};
-  return fmt::format(" + prefix cache {} pages × {}", h.prefix_cache_pages, format_bytes(h.prefix_cache_page_bytes));
+  const std::string states = h.prefix_cache_states == 0 ? std::string()
+                                                        : fmt::format(" + {} states × {}", h.prefix_cache_states,
+                                                                      format_bytes(h.prefix_cache_state_bytes));
+  return fmt::format(" + prefix cache {} pages × {}{}", h.prefix_cache_pages, format_bytes(h.prefix_cache_page_bytes), states);
 }
 
 // " + state area 32 × 882 MiB" in the pinned line (hybrid models).
@@ -88,13 +91,34 @@ std::string format_memory_plan(const MemoryPlan& plan) {
     out += fmt::format("  cache_page_bytes  = page_tokens {} × row_bytes {} × dense_layers {} = {}\n",
                        h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers, h.row_bytes, h.dense_layers,
                        format_bytes(h.prefix_cache_page_bytes));
-    out += fmt::format("  prefix_cache      = floor(prefix_cache {} / cache_page_bytes {}) = {} pages = {} tokens of "
-                       "finished histories, at their real length\n",
-                       format_bytes(h.prefix_cache_bytes), format_bytes(h.prefix_cache_page_bytes), h.prefix_cache_pages,
-                       std::uint64_t{h.prefix_cache_pages} * (h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers));
-    if (plan.state.enabled()) {
-      out += "                      (a hybrid model: the cache keeps no recurrent-state checkpoints yet, so no prompt could "
-             "adopt its pages; it stays unused: set prefix_cache 0 to give its bytes to histories)\n";
+    if (h.prefix_cache_states != 0) {
+      out += fmt::format("  prefix_cache_states = floor(prefix_cache {} / 2 / state_bytes {}) = {} recurrent-state "
+                         "checkpoints {} (a cached prefix is adoptable up to a page boundary with a cached state; the "
+                         "pages get the rest)\n",
+                         format_bytes(h.prefix_cache_bytes), format_bytes(h.prefix_cache_state_bytes), h.prefix_cache_states,
+                         format_bytes(std::uint64_t{h.prefix_cache_states} * h.prefix_cache_state_bytes));
+    } else if (plan.state.enabled()) {
+      out += "                      (a hybrid model without state checkpoints (prefix reuse off): the cache is not used)\n";
+    }
+    const std::uint64_t cache_tokens =
+        std::uint64_t{h.prefix_cache_pages} * (h.prefix_cache_page_bytes / h.row_bytes / h.dense_layers);
+    if (h.prefix_cache_states != 0) {
+      out += fmt::format("  prefix_cache      = floor((prefix_cache {} − states {}) / cache_page_bytes {}) = {} pages = {} "
+                         "tokens of finished histories, at their real length\n",
+                         format_bytes(h.prefix_cache_bytes),
+                         format_bytes(std::uint64_t{h.prefix_cache_states} * h.prefix_cache_state_bytes),
+                         format_bytes(h.prefix_cache_page_bytes), h.prefix_cache_pages, cache_tokens);
+    } else {
+      out += fmt::format("  prefix_cache      = floor(prefix_cache {} / cache_page_bytes {}) = {} pages = {} tokens of "
+                         "finished histories, at their real length\n",
+                         format_bytes(h.prefix_cache_bytes), format_bytes(h.prefix_cache_page_bytes), h.prefix_cache_pages,
+                         cache_tokens);
+    }
+    if (h.window_layers != 0) {
+      out += fmt::format("                      (window layers {}: a cached page keeps their rows only if the finished "
+                         "history's ring of {} tokens still held them; an adoption is cut back to the longest prefix "
+                         "whose window the cache holds)\n",
+                         h.window_layers, h.ring_tokens);
     }
     out += fmt::format("  segments          = floor((host_pool {} − prefix_cache {}) / segment_bytes {}) = {}\n",
                        format_bytes(h.host_pool_bytes), format_bytes(h.prefix_cache_bytes), format_bytes(h.segment_bytes),
@@ -206,6 +230,8 @@ std::string memory_plan_json(const MemoryPlan& plan, int indent) {
                     {"prefix_cache_bytes", h.prefix_cache_bytes},
                     {"prefix_cache_page_bytes", h.prefix_cache_page_bytes},
                     {"prefix_cache_pages", h.prefix_cache_pages},
+                    {"prefix_cache_states", h.prefix_cache_states},
+                    {"prefix_cache_state_bytes", h.prefix_cache_state_bytes},
                     {"pinned_bytes", h.used_bytes}};
   j["arena"] = {{"device_pool_bytes", a.device_pool_bytes},
                 {"alignment_bytes", arena_alignment_bytes},

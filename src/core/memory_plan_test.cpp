@@ -32,6 +32,38 @@ std::uint64_t largest_fitting(std::uint64_t unit, std::uint64_t total) {
   return lo;
 }
 
+// A hybrid's prefix cache keeps state checkpoints beside its pages (docs/PREFIX_CACHE.md,
+// "Recurrent state"): half its bytes, in whole states; the pages get the rest; the histories' state
+// area follows the cache's states.
+TEST(MemoryPlan, AHybridsPrefixCacheGivesHalfItsBytesToStateCheckpoints) {
+  MemorySettings s = hybrid_settings();
+  s.state_checkpoints = true;
+  s.prefix_cache_bytes = 4 * GiB;
+  const std::uint64_t state = find_preset("hybrid-27b")->geometry.recurrent_state_bytes;  // 153,944,064 B
+  const MemoryPlan plan = make_memory_plan(s).value();
+  const HostPoolPlan& h = plan.host;
+  EXPECT_EQ(h.prefix_cache_page_bytes, 16u * 4096 * 16);  // 1 MiB
+  EXPECT_EQ(h.prefix_cache_states, 2 * GiB / state);      // 13
+  EXPECT_EQ(h.prefix_cache_states, 13u);
+  EXPECT_EQ(h.prefix_cache_state_bytes, state);
+  EXPECT_EQ(h.prefix_cache_pages, (4 * GiB - 13 * state) / MiB);  // 2187
+  EXPECT_EQ(plan.state.offset, h.prefix_cache_offset + std::uint64_t{h.prefix_cache_pages} * MiB + 13 * state);
+  EXPECT_EQ(h.used_bytes, plan.state.offset + plan.state.bytes);
+  EXPECT_LE(h.used_bytes, s.host_pool_bytes);
+  const std::string text = format_memory_plan(plan);
+  EXPECT_NE(text.find("prefix_cache_states = floor(prefix_cache 4 GiB / 2 / state_bytes 146.81 MiB) = 13"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("prefix_cache      = floor((prefix_cache 4 GiB − states 1.86 GiB) / cache_page_bytes 1 MiB) = 2187 pages"),
+            std::string::npos) << text;
+  EXPECT_NE(memory_plan_json(plan).find("\"prefix_cache_states\": 13"), std::string::npos);
+  // A cache too small for one state in its half: refused, naming prefix_cache.
+  s.prefix_cache_bytes = 200 * MiB;
+  Result<MemoryPlan> small = make_memory_plan(s);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.error().setting, "prefix_cache");
+  EXPECT_NE(small.error().message.find("recurrent-state checkpoints"), std::string::npos) << small.error().message;
+}
+
 TEST(MemoryPlan, SeedFiguresForHybrid27b) {
   // Without prefix reuse no state is kept on the host: the seed's figures.
   const MemoryPlan seed = make_memory_plan(hybrid_settings()).value();
@@ -518,7 +550,7 @@ TEST(MemoryPlan, WindowLayersReserveRingsAndTheLayoutTilesEachHistory) {
   EXPECT_NE(format_memory_plan(plan).find("history_bytes     = full_layers 3"), std::string::npos);
 }
 
-TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndAPrefixCache) {
+TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndPlanAPrefixCache) {
   MemorySettings s;
   s.geometry = find_preset("gemma3-270m")->geometry;
   s.max_context_tokens = 32768;
@@ -529,10 +561,20 @@ TEST(MemoryPlan, WindowLayersRefuseAChunkPastTheRingAndAPrefixCache) {
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.error().describe().find("--chunk-tokens"), std::string::npos) << plan.error().describe();
   s.chunk_tokens = 256;
+  // A prefix cache is planned like any other (docs/PREFIX_CACHE.md, "Window layers"): pages of every
+  // layer (16 × 1 KiB × 18 = 288 KiB), carved off first; the histories by the ring formula.
   s.prefix_cache_bytes = 64 << 20;
   plan = make_memory_plan(s);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.error().describe().find("prefix_cache"), std::string::npos) << plan.error().describe();
+  ASSERT_TRUE(plan.ok()) << plan.error().describe();
+  EXPECT_EQ(plan->host.prefix_cache_page_bytes, 16u * 1024 * 18);
+  EXPECT_EQ(plan->host.prefix_cache_pages, (64u << 20) / (16u * 1024 * 18));  // 227 pages
+  EXPECT_EQ(plan->host.histories, (4 * GiB - (64u << 20)) / ((3ull * 32768 + 15ull * 528) * 1024));  // 38
+  EXPECT_EQ(plan->host.prefix_cache_offset, std::uint64_t{plan->host.history_slots} * plan->host.history_bytes);
+  const std::string text = format_memory_plan(*plan);
+  EXPECT_NE(text.find("prefix_cache      = floor(prefix_cache 64 MiB / cache_page_bytes 288 KiB) = 227 pages"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("(window layers 15: a cached page keeps their rows only if the finished history's ring of 528 tokens"),
+            std::string::npos) << text;
 }
 
 }  // namespace

@@ -375,8 +375,12 @@ std::uint32_t ResidencyPlanner::promote(std::uint32_t slot, std::uint32_t layer,
   query.pages_grantable = static_cast<std::uint32_t>(std::min<std::uint64_t>(grantable, promotions_per_layer_max_));
   query.promoted_room = mp_.promoted_pages_per_layer - r.promoted_count;
   std::uint32_t n = 0;
-  if (sink_page == page_none) {
-    chosen_[n++] = 0;  // a missing sink (quarantined) is restored first, whatever the policy
+  // A missing sink (quarantined, or never placed: a context that adopted its prefix from the host
+  // prefix cache) is restored first, whatever the policy, when page 0 was staged: a window layer
+  // whose window has moved past page 0 neither stages nor reads it, so it has no sink to restore.
+  const bool sink_staged = range_count > 0 && ranges_[0].first == 0;
+  if (sink_page == page_none && sink_staged) {
+    chosen_[n++] = 0;
     --query.pages_grantable;
   }
   if (query.pages_grantable > 0) {

@@ -89,7 +89,9 @@ void record_logits(void* user, std::span<const float> logits) {
 // One runtime (host backend, prefix reuse on) and its engine, for a sequence of requests.
 class Rig {
  public:
-  Rig(const std::string& path) {
+  // `cache_states` > 0: a host prefix cache of 2 × that many states plus 128 cache pages of bytes
+  // (half for states: at least that many), with `max_seqs` contexts (one: a stranger takes the only history).
+  explicit Rig(const std::string& path, std::uint32_t cache_states = 0, std::uint32_t max_seqs = 2) {
     Result<std::unique_ptr<Model>> m = Model::load(path);
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().describe());
     if (!m.ok()) return;
@@ -99,7 +101,7 @@ class Rig {
     memory.tile_tokens = 64;
     memory.tiles = 2;
     memory.max_context_tokens = kContext;
-    memory.max_seqs = 2;
+    memory.max_seqs = max_seqs;
     memory.chunk_tokens = kChunk;
     memory.state_checkpoint_pages = kCheckpointPages;
     KvRuntimeSettings settings = runtime_settings(**m, memory, limits);
@@ -108,6 +110,12 @@ class Rig {
     const Geometry& g = settings.memory.geometry;
     settings.memory.host_pool_bytes =
         2 * (std::uint64_t{g.dense_layers} * kContext * g.row_bytes() + state_bytes_per_history(settings.memory));
+    if (cache_states > 0) {
+      // Half of it is for states (the plan's rule): 2 × cache_states states, then 64 pages' bytes.
+      settings.memory.prefix_cache_bytes = 2ull * cache_states * g.recurrent_state_bytes +
+                                           2ull * 64 * kPageTokens * g.row_bytes() * g.dense_layers;
+      settings.memory.host_pool_bytes += settings.memory.prefix_cache_bytes;
+    }
     settings.memory.device_pool_bytes = 64ull << 20;
     BackendOptions options;
     options.compute_threads = 2;
@@ -133,8 +141,8 @@ class Rig {
   KvRuntime& runtime() { return *runtime_; }
 
   // One request: admitted with its prompt (adopting what the runtime retained), generated greedily,
-  // and finished retaining its prompt and output.
-  Answer answer(const std::vector<TokenId>& prompt, std::uint64_t id) {
+  // and finished retaining its prompt and output. `explained`: the follow-up's explanation at admission.
+  Answer answer(const std::vector<TokenId>& prompt, std::uint64_t id, Explanation* explained = nullptr) {
     Answer a;
     std::uint32_t reused = 0;
     const std::vector<std::int32_t> ids(prompt.begin(), prompt.end());  // the runtime's token type
@@ -144,6 +152,7 @@ class Rig {
     const ContextId c = admitted->handle;
     a.reused_tokens = reused;
     a.state_restored_tokens = runtime_->explain(c).state_restored_tokens;
+    if (explained != nullptr) *explained = runtime_->explain(c);
     a.logits.assign(kOutput, std::vector<float>(engine_->config().vocab));
     a.tokens.reserve(kOutput);
     Sampler sampler(SamplerSettings{}, engine_->config().vocab);
@@ -265,6 +274,73 @@ TEST_F(HybridReuse, FollowUpBetweenCheckpointsRecomputesFromTheCheckpointBelow) 
 
 TEST_F(HybridReuse, PrefixShorterThanOnePageAdoptsNothingAndEqualsNoReuse) {
   check(with_suffix(10, 61, 60), 0, "a 10-token prefix");
+}
+
+// The host prefix cache carries the state too (docs/PREFIX_CACHE.md, "Recurrent state"): one
+// history, so a stranger's request takes it and the first conversation's retained prefix goes. The
+// cache kept the conversation's pages and its state checkpoints at 64, 128, 192, 224 and 240, so a
+// follow-up adopts from the cache alone, up to the last page boundary with a cached state, and its
+// logits and tokens equal no reuse by memcmp; the decode steps allocate nothing.
+TEST_F(HybridReuse, FollowUpsAdoptFromTheHostPrefixCacheUpToACachedStateAndEqualNoReuse) {
+  Rig probe(path_);
+  ASSERT_TRUE(probe.ready());
+  const Answer first = probe.answer(first_, 1);
+  ASSERT_EQ(first.tokens.size(), kOutput);
+  std::vector<TokenId> whole(first_);
+  whole.insert(whole.end(), first.tokens.begin(), first.tokens.end());
+  const std::vector<TokenId> tail = sequence(30, vocab_, 31);
+  whole.insert(whole.end(), tail.begin(), tail.end());
+  struct Case {
+    std::vector<TokenId> prompt;
+    std::uint32_t want_reused;
+    std::uint32_t want_state_cut_pages;
+    const char* what;
+  };
+  const Case cases[] = {
+      {whole, 240, 0, "the whole first conversation: the cached state at 240"},
+      {with_suffix(180, 51, 40), 128, 3, "a match of 176: cut to the cached state at 128"},
+  };
+  for (const Case& k : cases) {
+    Rig reusing(path_, /*cache_states=*/16, /*max_seqs=*/1);
+    ASSERT_TRUE(reusing.ready());
+    const HostPoolPlan& host = reusing.runtime().plan().host;
+    ASSERT_GE(host.prefix_cache_states, 16u);
+    ASSERT_GT(host.prefix_cache_pages, 0u);
+    ASSERT_EQ(reusing.runtime().counters().prefix_cache_pages_total, host.prefix_cache_pages) << "the cache is created";
+    ASSERT_EQ(reusing.answer(first_, 1).reused_tokens, 0u);
+    EXPECT_EQ(reusing.runtime().counters().prefix_cache_states_stored, 5u) << "checkpoints at 64, 128, 192, 224 and 240";
+    EXPECT_EQ(reusing.runtime().counters().prefix_cache_states, 5u);
+    const Answer stranger = reusing.answer(sequence(40, vocab_, 77), 2);  // takes the only history
+    EXPECT_EQ(stranger.reused_tokens, 0u);
+    EXPECT_EQ(reusing.runtime().counters().retained_dropped, 1u) << k.what;
+    const std::uint64_t restores = reusing.runtime().counters().state_restores;
+    Explanation e;
+    const Answer followed = reusing.answer(k.prompt, 3, &e);
+    EXPECT_EQ(followed.reused_tokens, k.want_reused) << k.what;
+    EXPECT_EQ(followed.state_restored_tokens, k.want_reused) << k.what << ": the state restored from the cache's checkpoint";
+    EXPECT_EQ(e.cache_pages_first, 0u) << k.what;
+    EXPECT_EQ(e.cache_pages_end, k.want_reused / kPageTokens) << k.what << ": every page from the cache";
+    EXPECT_EQ(e.cache_state_cut_pages, k.want_state_cut_pages) << k.what;
+    EXPECT_EQ(reusing.runtime().counters().prefix_cache_state_cut_pages, k.want_state_cut_pages) << k.what;
+    EXPECT_EQ(reusing.runtime().counters().state_restores, restores + 1) << k.what;
+    if (k.want_state_cut_pages > 0) {
+      EXPECT_NE(explanation_text(e).find("no cached recurrent-state checkpoint lies past the adopted boundary"),
+                std::string::npos) << explanation_text(e);
+      bool logged = false;
+      const DecisionLog& log = reusing.runtime().decision_log();
+      for (std::uint32_t i = 0; i < log.size(); ++i) logged = logged || log.at(i).reason == Reason::prefix_cache_state_cut;
+      EXPECT_TRUE(logged) << k.what << ": the cut is in the decision log";
+    }
+    EXPECT_EQ(followed.decode_allocations, 0u) << k.what << ": decode steps after warm-up";
+    EXPECT_EQ(reusing.runtime().counters().heap_allocations_in_steps, 0u) << k.what;
+    EXPECT_EQ(reusing.runtime().check(), nullptr);
+
+    Rig alone(path_);
+    ASSERT_TRUE(alone.ready());
+    const Answer fresh = alone.answer(k.prompt, 1);
+    ASSERT_EQ(fresh.reused_tokens, 0u);
+    expect_same(fresh, followed, k.what);
+  }
 }
 
 }  // namespace

@@ -141,7 +141,8 @@ class WindowInvariance : public ::testing::Test {
   };
   // A runtime (host backend, history staged through the tiles) with `fraction` of two contexts'
   // full-length pages on the device and a host pool of two ring-formula histories.
-  Rig make_rig(const std::vector<std::uint32_t>& steps, double fraction, std::uint32_t contexts, bool reuse) {
+  Rig make_rig(const std::vector<std::uint32_t>& steps, double fraction, std::uint32_t contexts, bool reuse,
+               std::uint64_t prefix_cache_bytes = 0) {
     const ForwardLimits limits{kStepTokensMax + 5, contexts, kContext};
     MemorySettings memory;
     memory.page_tokens = kPageTokens;
@@ -157,6 +158,8 @@ class WindowInvariance : public ::testing::Test {
       return (b + arena_alignment_bytes - 1) / arena_alignment_bytes * arena_alignment_bytes;
     };
     settings.memory.host_pool_bytes = 2 * (std::uint64_t{kContext} * g.row_bytes() + 5ull * kRing * g.row_bytes());
+    settings.memory.prefix_cache_bytes = prefix_cache_bytes;  // carved off the pool first
+    settings.memory.host_pool_bytes += prefix_cache_bytes;
     const std::uint64_t pages_one = std::uint64_t{g.dense_layers} * (kContext / kPageTokens);
     const auto pages = static_cast<std::uint64_t>(std::ceil(static_cast<double>(2 * pages_one) * fraction));
     settings.memory.device_pool_bytes =
@@ -337,6 +340,97 @@ TEST_F(WindowInvariance, AFollowUpAdoptsItsRingsAndAnUncoveredMatchIsRecomputed)
               "B adopted against no reuse");
   EXPECT_EQ(reuse.rt->counters().prefix_ring_recomputed, 1u);
   EXPECT_GT(reuse.rt->counters().bytes_staged, 0u);
+}
+
+// The host prefix cache over rings (docs/PREFIX_CACHE.md, "Window layers"): one context at a time,
+// a 64-page cache. A (200 tokens) finishes; its rings held tokens 152..199, so its pages 10..11 are
+// cached with the window layers' rows. A stranger then takes the only history (A's retained
+// prefix goes), so B = A + 100 more finds its prefix in the cache alone: a query at 192 reads
+// pages 10..11 of the window layers, cached, so B adopts 12 pages and the window rows land in its
+// rings. C shares only A's first 64 tokens: the window rows of its pages 2..3 left A's rings before
+// A was cached, so C's 4-page match is cut to nothing (counted, logged) and C is prefilled. Both
+// give the same logits as a runtime without reuse, by memcmp; the steps allocate nothing.
+TEST_F(WindowInvariance, APrefixLongerThanTheWindowComesFromTheHostPrefixCacheWithTheSameBits) {
+  const std::vector<TokenId> a_tokens(tokens_.begin(), tokens_.begin() + 200);
+  std::vector<TokenId> c_tokens(tokens_.begin(), tokens_.begin() + 64);
+  c_tokens.insert(c_tokens.end(), other_.begin(), other_.begin() + (kLength - 64));
+  Rig plain = make_rig(chunks_of(32), 0.25, 1, false);
+  ASSERT_TRUE(plain.rt);
+  const Geometry& g = model_->geometry();
+  const std::uint64_t cache_page_bytes = std::uint64_t{kPageTokens} * g.row_bytes() * g.dense_layers;
+  Rig reuse = make_rig(chunks_of(32), 0.25, 1, true, 64 * cache_page_bytes);
+  ASSERT_TRUE(reuse.rt);
+  ASSERT_EQ(reuse.rt->plan().host.prefix_cache_pages, 64u);
+  ASSERT_EQ(reuse.rt->counters().prefix_cache_pages_total, 64u);
+  const auto fresh = [&](const std::vector<TokenId>& prompt, std::uint64_t id) {
+    Result<AdmitResult> r = plain.rt->open_context(id, kContext);
+    EXPECT_TRUE(r.ok() && r->outcome == AdmitOutcome::admitted);
+    RuntimeKv kv(*plain.rt);
+    Logits out = feed(*model_, kv, r->handle, std::nullopt, pool_, prompt, other_, chunks_of(32));
+    plain.rt->finish(r->handle);
+    return out;
+  };
+  const Logits want_b = fresh(tokens_, 1);
+  const Logits want_c = fresh(c_tokens, 2);
+
+  std::uint32_t reused = 0;
+  const auto run_finish = [&](const std::vector<TokenId>& prompt, std::uint64_t id, std::uint32_t end) {
+    Result<AdmitResult> r = reuse.rt->open_context(id, kContext, ids(prompt), reused);
+    EXPECT_TRUE(r.ok() && r->outcome == AdmitOutcome::admitted);
+    EXPECT_EQ(reused, 0u);
+    RuntimeKv kv(*reuse.rt);
+    feed(*model_, kv, r->handle, std::nullopt, pool_, prompt, other_, chunks_of(32, 0, end));
+    reuse.rt->finish_retaining(r->handle, std::vector<std::int32_t>(prompt.begin(), prompt.begin() + end));
+  };
+  run_finish(a_tokens, 10, 200);
+  EXPECT_EQ(reuse.rt->counters().prefix_cache_pages, 12u);
+  // Pages 0..9 of A: a window layer's ring no longer held them.
+  EXPECT_EQ(reuse.rt->counters().prefix_cache_window_less_pages, 10u);
+  run_finish(other_, 13, 100);  // the stranger: A's retained history gives way
+  EXPECT_EQ(reuse.rt->counters().retained_dropped, 1u);
+
+  // C: its match's window is not cached, so it is cut to nothing and prefilled.
+  Result<AdmitResult> c = reuse.rt->open_context(12, kContext, ids(c_tokens), reused);
+  ASSERT_TRUE(c.ok() && c->outcome == AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 0u) << "no cached window for a query at 64, 48, 32 or 16";
+  EXPECT_EQ(reuse.rt->counters().prefix_cache_ring_cuts, 1u);
+  EXPECT_EQ(reuse.rt->counters().prefix_cache_ring_cut_pages, 4u);
+  bool logged = false;
+  const DecisionLog& log = reuse.rt->decision_log();
+  for (std::uint32_t i = 0; i < log.size(); ++i) logged = logged || log.at(i).reason == Reason::prefix_cache_ring_cut;
+  EXPECT_TRUE(logged) << "the cut is in the decision log";
+  {
+    RuntimeKv kv(*reuse.rt);
+    expect_same(want_c, feed(*model_, kv, c->handle, std::nullopt, pool_, c_tokens, other_, chunks_of(32)),
+                "C after a cut against no reuse");
+  }
+  reuse.rt->finish(c->handle);
+
+  // B: 12 pages from the cache.
+  const std::uint64_t hits = reuse.rt->counters().prefix_cache_hits;
+  Result<AdmitResult> b = reuse.rt->open_context(11, kContext, ids(tokens_), reused);
+  ASSERT_TRUE(b.ok() && b->outcome == AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 192u) << "A's 12 full pages, from the cache";
+  EXPECT_EQ(reuse.rt->counters().prefix_cache_hits, hits + 1);
+  EXPECT_EQ(reuse.rt->counters().prefix_cache_ring_cuts, 1u) << "nothing cut this time";
+  const Explanation e = reuse.rt->explain(b->handle);
+  EXPECT_EQ(e.cache_pages_first, 0u);
+  EXPECT_EQ(e.cache_pages_end, 12u);
+  EXPECT_NE(explanation_text(e).find("into their host rings"), std::string::npos) << explanation_text(e);
+  // The window layers' rows a query at 192 reads, (160, 192], sit at their ring slots.
+  const HostPoolPlan& host = reuse.rt->plan().host;
+  for (std::uint32_t t = 192 - kWindow; t < 192; ++t) {
+    const std::span<const std::byte> row = reuse.rt->host_row(b->handle, 0, t);
+    EXPECT_EQ(static_cast<std::uint64_t>(row.data() - reuse.backend->host_pool().data()),
+              host.segment_offset(b->handle.slot, 0) + std::uint64_t{t % kRing} * g.row_bytes());
+  }
+  RuntimeKv kv(*reuse.rt);
+  expect_same(want_b, feed(*model_, kv, b->handle, std::nullopt, pool_, tokens_, other_, chunks_of(32, reused), reused),
+              "B adopted from the prefix cache against no reuse");
+  EXPECT_EQ(reuse.rt->counters().heap_allocations_in_steps, 0u) << "invariant 7";
+  EXPECT_EQ(reuse.rt->counters().device_allocations_after_warmup, 0u);
+  EXPECT_GT(reuse.rt->counters().bytes_staged, 0u);
+  reuse.rt->finish(b->handle);
 }
 
 TEST_F(WindowInvariance, ChunksLongerThanTheRingAreRefused) {

@@ -48,13 +48,16 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
   if (result.outcome == AdmitOutcome::admitted) {
     slot_faulted_[result.handle.slot] = 0;
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
+    const std::uint32_t local_tokens = reused_tokens;
     if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
+    // Pages from the cache came with its state at their end, put into this history's checkpoints.
+    const std::uint32_t state_from = reused_tokens != local_tokens ? result.handle.slot : match.slot;
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
     if (cache_ != nullptr) reused_tokens = adopt_partial_page(result.handle, prompt, reused_tokens);
     if (plan_.state.enabled()) {
       bind_state(result.handle);
       if (reused_tokens == 0) drop_checkpoints(result.handle.slot, 0);
-      if (!restore_state(result.handle, match.slot, reused_tokens)) slot_faulted_[result.handle.slot] = 1;
+      if (!restore_state(result.handle, state_from, reused_tokens)) slot_faulted_[result.handle.slot] = 1;
       note_prompt(result.handle, static_cast<std::uint32_t>(prompt.size()));
     }
   }
@@ -326,6 +329,8 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.cache_pages_end = a.cache_pages_end;
   e.cache_shared_prefixes = a.cache_shared;
   e.cache_partial_rows = a.cache_partial_rows;
+  e.cache_ring_cut_pages = a.cache_ring_cut;
+  e.cache_state_cut_pages = a.cache_state_cut;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
   e.adopted_device_promoted = a.device_promoted;

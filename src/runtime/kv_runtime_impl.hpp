@@ -526,6 +526,8 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint32_t cache_pages_end = 0;
     std::uint32_t cache_shared = 0;      // cached prefixes sharing the first of them
     std::uint32_t cache_partial_rows = 0;  // rows of the partial page cache_pages_end copied from the cache too
+    std::uint32_t cache_ring_cut = 0;      // matched cache pages not adopted: window rows missing (prefix_cache_ring_cut)
+    std::uint32_t cache_state_cut = 0;     // matched cache pages not adopted: no cached state there (prefix_cache_state_cut)
   };
   KvTierPort* tier_ = nullptr;
   std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
@@ -543,8 +545,16 @@ class KvRuntimeImpl final : public KvRuntime {
   // ---- the host prefix cache (kv_runtime_prefix_cache.cpp; null without one) ----
   std::unique_ptr<runtime::PrefixCache> cache_;
   Status create_prefix_cache();  // warm-up, once the host pool is allocated
-  // The prompt's full pages the cache holds, at most the pages a prompt may adopt.
+  // The prompt's full pages the cache holds, at most the pages a prompt may adopt, cut back to the
+  // longest prefix whose window rows it holds (window layers); the match before the cut in
+  // cache_matched_pages_.
   std::uint32_t cache_prefix_pages(std::span<const std::int32_t> prompt) noexcept;
+  std::uint32_t cache_matched_pages_ = 0;
+  std::uint32_t cache_window_pages_ = 0;  // after the window cut, before the state cut
+  std::uint32_t cache_state_covered(std::uint32_t n) const noexcept;
+  void offer_states_to_cache(std::uint32_t slot) noexcept;
+  std::uint32_t window_first_page(std::uint32_t q) const noexcept;
+  std::uint32_t cache_ring_covered(std::uint32_t n) const noexcept;
   // Tokens the host holds for `prompt`: the longest of the local match and the cache's (the tier starts there).
   std::uint32_t host_prefix_tokens(std::span<const std::int32_t> prompt, runtime::PrefixMatch match) noexcept;
   // finish_retaining: the history's full pages go into the cache (new ones copied, the rest shared).

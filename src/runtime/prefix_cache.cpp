@@ -18,7 +18,10 @@ Result<PrefixCache> PrefixCache::create(const PrefixCacheConfig& config, std::sp
   if (config.pages_per_prefix == 0) {
     return make_error(ErrorCode::invalid_argument, "--max-context", "a prefix must hold at least one full page");
   }
-  const std::uint64_t need = std::uint64_t{config.pages} * page_bytes(config.page_tokens, config.row_bytes, config.dense_layers);
+  if ((config.states == 0) != (config.state_bytes == 0)) {
+    return make_error(ErrorCode::invalid_argument, "prefix_cache", "state checkpoints need both a count and a size");
+  }
+  const std::uint64_t need = store_bytes(config);
   if (store.size() < need) {
     return make_error(ErrorCode::invalid_argument, "prefix_cache", "the prefix cache's store is smaller than its pages");
   }
@@ -37,6 +40,10 @@ Result<PrefixCache> PrefixCache::create(const PrefixCacheConfig& config, std::sp
   for (std::uint32_t i = 0; i < config.pages; ++i) c.free_[i] = config.pages - 1 - i;
   c.free_count_ = config.pages;
   c.chain_.assign(config.pages_per_prefix, none);
+  c.states_offset_ = std::uint64_t{config.pages} * page_bytes(config.page_tokens, config.row_bytes, config.dense_layers);
+  c.state_free_.resize(config.states);
+  for (std::uint32_t i = 0; i < config.states; ++i) c.state_free_[i] = config.states - 1 - i;
+  c.state_free_count_ = config.states;
   return c;
 }
 
@@ -149,6 +156,7 @@ void PrefixCache::evict(std::uint32_t page) noexcept {
       for (std::uint32_t up = r.parent; up != none; up = records_[up].parent) --records_[up].leaves;
     }
   }
+  if (r.state != none) state_free_[state_free_count_++] = r.state;
   r = Record{};
   --used_;
   free_[free_count_++] = page;
@@ -184,6 +192,28 @@ std::uint32_t PrefixCache::match(std::span<const std::int32_t> prompt, std::uint
     parent = page;
   }
   return chain_length_;
+}
+
+bool PrefixCache::put_state(std::uint32_t index, const std::byte* state) noexcept {
+  AK_ASSERT(index < chain_length_, "prefix cache: a state for a page of the chain");
+  Record& r = records_[chain_[index]];
+  if (r.state != none) return true;
+  if (state_free_count_ == 0) {
+    // The least recently used page holding a state gives it up (its rows stay; a prompt adopts up
+    // to a page with a state). The chain being stored is the most recent: its states are never taken.
+    std::uint32_t from = lru_tail_;
+    while (from != none && records_[from].state == none) from = records_[from].prev;
+    if (from == none) return false;
+    for (std::uint32_t i = 0; i < chain_length_; ++i) {
+      if (chain_[i] == from) return false;
+    }
+    state_free_[state_free_count_++] = records_[from].state;
+    records_[from].state = none;
+    ++state_evictions_;
+  }
+  r.state = state_free_[--state_free_count_];
+  std::copy(state, state + config_.state_bytes, store_.data() + states_offset_ + std::size_t{r.state} * config_.state_bytes);
+  return true;
 }
 
 const char* PrefixCache::check() const noexcept {
@@ -230,6 +260,16 @@ const char* PrefixCache::check() const noexcept {
     if (leaves[page] != records_[page].leaves) return "prefix cache: a page's prefix (leaf) count";
   }
   if (lru_tail_ != none && records_[lru_tail_].children != 0) return "prefix cache: the LRU tail is not a leaf";
+  std::vector<std::uint8_t> owned(config_.states, 0);
+  for (std::uint32_t i = 0; i < state_free_count_; ++i) ++owned[state_free_[i]];
+  for (std::uint32_t page = 0; page < config_.pages; ++page) {
+    if (records_[page].state == none) continue;
+    if (!records_[page].used) return "prefix cache: a free page holds a state";
+    ++owned[records_[page].state];
+  }
+  for (const std::uint8_t n : owned) {
+    if (n != 1) return "prefix cache: a state slot is not exactly free or held by one page";
+  }
   return nullptr;
 }
 

@@ -11,7 +11,17 @@
 //   cache page i, layer l:  store + (i × dense_layers + l) × P × row_bytes   (P rows)
 //
 // so one chained page hash (prefix_chain_page, the same chain the retained index and the tier
-// use) names one cache page. The pages form a tree: a page's parent is the page before it in
+// use) names one cache page. A window layer's history is a ring (memory_plan.hpp): when a page is
+// offered its rows may be gone from the ring. rows() then gives nullptr for that layer, the page
+// is stored without them (window_rows(page) false: those layers' part of the page unused) and an
+// adoption that needs them is cut back by the runtime (kv_runtime_prefix_cache.cpp). A later offer
+// of the same page that still has them fills them in.
+//
+// Recurrent state (hybrid models): the state exists at one position only, so a cached prefix is
+// adoptable only up to a page boundary where the cache also holds the state. The store's second
+// part holds `states` state checkpoints (state_bytes each); put_state() gives one to a chained page
+// (the state at the page's end, token (depth + 1) × P), taking a free one or the least recently
+// used page's; a page's state goes with the page when it is evicted. The pages form a tree: a page's parent is the page before it in
 // its prefix. Pages shared by several prefixes (a common system prompt) are stored once: a
 // second prefix finds them by hash and links its own pages below them.
 //
@@ -45,6 +55,8 @@ struct PrefixCacheConfig {
   std::uint64_t row_bytes = 0;
   std::uint32_t pages_per_prefix = 0;    // max_context_tokens / P: the longest chain
   std::uint64_t model_identity = 0;      // seeds the chain (the same root as the retained index)
+  std::uint32_t states = 0;              // state checkpoints the store holds after its pages (0: none)
+  std::uint64_t state_bytes = 0;         // bytes of one (the geometry's recurrent_state_bytes)
 };
 
 // What one insert() did, for the counters and the decision log.
@@ -53,6 +65,8 @@ struct PrefixCacheInsert {
   std::uint32_t shared = 0;    // pages already stored (by this or another prefix): touched, not copied
   std::uint32_t evicted = 0;   // leaves evicted to make room
   std::uint32_t skipped = 0;   // full pages not stored: only this prefix's own chain was left to evict
+  std::uint32_t without_window_rows = 0;  // pages stored (or left) without some layer's rows: a ring no longer held them
+  std::uint32_t window_rows_filled = 0;   // shared pages stored without them whose missing rows this offer filled
 };
 
 class PrefixCache {
@@ -61,6 +75,10 @@ class PrefixCache {
 
   // Refuses a zero field, naming it.
   static Result<PrefixCache> create(const PrefixCacheConfig& config, std::span<std::byte> store);
+  // The store's bytes: pages × page_bytes + states × state_bytes.
+  static std::uint64_t store_bytes(const PrefixCacheConfig& c) noexcept {
+    return std::uint64_t{c.pages} * page_bytes(c.page_tokens, c.row_bytes, c.dense_layers) + std::uint64_t{c.states} * c.state_bytes;
+  }
 
   // The cache page bytes: P × row_bytes × dense_layers.
   static std::uint64_t page_bytes(std::uint32_t page_tokens, std::uint64_t row_bytes, std::uint32_t dense_layers) noexcept {
@@ -68,8 +86,10 @@ class PrefixCache {
   }
 
   // Stores the full pages of `tokens` (at most pages_per_prefix). rows(layer, page) gives the
-  // P rows of logical page `page` of `layer` in the finished history (P × row_bytes bytes).
-  // Pages already stored are touched; new ones take free pages, then evicted leaves.
+  // P rows of logical page `page` of `layer` in the finished history (P × row_bytes bytes), or
+  // nullptr when the history no longer holds them (a window layer's ring moved past the page).
+  // Pages already stored are touched (and given their missing rows when this offer has them); new
+  // ones take free pages, then evicted leaves.
   template <class Rows>
   PrefixCacheInsert insert(std::span<const std::int32_t> tokens, Rows&& rows) noexcept;
 
@@ -89,10 +109,26 @@ class PrefixCache {
   // Marks `page` (a child of chain()[n − 1]) and then chain()[0 .. n) used now: leaf first.
   void touch_below_chain(std::uint32_t page, std::uint32_t n) noexcept;
 
+  // Stores `state` (state_bytes) as the state at the end of chain()[index] (token (index + 1) × P),
+  // unless that page holds one already (a state depends only on the tokens before it: the same
+  // bytes). Takes a free state slot, else the least recently used page's when that page is not in
+  // chain(). False when none was free and the least recently used state is the chain's.
+  bool put_state(std::uint32_t index, const std::byte* state) noexcept;
+  bool has_state(std::uint32_t page) const noexcept { return records_[page].state != none; }
+  // The state at the end of `page` (has_state(page)): state_bytes bytes.
+  const std::byte* state(std::uint32_t page) const noexcept {
+    return store_.data() + states_offset_ + std::size_t{records_[page].state} * config_.state_bytes;
+  }
+  std::uint32_t states_used() const noexcept { return config_.states - state_free_count_; }
+  std::uint64_t state_evictions() const noexcept { return state_evictions_; }
+
   // Rows of cache page `page`, layer `layer`: P × row_bytes bytes.
   const std::byte* rows(std::uint32_t page, std::uint32_t layer) const noexcept {
     return store_.data() + (std::size_t{page} * config_.dense_layers + layer) * layer_bytes_;
   }
+  // Whether every layer's rows of `page` are stored (false: some layer's rows were gone when it was
+  // offered — a window layer's ring — and that part of the page is unused).
+  bool window_rows(std::uint32_t page) const noexcept { return records_[page].window_rows; }
   // Prefixes (leaves of the tree) that go through `page`: how many prompts share it.
   std::uint32_t prefixes_through(std::uint32_t page) const noexcept { return records_[page].leaves; }
 
@@ -117,6 +153,8 @@ class PrefixCache {
     std::uint32_t next = none;       // LRU list: towards the least recent
     std::uint32_t depth = 0;         // its page index in its prefixes
     bool used = false;
+    bool window_rows = false;        // every layer's rows stored (else a ring had lost some: unused part)
+    std::uint32_t state = none;      // state slot holding the state at the page's end (none: no state)
   };
 
   PrefixCache() = default;
@@ -135,6 +173,21 @@ class PrefixCache {
   const std::int32_t* tokens_of(std::uint32_t page) const noexcept {
     return tokens_.data() + std::size_t{page} * config_.page_tokens;
   }
+  // Copies logical page `p`'s rows of every layer rows() still holds into cache page `page`;
+  // whether every layer's were there.
+  template <class Rows>
+  bool copy_rows(std::uint32_t page, std::uint32_t p, Rows& rows) noexcept {
+    bool all = true;
+    for (std::uint32_t l = 0; l < config_.dense_layers; ++l) {
+      const std::byte* src = rows(l, p);
+      if (src == nullptr) {
+        all = false;
+        continue;
+      }
+      std::copy(src, src + layer_bytes_, rows_mut(page, l));
+    }
+    return all;
+  }
   std::byte* rows_mut(std::uint32_t page, std::uint32_t layer) noexcept {
     return store_.data() + (std::size_t{page} * config_.dense_layers + layer) * layer_bytes_;
   }
@@ -152,6 +205,10 @@ class PrefixCache {
   std::uint32_t used_ = 0;
   std::uint32_t lru_head_ = none;        // the most recently used page
   std::uint32_t lru_tail_ = none;        // the least recently used page (a leaf)
+  std::vector<std::uint32_t> state_free_;  // [states]: a stack of free state slots
+  std::uint32_t state_free_count_ = 0;
+  std::uint64_t states_offset_ = 0;      // pages × page bytes: where the state slots start in the store
+  std::uint64_t state_evictions_ = 0;    // states taken from an older page for a newer one
   std::vector<std::uint32_t> chain_;     // [pages_per_prefix]: match's and insert's chain (scratch)
   std::uint32_t chain_length_ = 0;
   std::uint64_t evictions_ = 0;
@@ -173,6 +230,12 @@ PrefixCacheInsert PrefixCache::insert(std::span<const std::int32_t> tokens, Rows
     std::uint32_t page = find(hash, parent, page_tokens, p);
     if (page != none) {
       ++out.shared;
+      if (!records_[page].window_rows) {
+        // Stored while a ring had lost some of its rows: this offer may still hold them.
+        records_[page].window_rows = copy_rows(page, p, rows);
+        out.window_rows_filled += records_[page].window_rows ? 1u : 0u;
+        out.without_window_rows += records_[page].window_rows ? 0u : 1u;
+      }
       lru_unlink(page);     // to the front now; the chain is re-touched leaf first at the end
       lru_push_front(page);
     } else {
@@ -186,10 +249,8 @@ PrefixCacheInsert PrefixCache::insert(std::span<const std::int32_t> tokens, Rows
       r.depth = p;
       r.used = true;
       std::copy(page_tokens, page_tokens + P, tokens_of(page));
-      for (std::uint32_t l = 0; l < config_.dense_layers; ++l) {
-        const std::byte* src = rows(l, p);
-        std::copy(src, src + layer_bytes_, rows_mut(page, l));
-      }
+      r.window_rows = copy_rows(page, p, rows);
+      out.without_window_rows += r.window_rows ? 0u : 1u;
       link(page, parent);
       table_insert(page);
       lru_push_front(page);

@@ -116,6 +116,90 @@ TEST(PrefixCache, APartialLastPageIsFoundBelowTheChainByItsFirstTokensAndTouched
   EXPECT_EQ(f.cache.check(), nullptr);
 }
 
+// A window layer's ring may have lost a page's rows when it is offered (rows() gives nullptr): the
+// page is stored without them and says so; the layers it had are stored; a later offer of the same
+// page that still has them fills them in.
+TEST(PrefixCache, APageOfferedWithoutAWindowLayersRowsIsMarkedAndALaterOfferFillsThem) {
+  Fixture f = Fixture::make(8);
+  const History h(seq(100, 12));  // 3 pages
+  // Layer 1 is the window layer; its ring held only page 2.
+  runtime::PrefixCacheInsert done = f.cache.insert(h.tokens, [&](std::uint32_t l, std::uint32_t p) -> const std::byte* {
+    return l == 1 && p < 2 ? nullptr : h.page(l, p);
+  });
+  EXPECT_EQ(done.stored, 3u);
+  EXPECT_EQ(done.without_window_rows, 2u);
+  ASSERT_EQ(f.cache.match(h.tokens, 3), 3u);
+  EXPECT_FALSE(f.cache.window_rows(f.cache.chain()[0]));
+  EXPECT_FALSE(f.cache.window_rows(f.cache.chain()[1]));
+  EXPECT_TRUE(f.cache.window_rows(f.cache.chain()[2]));
+  for (std::uint32_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(std::memcmp(f.cache.rows(f.cache.chain()[p], 0), h.page(0, p), P * row_bytes), 0) << "the full layers are stored";
+  }
+  // The same prefix again, its ring holding page 1 now too: page 1 is filled, page 0 stays without.
+  done = f.cache.insert(h.tokens, [&](std::uint32_t l, std::uint32_t p) -> const std::byte* {
+    return l == 1 && p < 1 ? nullptr : h.page(l, p);
+  });
+  EXPECT_EQ(done.stored, 0u);
+  EXPECT_EQ(done.shared, 3u);
+  EXPECT_EQ(done.window_rows_filled, 1u);
+  EXPECT_EQ(done.without_window_rows, 1u);
+  ASSERT_EQ(f.cache.match(h.tokens, 3), 3u);
+  EXPECT_FALSE(f.cache.window_rows(f.cache.chain()[0]));
+  EXPECT_TRUE(f.cache.window_rows(f.cache.chain()[1]));
+  EXPECT_EQ(std::memcmp(f.cache.rows(f.cache.chain()[1], 1), h.page(1, 1), P * row_bytes), 0);
+  EXPECT_EQ(f.cache.check(), nullptr);
+}
+
+// Recurrent state: a chained page keeps the state at its end in one of the store's state slots.
+// Two slots: a third state takes the least recently used page's (its rows stay); evicting a page
+// frees its state; check() holds throughout.
+TEST(PrefixCache, StatesSitBesidePagesAndTheLeastRecentlyUsedGivesItsUp) {
+  constexpr std::uint64_t state_bytes = 16;
+  const PrefixCacheConfig c{4, P, layers, row_bytes, pages_per_prefix, 42, 2, state_bytes};
+  std::vector<std::byte> store(PrefixCache::store_bytes(c));
+  EXPECT_EQ(store.size(), 4 * PrefixCache::page_bytes(P, row_bytes, layers) + 2 * state_bytes);
+  Result<PrefixCache> made = PrefixCache::create(c, store);
+  ASSERT_TRUE(made.ok());
+  PrefixCache cache = std::move(made).value();
+  auto state_of = [](std::uint8_t v) { return std::vector<std::byte>(state_bytes, std::byte{v}); };
+  const History a(seq(100, 8)), b(seq(200, 4)), d(seq(300, 4));
+  auto rows = [](const History& h) { return [&h](std::uint32_t l, std::uint32_t p) { return h.page(l, p); }; };
+  cache.insert(a.tokens, rows(a));  // 2 pages
+  const std::vector<std::byte> s1 = state_of(1), s2 = state_of(2), s3 = state_of(3);
+  ASSERT_TRUE(cache.put_state(0, s1.data()));
+  ASSERT_TRUE(cache.put_state(1, s2.data()));
+  EXPECT_EQ(cache.states_used(), 2u);
+  ASSERT_EQ(cache.match(a.tokens, 2), 2u);
+  EXPECT_EQ(std::memcmp(cache.state(cache.chain()[0]), s1.data(), state_bytes), 0);
+  EXPECT_EQ(std::memcmp(cache.state(cache.chain()[1]), s2.data(), state_bytes), 0);
+  EXPECT_EQ(cache.check(), nullptr);
+  // b (more recent) takes the least recently used state: a's leaf (page 1) is the LRU tail.
+  cache.insert(b.tokens, rows(b));
+  ASSERT_TRUE(cache.put_state(0, s3.data()));
+  EXPECT_EQ(cache.state_evictions(), 1u);
+  ASSERT_EQ(cache.match(a.tokens, 2), 2u);
+  EXPECT_TRUE(cache.has_state(cache.chain()[0]));
+  EXPECT_FALSE(cache.has_state(cache.chain()[1])) << "the least recently used state gave way; the rows stay";
+  EXPECT_EQ(cache.check(), nullptr);
+  // d fills the last page; its state takes a's first page's (the least recently used one with a state).
+  cache.insert(d.tokens, rows(d));
+  ASSERT_TRUE(cache.put_state(0, s1.data()));
+  EXPECT_EQ(cache.state_evictions(), 2u);
+  ASSERT_EQ(cache.match(a.tokens, 2), 2u);
+  EXPECT_FALSE(cache.has_state(cache.chain()[0]));
+  // f (2 pages) evicts a's two pages, leaf first; its states take b's and then d's.
+  const History f(seq(400, 8));
+  EXPECT_EQ(cache.insert(f.tokens, rows(f)).evicted, 2u);
+  ASSERT_TRUE(cache.put_state(1, s2.data()));
+  ASSERT_TRUE(cache.put_state(0, s3.data()));
+  EXPECT_EQ(cache.state_evictions(), 4u);
+  ASSERT_EQ(cache.match(b.tokens, 1), 1u);
+  EXPECT_FALSE(cache.has_state(cache.chain()[0]));
+  ASSERT_EQ(cache.match(f.tokens, 2), 2u);
+  EXPECT_EQ(std::memcmp(cache.state(cache.chain()[1]), s2.data(), state_bytes), 0);
+  EXPECT_EQ(cache.check(), nullptr);
+}
+
 TEST(PrefixCache, RefusesZeroFieldsAndATooSmallStoreNamingThem) {
   std::vector<std::byte> store(1024);
   Result<PrefixCache> r = PrefixCache::create(PrefixCacheConfig{0, P, layers, row_bytes, 8, 1}, store);

@@ -128,9 +128,11 @@ Small make_small(std::uint32_t histories, bool reuse, std::uint64_t seed = 1, st
                  std::uint32_t tiles = 2, std::uint32_t extra_pages = 8, std::uint32_t layers = 2, bool device = true,
                  std::uint32_t pool_pages = 0, std::uint32_t retained_histories = 0,
                  ResidencyPolicyKind policy = ResidencyPolicyKind::exact, float hotness_threshold = 0.05f,
-                 std::uint32_t cache_pages = 0) {
+                 std::uint32_t cache_pages = 0, std::uint32_t window = 0) {
   Small s;
   s.g.dense_layers = layers;
+  // With a window: every layer but each second one is a window layer of `window` tokens (a host ring).
+  if (window != 0) s.g.kinds = LayerKinds::periodic(layers, 2, window);
   s.g.kv_heads = 1;
   s.g.head_dim = 8;
   s.g.dtype = DType::f16;
@@ -1045,6 +1047,184 @@ TEST(PrefixCacheRuntime, AShorterCopyFromARunningContextGivesWayToTheWholePrefix
   sm.rt->finish(d->handle);
   sm.rt->release_retained();
   EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+}
+
+// ---- window layers in the host prefix cache (docs/PREFIX_CACHE.md, "Window layers") ----------
+
+// Layer 0 is a window layer of 8 tokens (a host ring of (2 + 1) × 4 = 12 rows), layer 1 a full one.
+// X1 (16 tokens) finishes: its ring held tokens 4..15, so pages 1..3 are cached with their window
+// rows, page 0 without. X2 (40 tokens, X1's follow-up) finishes: it shares pages 0..3 (page 0's
+// window rows are gone from its ring too) and stores 4..9, of which only 7..9 still had theirs. A
+// prompt Y sharing X2's first 24 tokens matches 6 pages; a query at 24 reads pages 4..5, whose
+// window rows are not cached, nor are 3..4 for a query at 20; at 16 it reads pages 2..3, cached: the
+// adoption is cut back to 4 pages (2 cut, counted, logged, explained). The window rows of pages 2..3
+// land in the ring at slot t mod 12, and the outputs equal a run without reuse byte for byte.
+TEST(PrefixCacheRuntime, WindowLayersAdoptOnlyWhereTheCacheHoldsTheWindowIntoTheirRings) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  constexpr std::uint32_t window = 8, ring = 12;
+  Small sm = make_small(1, true, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, /*cache_pages=*/32, window);
+  ASSERT_NE(sm.rt, nullptr);
+  const HostPoolPlan& host = sm.rt->plan().host;
+  ASSERT_EQ(host.window_layers, 1u);
+  ASSERT_EQ(host.ring_tokens, ring);
+  EXPECT_EQ(host.prefix_cache_pages, 32u) << "window layers no longer refuse a prefix cache";
+  const Sequence x = sequence_of(40, 81);
+  Sequence x1;
+  for (std::uint32_t t = 0; t < 16; ++t) x1.push(x.tokens[t]);
+  std::uint32_t reused = 99;
+  auto a = sm.rt->open_context(1, 64, x1.tokens, reused);
+  ASSERT_TRUE(a.ok());
+  run_rest(sm, a->handle, x1, 0);
+  sm.rt->finish_retaining(a->handle, x1.tokens);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_pages, 4u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_window_less_pages, 1u) << "page 0 had left the ring";
+  auto b = sm.rt->open_context(2, 64, x.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(reused, 16u) << "the follow-up adopts X1 in place (its ring covers the window at 16)";
+  run_rest(sm, b->handle, x, reused);
+  sm.rt->finish_retaining(b->handle, x.tokens);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_pages, 10u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_window_less_pages, 1u + 1 + 3) << "page 0 again, pages 4..6 new";
+
+  Sequence y;
+  for (std::uint32_t t = 0; t < 24; ++t) y.push(x.tokens[t]);
+  for (std::int32_t t : sequence_of(14, 82).tokens) y.push(t);
+  auto c = sm.rt->open_context(3, 64, y.tokens, reused);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 16u) << "cut back to the longest prefix whose window the cache holds";
+  EXPECT_EQ(sm.rt->length(c->handle), 16u);
+  EXPECT_EQ(sm.rt->counters().prefix_ring_recomputed, 1u) << "X2's retained history does not cover Y's window";
+  EXPECT_EQ(sm.rt->counters().prefix_cache_ring_cuts, 1u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_ring_cut_pages, 2u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_hit_tokens, 16u);
+  EXPECT_EQ(count_decisions(*sm.rt, c->handle, DecisionKind::adopt, Reason::prefix_cache_ring_cut), 1u);
+  EXPECT_EQ(count_decisions(*sm.rt, c->handle, DecisionKind::adopt, Reason::prefix_cache_adopted), 1u);
+  const Explanation e = sm.rt->explain(c->handle);
+  EXPECT_EQ(e.cache_pages_end, 4u);
+  EXPECT_EQ(e.cache_ring_cut_pages, 2u);
+  const std::string text = explanation_text(e);
+  EXPECT_NE(text.find("prefix cache: 2 more matched page(s) not adopted"), std::string::npos) << text;
+  EXPECT_NE(text.find("into their host rings (token t at slot t mod 12)"), std::string::npos) << text;
+  EXPECT_NE(std::string(reason_text(Reason::prefix_cache_ring_cut)).find("cut back"), std::string::npos);
+  // Ring placement: the full layer holds every row, the window layer the rows of pages 2..3 (what a
+  // query at 16 reads), each at its ring slot.
+  const std::size_t row_floats = std::size_t{sm.g.kv_heads} * sm.g.head_dim;
+  ReferenceKv encoded(sm.g, sm.q_heads, sm.page_tokens);
+  const std::uint32_t r = encoded.open();
+  std::vector<float> k, v;
+  for (std::uint32_t l = 0; l < sm.g.dense_layers; ++l) {
+    rows_of(y, l, 0, 16, row_floats, k, v);
+    encoded.append(r, l, k.data(), v.data(), 16);
+    for (std::uint32_t t = l == 0 ? 16 - window : 0; t < 16; ++t) {
+      const std::span<const std::byte> row = sm.rt->host_row(c->handle, l, t);
+      ASSERT_EQ(std::memcmp(row.data(), encoded.encoded_row(r, l, t).data(), sm.g.row_bytes()), 0) << "layer " << l << " token " << t;
+      const std::uint64_t slot_token = l == 0 ? t % ring : t;
+      EXPECT_EQ(static_cast<std::uint64_t>(row.data() - sm.backend->host_pool().data()),
+                host.segment_offset(c->handle.slot, l) + slot_token * sm.g.row_bytes());
+    }
+  }
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  const std::vector<float> again = run_rest(sm, c->handle, y, 16);
+  Small off = make_small(1, false, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, 0, window);
+  ASSERT_NE(off.rt, nullptr);
+  auto d = off.rt->open_context(1, 64, y.tokens, reused);
+  ASSERT_EQ(reused, 0u);
+  prefill(off, d->handle, y, 0, 16);
+  const std::vector<float> want = run_rest(off, d->handle, y, 16);
+  ASSERT_EQ(want.size(), again.size());
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(std::memcmp(want.data(), again.data(), want.size() * sizeof(float)), 0) << "outputs after a cut adoption";
+  off.rt->finish(d->handle);
+  EXPECT_EQ(sm.rt->counters().heap_allocations_in_steps, 0u);
+  sm.rt->finish_retaining(c->handle, y.tokens);
+  // X2 again, past the window: pages 7..9 hold the window of a query at 40 (it reads 8..9), so the
+  // whole 10-page prefix comes from the cache, nothing cut.
+  Sequence x3 = x;
+  for (std::int32_t t : sequence_of(6, 83).tokens) x3.push(t);
+  const std::uint64_t cuts = sm.rt->counters().prefix_cache_ring_cuts;
+  auto f = sm.rt->open_context(4, 64, x3.tokens, reused);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(reused, 40u);
+  EXPECT_EQ(sm.rt->counters().prefix_cache_ring_cuts, cuts);
+  EXPECT_EQ(sm.rt->explain(f->handle).cache_pages_end, 10u);
+  const std::vector<float> tail = run_rest(sm, f->handle, x3, 40);
+  Small off2 = make_small(1, false, 1, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, 0, window);
+  auto g = off2.rt->open_context(1, 64, x3.tokens, reused);
+  prefill(off2, g->handle, x3, 0, 40);
+  const std::vector<float> want_tail = run_rest(off2, g->handle, x3, 40);
+  ASSERT_EQ(want_tail.size(), tail.size());
+  EXPECT_EQ(std::memcmp(want_tail.data(), tail.data(), tail.size() * sizeof(float)), 0) << "outputs after a whole adoption";
+  off2.rt->finish(g->handle);
+  EXPECT_EQ(sm.rt->check(), nullptr);
+  sm.rt->finish(f->handle);
+  sm.rt->release_retained();
+  EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+}
+
+// Random prompts over shared stems through one history, a window layer (8 tokens, ring 12) and a
+// small cache: every adoption (retained in place, from the cache, cut or not, with a partial page or
+// not) gives the outputs a runtime without reuse gives, byte for byte; check() after every request,
+// no allocation in steps, every page back at the end.
+TEST(PrefixCacheRuntime, WindowLayersRandomPromptsOverSharedStemsEqualNoReuse) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  constexpr std::uint32_t window = 8;
+  std::uint64_t adopted = 0, cut = 0, requests = 0, hits = 0, partial = 0;
+  for (std::uint32_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::uint32_t cache_pages = 4 + static_cast<std::uint32_t>(rng() % 24);
+    Small sm = make_small(1, true, seed, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, cache_pages, window);
+    ASSERT_NE(sm.rt, nullptr);
+    const Sequence stem = sequence_of(48, 900 + seed % 3);
+    for (std::uint32_t r = 0; r < 6; ++r) {
+      Sequence s;
+      const std::uint32_t shared = static_cast<std::uint32_t>(rng() % 49);
+      for (std::uint32_t t = 0; t < shared; ++t) s.push(stem.tokens[t]);
+      const std::uint32_t total = std::max<std::uint32_t>(shared + 1 + static_cast<std::uint32_t>(rng() % 14), 6);
+      for (std::int32_t t : sequence_of(total - shared, seed * 100 + r).tokens) s.push(t);
+      const std::uint32_t prompt = std::max<std::uint32_t>(2, total - static_cast<std::uint32_t>(rng() % 6));
+      const std::vector<std::int32_t> prompt_tokens(s.tokens.begin(), s.tokens.begin() + prompt);
+      std::uint32_t reused = 0;
+      auto c = sm.rt->open_context(r + 1, 64, prompt_tokens, reused);
+      ASSERT_TRUE(c.ok());
+      ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+      ASSERT_LT(reused, prompt) << "at least one prompt token is fed";
+      adopted += reused > 0 ? 1 : 0;
+      const std::vector<float> got = run_rest(sm, c->handle, s, reused);
+      ASSERT_FALSE(HasFatalFailure());
+      Small off = make_small(1, false, seed, 4, 2, 8, 2, true, 0, 0, ResidencyPolicyKind::exact, 0.05f, 0, window);
+      std::uint32_t none = 0;
+      auto d = off.rt->open_context(1, 64, prompt_tokens, none);
+      ASSERT_TRUE(d.ok());
+      prefill(off, d->handle, s, 0, reused);
+      const std::vector<float> want = run_rest(off, d->handle, s, reused);
+      ASSERT_EQ(want.size(), got.size());
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+          << "seed " << seed << " request " << r << ": shared " << shared << ", prompt " << prompt << ", reused " << reused;
+      off.rt->finish(d->handle);
+      if (rng() % 4 == 0) {
+        sm.rt->finish(c->handle);
+      } else {
+        sm.rt->finish_retaining(c->handle, s.tokens);
+      }
+      ASSERT_EQ(sm.rt->check(), nullptr) << "seed " << seed;
+      ++requests;
+    }
+    cut += sm.rt->counters().prefix_cache_ring_cuts;
+    hits += sm.rt->counters().prefix_cache_hits;
+    partial += count_logged(*sm.rt, DecisionKind::adopt, Reason::prefix_cache_partial);
+    EXPECT_EQ(sm.rt->counters().heap_allocations_in_steps, 0u);
+    sm.rt->release_retained();
+    EXPECT_EQ(sm.rt->pages_free(), sm.rt->pages_total());
+  }
+  std::printf("window layers, random prompts: %llu requests, %llu adopted a prefix, %llu from the cache (%llu with a "
+              "partial page), %llu cache adoptions cut\n",
+              static_cast<unsigned long long>(requests), static_cast<unsigned long long>(adopted),
+              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(partial),
+              static_cast<unsigned long long>(cut));
+  EXPECT_GT(adopted, 20u);
+  EXPECT_GT(hits, 10u);
+  EXPECT_GT(cut, 5u);
 }
 
 struct Totals {

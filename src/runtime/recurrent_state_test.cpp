@@ -12,7 +12,9 @@
 //   - a property test over seeds: random conversations, chunkings and K, with backend faults in
 //     some seeds: every adopted length is a checkpoint (the restored state equals the toy state at
 //     that length), check() holds after every operation, no heap allocation in steps, every slot
-//     back at the end. ACTIVEKV_STATE_SEEDS sets the number of seeds (default 300).
+//     back at the end. ACTIVEKV_STATE_SEEDS sets the number of seeds (default 300);
+//   - the same through the host prefix cache with one history: every adoption from it lands on a
+//     cached state equal to the toy state of the prompt's tokens there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,7 +63,8 @@ struct Hybrid {
   std::unique_ptr<KvRuntime> rt;
 };
 
-KvRuntimeSettings hybrid_settings(const Geometry& g, std::uint32_t histories, std::uint32_t checkpoint_pages) {
+KvRuntimeSettings hybrid_settings(const Geometry& g, std::uint32_t histories, std::uint32_t checkpoint_pages,
+                                  std::uint64_t prefix_cache_bytes = 0) {
   KvRuntimeSettings settings;
   MemorySettings& m = settings.memory;
   m.geometry = g;
@@ -76,6 +79,8 @@ KvRuntimeSettings hybrid_settings(const Geometry& g, std::uint32_t histories, st
   MemorySettings probe = m;
   m.host_pool_bytes = std::uint64_t{histories} * (std::uint64_t{g.dense_layers} * 64 * g.row_bytes() +
                                                    state_bytes_per_history(probe));
+  m.prefix_cache_bytes = prefix_cache_bytes;  // carved off the pool first: half of it states
+  m.host_pool_bytes += prefix_cache_bytes;
   const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(8, 4));
   m.device_pool_bytes = 8 * arena_alignment_bytes + std::uint64_t{m.tiles} * 8 * g.row_bytes() +
                         (floor_pages * histories + 8) * 4 * g.row_bytes() + std::uint64_t{histories} * g.recurrent_state_bytes;
@@ -85,7 +90,7 @@ KvRuntimeSettings hybrid_settings(const Geometry& g, std::uint32_t histories, st
 }
 
 Hybrid make_hybrid(std::uint32_t histories, std::uint32_t checkpoint_pages, std::uint64_t seed = 1,
-                   FaultRates faults = {}) {
+                   FaultRates faults = {}, std::uint64_t prefix_cache_bytes = 0) {
   Hybrid h;
   h.g = Geometry{2, 3, 1, 8, DType::f16, state_bytes};
   BackendOptions options;
@@ -95,7 +100,7 @@ Hybrid make_hybrid(std::uint32_t histories, std::uint32_t checkpoint_pages, std:
   auto backend = make_backend("host", options);
   EXPECT_TRUE(backend.ok());
   h.backend = std::move(backend).value();
-  auto rt = KvRuntime::create(hybrid_settings(h.g, histories, checkpoint_pages), *h.backend);
+  auto rt = KvRuntime::create(hybrid_settings(h.g, histories, checkpoint_pages, prefix_cache_bytes), *h.backend);
   EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
   if (rt.ok()) h.rt = std::move(rt).value();
   return h;
@@ -355,6 +360,70 @@ TEST(RecurrentStateProperty, AdoptionAlwaysLandsOnACheckpoint) {
   EXPECT_GT(adoptions, seeds()) << "the conversations must exercise adoption";
   RecordProperty("adoptions", std::to_string(adoptions));
   RecordProperty("faulted_runs", std::to_string(faulted_runs));
+}
+
+// The host prefix cache with one history (docs/PREFIX_CACHE.md, "Recurrent state"): strangers take
+// the history, so follow-ups and siblings adopt from the cache, 4 KiB of it: 21 states and 8 pages,
+// evicted as they fill. Every adoption lands on a position whose cached state equals the toy state
+// of the prompt's tokens there, byte for byte; check() after every operation; no allocation in steps.
+TEST(RecurrentStateProperty, AdoptionFromThePrefixCacheLandsOnACachedState) {
+  std::uint64_t adoptions = 0, cuts = 0, states_stored = 0, hits = 0;
+  for (std::uint32_t seed = 1; seed <= 100; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::uint32_t K = static_cast<std::uint32_t>(rng() % 4);
+    Hybrid h = make_hybrid(1, K, seed, FaultRates{}, 4096);
+    ASSERT_TRUE(h.rt);
+    ASSERT_EQ(h.rt->plan().host.prefix_cache_states, 21u);
+    ASSERT_EQ(h.rt->plan().host.prefix_cache_pages, 8u);
+    std::vector<std::vector<std::int32_t>> convos;
+    for (std::uint32_t round = 0; round < 12; ++round) {
+      std::vector<std::int32_t> t;
+      if (!convos.empty() && rng() % 3 != 0) {
+        const std::vector<std::int32_t>& base = convos[rng() % convos.size()];
+        t.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(rng() % (base.size() + 1)));
+      }
+      const std::uint32_t more = 1 + static_cast<std::uint32_t>(rng() % 12);
+      for (std::uint32_t i = 0; i < more && t.size() < 40; ++i) t.push_back(static_cast<std::int32_t>(rng() % 500));
+      const auto prompt_tokens = static_cast<std::uint32_t>(t.size());
+      const std::uint32_t total = std::min<std::uint32_t>(48, prompt_tokens + static_cast<std::uint32_t>(rng() % 10));
+      while (t.size() < total) t.push_back(static_cast<std::int32_t>(rng() % 500));
+      std::uint32_t reused = 0;
+      Result<AdmitResult> a = h.rt->open_context(round + 1, 64, std::span<const std::int32_t>(t.data(), prompt_tokens), reused);
+      ASSERT_TRUE(a.ok()) << "seed " << seed;
+      ASSERT_EQ(a->outcome, AdmitOutcome::admitted) << "seed " << seed;
+      const ContextId c = a->handle;
+      ASSERT_EQ(h.rt->check(), nullptr) << "seed " << seed;
+      ASSERT_FALSE(h.rt->faulted(c)) << "seed " << seed;
+      if (reused > 0) {
+        ++adoptions;
+        ASSERT_EQ(state_at_step_start(h, c, t, reused), toy_state(t, reused)) << "seed " << seed << " reused " << reused;
+      }
+      const std::uint32_t from = reused > 0 ? reused + 1 : 0;
+      ASSERT_TRUE(prefill(h, c, t, from, prompt_tokens, 1 + static_cast<std::uint32_t>(rng() % 8)).ok());
+      for (std::uint32_t p = prompt_tokens; p < total; ++p) ASSERT_TRUE(step(h, c, t, p, 1).ok());
+      const std::uint32_t length = h.rt->length(c);
+      if (rng() % 4 != 0) {
+        h.rt->finish_retaining(c, std::span<const std::int32_t>(t.data(), length));
+        convos.push_back(std::vector<std::int32_t>(t.begin(), t.begin() + length));
+      } else {
+        h.rt->finish(c);
+      }
+      ASSERT_EQ(h.rt->check(), nullptr) << "seed " << seed;
+    }
+    cuts += h.rt->counters().prefix_cache_state_cuts;
+    states_stored += h.rt->counters().prefix_cache_states_stored;
+    hits += h.rt->counters().prefix_cache_hits;
+    EXPECT_GT(h.rt->counters().prefix_cache_lookups, 0u);
+    h.rt->release_retained();
+    EXPECT_EQ(h.rt->counters().heap_allocations_in_steps, 0u) << "seed " << seed;
+  }
+  std::printf("hybrid, prefix cache: %llu adoptions (%llu from the cache), %llu states stored, %llu adoptions cut to a "
+              "cached state\n",
+              static_cast<unsigned long long>(adoptions), static_cast<unsigned long long>(hits),
+              static_cast<unsigned long long>(states_stored), static_cast<unsigned long long>(cuts));
+  EXPECT_GT(adoptions, 100u);
+  EXPECT_GT(hits, 50u);
+  EXPECT_GT(cuts, 10u);
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ def check_run(binary, model, tmp):
 
 
 def check_refusals(binary, model, tmp):
-    """What a hybrid cannot use yet is said, not silently dropped: the prefix cache (a plan note) and the tier (refused)."""
+    """A hybrid's prefix cache is planned with its state checkpoints; the tier, which carries none, is refused."""
     config = os.path.join(tmp, "cache.json")
     with open(config, "w") as f:
         json.dump({**CONFIG, "prefix_cache": "16MiB"}, f)
@@ -94,8 +94,8 @@ def check_refusals(binary, model, tmp):
         f.write(json.dumps({"id": "x", "arrival_s": 0, "prompt": "Hello", "max_tokens": 2}) + "\n")
     p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace], capture_output=True,
                        text=True, timeout=300)
-    check(p.returncode == 0 and "the cache keeps no recurrent-state checkpoints yet" in p.stdout,
-          "run: the plan says a hybrid's prefix cache stays unused")
+    check(p.returncode == 0 and "prefix_cache_states = floor(prefix_cache 16 MiB / 2 / state_bytes" in p.stdout,
+          "run: the plan gives half a hybrid's prefix cache to recurrent-state checkpoints")
     p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace, "--kv-tier",
                         "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=300)
     check(p.returncode != 0 and "kv_tier" in p.stderr and "hybrid" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
