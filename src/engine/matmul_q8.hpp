@@ -52,7 +52,8 @@ namespace activekv::engine {
 // Which activation width the quantised matrix products use (--activations).
 enum class Activations : std::uint8_t {
   q16,  // matmul_q16.hpp: 32-value blocks of int16, every quantised format; within ~4e-8 NMSE of float64
-  q8,   // this file for Q4_K, Q5_K and Q6_K (the rest stay on q16): llama.cpp's arithmetic, faster
+  q8,   // llama.cpp's arithmetic, faster: this file for Q4_K, Q5_K and Q6_K, matmul_q8_0.hpp for Q4_0, Q4_1,
+        // Q5_0, Q5_1 and Q8_0 (the rest stay on q16)
 };
 const char* activations_name(Activations a) noexcept;
 // "q8" or "q16"; false for anything else.
