@@ -78,6 +78,7 @@ struct EvalOptions {
   std::uint32_t page_tokens = page_tokens_default;
   std::uint32_t chunk_tokens = 256;
   std::uint32_t threads = 2;
+  std::string activations = "q16";  // --activations: q16 or q8 (engine/matmul_q8.hpp)
   bool json = false;
   bool quiet = false;
   std::string dump_prompt;  // --dump-prompt FILE: the token ids fed, as JSON (eval/prompt_dump.hpp)
@@ -113,6 +114,9 @@ Status check_flags(const EvalOptions& o) {
   for (std::uint32_t p : o.pages) {  // the bound generate, run and serve apply (run_overrides.hpp)
     if (Status s = range("--sparse-pages", p, 1, sparse_pages_max); !s) return s;
   }
+  if (engine::Activations a{}; !engine::parse_activations(o.activations, &a))
+    return flag_error("--activations", fmt::format("'{}' is not an activation width: {}", o.activations,
+                                                   engine::activations_choices));
   if (o.dump_only && o.dump_prompt.empty())
     return flag_error("--dump-only", "there is nothing to dump: give --dump-prompt FILE with it");
   if (o.passkey) {
@@ -253,6 +257,7 @@ int run(EvalOptions& o) {
   rig_settings.device_pool_bytes = *device;
   rig_settings.backend = o.backend;
   rig_settings.compute_threads = o.threads;
+  (void)engine::parse_activations(o.activations, &rig_settings.activations);  // check_flags() accepted it
   Result<std::unique_ptr<eval::EvalRig>> rig = eval::EvalRig::create(*model, pool, *settings, rig_settings);
   if (!rig) return fail(rig.error());
 
@@ -320,6 +325,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--page-tokens", o->page_tokens, "Rows per page (P)")->capture_default_str();
   sub.add_option("--chunk-tokens", o->chunk_tokens, "Prefill tokens per step")->capture_default_str();
   sub.add_option("--threads", o->threads, "Compute threads")->capture_default_str();
+  sub.add_option("--activations", o->activations,
+                 "Activation width of the quantised products: q16 (exact) or q8 (llama.cpp's arithmetic, faster)")
+      ->capture_default_str();
   sub.add_flag("--json", o->json, "Print JSON (per setting: perplexity, top1_agreement, mass_recall, pages_read_per_step)");
   sub.add_flag("--quiet", o->quiet, "No progress lines on stderr");
   sub.add_option("--dump-prompt", o->dump_prompt,

@@ -58,6 +58,10 @@ enum class Activations : std::uint8_t {
 const char* activations_name(Activations a) noexcept;
 // "q8" or "q16"; false for anything else.
 bool parse_activations(std::string_view text, Activations* out) noexcept;
+// What a refusal of another value says to give instead.
+constexpr const char* activations_choices =
+    "give q16 (exact, the default) or q8 (llama.cpp's 8-bit arithmetic: the K-quants and the legacy formats "
+    "Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; faster)";
 
 constexpr std::uint32_t q8_block = 256;  // values per activation block
 constexpr std::uint32_t q8_chunk = 32;   // values per register chunk of the kernel
