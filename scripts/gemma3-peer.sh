@@ -6,8 +6,8 @@
 #                          [--activations q16|q8] [--build-dir build/release] [--peer-model FILE] [--work DIR]
 #
 # Per context C:
-#   1. activekv eval --model G --text data/eval_text.txt --context C --max-windows W --json --dump-prompt D
-#      (with one sparse setting reading every page, the fewest eval runs: exact is settings[0])
+#   1. activekv eval --model G --text data/eval_text.txt --context C --max-windows W --exact-only --json --dump-prompt D
+#      (exact alone: sparse selection does not cover the window layers' rings)
 #      ActiveKV's perplexity over the windows' scored tokens (stride min(256, C/2));
 #   2. scripts/peer-passkey.sh text D: llama.cpp (libllama) on the very ids of D, the same windows and
 #      scored tokens: its perplexity, the two perplexities' ratio, and whether llama.cpp's own
@@ -62,7 +62,7 @@ for c in "${clist[@]}"; do
   dump="$work/text-$c.json"
   echo "== context $c (load $(load))"
   if ! ours=$("$build_dir/src/cli/activekv" eval --model "$model" --text data/eval_text.txt --context "$c" \
-              --max-windows "$max_windows" --threads "$threads" --activations "$activations" --sparse-fraction 1 --json --quiet --dump-prompt "$dump" 2>&1); then
+              --max-windows "$max_windows" --threads "$threads" --activations "$activations" --exact-only --json --quiet --dump-prompt "$dump" 2>&1); then
     echo "ActiveKV refused context $c: $(tail -n 3 <<<"$ours")"
     continue
   fi

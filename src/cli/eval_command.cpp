@@ -13,7 +13,7 @@
 // greedy; retrieval accuracy per depth and setting (eval/passkey.hpp).
 // The settings: exact first, then those asked for in order (--sparse-fraction F
 // and --sparse-pages N may repeat; --sparse-adaptive), by default 1/2, 1/4, 1/8,
-// 1/16 of the pages and adaptive.
+// 1/16 of the pages and adaptive; --exact-only: exact alone.
 //
 // Exit codes: 0 done; 1 an operating condition (a missing or empty text, a model
 // that does not load, pools that cannot hold the settings' contexts); 2 a flag
@@ -61,6 +61,7 @@ struct EvalOptions {
   std::vector<float> fractions;
   std::vector<std::uint32_t> pages;
   bool adaptive = false;
+  bool exact_only = false;  // --exact-only: no sparse setting
   bool one_list = false;
   bool layer_budget = false;
   std::vector<std::string> scores;
@@ -152,7 +153,7 @@ int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
   eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head,
-                                   o.heavy, o.mix_weights, o.recent_pages};
+                                   o.heavy, o.mix_weights, o.recent_pages, o.exact_only};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -296,6 +297,8 @@ Action setup(CLI::App& sub) {
   sub.add_option("--sparse-fraction", o->fractions, "Compare reading this share of the pages, in (0, 1] (repeatable)");
   sub.add_option("--sparse-pages", o->pages, "Compare reading at most this many pages per layer (repeatable)");
   sub.add_flag("--sparse-adaptive", o->adaptive, "Compare the adaptive page budget");
+  sub.add_flag("--exact-only", o->exact_only,
+               "Exact attention alone, no sparse setting (models with sliding-window layers; perplexity against a peer)");
   sub.add_flag("--sparse-one-list", o->one_list,
                "Also run each sparse setting with one page list for all KV heads (instead of one per head group)");
   sub.add_flag("--sparse-layer-budget", o->layer_budget,

@@ -485,6 +485,8 @@ def cases(p):
         bad(5, "--page-tokens 0", ev + ["--page-tokens", "0"], "--page-tokens"),
         bad(5, "--chunk-tokens 0", ev + ["--chunk-tokens", "0"], "--chunk-tokens"),
         ok("tiny model: --activations q8", ev + ["--activations", "q8"]),
+        ok("tiny model: --exact-only", ev + ["--exact-only", "--json"], '"exact"'),
+        bad(5, "--exact-only with --sparse-fraction", ev + ["--exact-only", "--sparse-fraction", "0.5"], "--exact-only"),
         bad(5, "--activations 8", ev + ["--activations", "8"], "--activations", "q16"),
         bad(5, "unknown flag", ev + ["--nope"], "--nope"),
         bad(5, "--depths with --text", ev + ["--depths", "0.5"], "--depths"),
