@@ -3,11 +3,11 @@
 # ids: perplexity on data/eval_text.txt, next-token top-1 agreement and where the two disagree.
 #
 #   scripts/gemma3-peer.sh [--contexts 2048,8192] [--max-windows 2] [--top1-windows N] [--threads 2]
-#                          [--build-dir build/release] [--peer-model FILE] [--work DIR]
+#                          [--activations q16|q8] [--build-dir build/release] [--peer-model FILE] [--work DIR]
 #
 # Per context C:
-#   1. activekv eval --model G --text data/eval_text.txt --context C --max-windows W --json --dump-prompt D
-#      (with one sparse setting reading every page, the fewest eval runs: exact is settings[0])
+#   1. activekv eval --model G --text data/eval_text.txt --context C --max-windows W --exact-only --json --dump-prompt D
+#      (exact alone: sparse selection does not cover the window layers' rings)
 #      ActiveKV's perplexity over the windows' scored tokens (stride min(256, C/2));
 #   2. scripts/peer-passkey.sh text D: llama.cpp (libllama) on the very ids of D, the same windows and
 #      scored tokens: its perplexity, the two perplexities' ratio, and whether llama.cpp's own
@@ -19,18 +19,21 @@
 #      as eval scores) and peer_logits (libllama, batches of 512); the 8 highest logits of each
 #      scored position from both: next-token (argmax) agreement, and at each disagreement each
 #      side's gap between the two candidates (a near-tie: < 0.05 logits on llama.cpp's side).
+# --activations: ActiveKV's activation width in steps 1 and 4 (default q16; q8 follows llama.cpp's 8-bit
+# arithmetic, docs/ENGINE.md).
 # --peer-model FILE runs the llama.cpp side on FILE instead (e.g. an F16 copy made by
 # `llama-quantize --allow-requantize G F16.gguf F16`, whose CPU products keep 16-bit activations where
 # the Q4_K_M file's are quantised to 8 bits): it isolates llama.cpp's activation rounding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-contexts=2048,8192 max_windows=2 top1_windows=0 threads=2 build_dir=build/release peer_model="" work=""
+contexts=2048,8192 max_windows=2 top1_windows=0 threads=2 activations=q16 build_dir=build/release peer_model="" work=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --contexts) contexts=$2; shift 2 ;;
     --max-windows) max_windows=$2; shift 2 ;;
     --top1-windows) top1_windows=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --activations) activations=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --peer-model) peer_model=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
@@ -53,13 +56,13 @@ peer_logits="$work/peer_logits-$(sha256sum "$src" | cut -c1-12)"
 [[ -x $peer_logits ]] || g++ -std=c++17 -O2 -I"$tree/include" -I"$tree/ggml/include" "$src" -L"$tree/build/bin" -lllama \
   -Wl,-rpath,"$tree/build/bin" -o "$peer_logits"
 load() { cut -d' ' -f1 /proc/loadavg; }
-echo "model $model; llama.cpp on $peer_model; threads $threads; at most $max_windows windows per context"
+echo "model $model; llama.cpp on $peer_model; threads $threads; ActiveKV --activations $activations; at most $max_windows windows per context"
 IFS=, read -r -a clist <<<"$contexts"
 for c in "${clist[@]}"; do
   dump="$work/text-$c.json"
   echo "== context $c (load $(load))"
   if ! ours=$("$build_dir/src/cli/activekv" eval --model "$model" --text data/eval_text.txt --context "$c" \
-              --max-windows "$max_windows" --threads "$threads" --sparse-fraction 1 --json --quiet --dump-prompt "$dump" 2>&1); then
+              --max-windows "$max_windows" --threads "$threads" --activations "$activations" --exact-only --json --quiet --dump-prompt "$dump" 2>&1); then
     echo "ActiveKV refused context $c: $(tail -n 3 <<<"$ours")"
     continue
   fi
@@ -86,7 +89,7 @@ EOF
     echo "$pre" >"$work/pre-$c-$w.txt"
     "$peer_logits" "$peer_model" "$work/ids-$c-$w.i32" "$work/peer-$c-$w.top" "$threads" 512 8 >/dev/null
     "$build_dir/src/engine/engine_logits" --model "$model" --ids "$work/ids-$c-$w.i32" --out "$work/ours-$c-$w.top" \
-      --threads "$threads" --prefill "$pre" --top 8 >/dev/null
+      --threads "$threads" --activations "$activations" --prefill "$pre" --top 8 >/dev/null
   done
   python3 - "$work" "$c" "$nw" <<'EOF'
 import sys

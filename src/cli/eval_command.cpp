@@ -13,7 +13,7 @@
 // greedy; retrieval accuracy per depth and setting (eval/passkey.hpp).
 // The settings: exact first, then those asked for in order (--sparse-fraction F
 // and --sparse-pages N may repeat; --sparse-adaptive), by default 1/2, 1/4, 1/8,
-// 1/16 of the pages and adaptive.
+// 1/16 of the pages and adaptive; --exact-only: exact alone.
 //
 // Exit codes: 0 done; 1 an operating condition (a missing or empty text, a model
 // that does not load, pools that cannot hold the settings' contexts); 2 a flag
@@ -61,6 +61,7 @@ struct EvalOptions {
   std::vector<float> fractions;
   std::vector<std::uint32_t> pages;
   bool adaptive = false;
+  bool exact_only = false;  // --exact-only: no sparse setting
   bool one_list = false;
   bool layer_budget = false;
   std::vector<std::string> scores;
@@ -78,6 +79,7 @@ struct EvalOptions {
   std::uint32_t page_tokens = page_tokens_default;
   std::uint32_t chunk_tokens = 256;
   std::uint32_t threads = 2;
+  std::string activations = "q16";  // --activations: q16 or q8 (engine/matmul_q8.hpp)
   bool json = false;
   bool quiet = false;
   std::string dump_prompt;  // --dump-prompt FILE: the token ids fed, as JSON (eval/prompt_dump.hpp)
@@ -113,6 +115,9 @@ Status check_flags(const EvalOptions& o) {
   for (std::uint32_t p : o.pages) {  // the bound generate, run and serve apply (run_overrides.hpp)
     if (Status s = range("--sparse-pages", p, 1, sparse_pages_max); !s) return s;
   }
+  if (engine::Activations a{}; !engine::parse_activations(o.activations, &a))
+    return flag_error("--activations", fmt::format("'{}' is not an activation width: {}", o.activations,
+                                                   engine::activations_choices));
   if (o.dump_only && o.dump_prompt.empty())
     return flag_error("--dump-only", "there is nothing to dump: give --dump-prompt FILE with it");
   if (o.passkey) {
@@ -148,7 +153,7 @@ int run(EvalOptions& o) {
   if (Status s = check_flags(o); !s) return fail(s.error());
   if (!o.passkey && o.stride_given->count() == 0) o.stride = std::min(o.stride, o.context / 2);
   eval::SettingRequest request{o.fractions, o.pages, o.adaptive, o.one_list, o.layer_budget, o.scores, o.layer_signals, o.per_head,
-                                   o.heavy, o.mix_weights, o.recent_pages};
+                                   o.heavy, o.mix_weights, o.recent_pages, o.exact_only};
   Result<std::vector<eval::EvalSetting>> settings = eval::make_settings(request);
   if (!settings) return fail(settings.error());
   eval::PasskeyRequest passkey{o.context, o.depths, o.trials, o.seed};
@@ -253,6 +258,7 @@ int run(EvalOptions& o) {
   rig_settings.device_pool_bytes = *device;
   rig_settings.backend = o.backend;
   rig_settings.compute_threads = o.threads;
+  (void)engine::parse_activations(o.activations, &rig_settings.activations);  // check_flags() accepted it
   Result<std::unique_ptr<eval::EvalRig>> rig = eval::EvalRig::create(*model, pool, *settings, rig_settings);
   if (!rig) return fail(rig.error());
 
@@ -291,6 +297,8 @@ Action setup(CLI::App& sub) {
   sub.add_option("--sparse-fraction", o->fractions, "Compare reading this share of the pages, in (0, 1] (repeatable)");
   sub.add_option("--sparse-pages", o->pages, "Compare reading at most this many pages per layer (repeatable)");
   sub.add_flag("--sparse-adaptive", o->adaptive, "Compare the adaptive page budget");
+  sub.add_flag("--exact-only", o->exact_only,
+               "Exact attention alone, no sparse setting (models with sliding-window layers; perplexity against a peer)");
   sub.add_flag("--sparse-one-list", o->one_list,
                "Also run each sparse setting with one page list for all KV heads (instead of one per head group)");
   sub.add_flag("--sparse-layer-budget", o->layer_budget,
@@ -320,6 +328,9 @@ Action setup(CLI::App& sub) {
   sub.add_option("--page-tokens", o->page_tokens, "Rows per page (P)")->capture_default_str();
   sub.add_option("--chunk-tokens", o->chunk_tokens, "Prefill tokens per step")->capture_default_str();
   sub.add_option("--threads", o->threads, "Compute threads")->capture_default_str();
+  sub.add_option("--activations", o->activations,
+                 "Activation width of the quantised products: q16 (exact) or q8 (llama.cpp's arithmetic, faster)")
+      ->capture_default_str();
   sub.add_flag("--json", o->json, "Print JSON (per setting: perplexity, top1_agreement, mass_recall, pages_read_per_step)");
   sub.add_flag("--quiet", o->quiet, "No progress lines on stderr");
   sub.add_option("--dump-prompt", o->dump_prompt,

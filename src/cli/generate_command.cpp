@@ -97,9 +97,7 @@ Status check_flags(const GenerateOptions& o) {
   engine::Activations activations = engine::Activations::q16;
   if (!engine::parse_activations(o.activations, &activations))
     return make_error(ErrorCode::invalid_argument, "--activations",
-                      fmt::format("'{}' is not an activation width: give q16 (exact, the default) or q8 (llama.cpp's "
-                                  "8-bit arithmetic for Q4_K, Q5_K and Q6_K, faster)",
-                                  o.activations));
+                      fmt::format("'{}' is not an activation width: {}", o.activations, engine::activations_choices));
   if (o.max_context != 0 && o.page_tokens > o.max_context)
     return make_error(ErrorCode::invalid_argument, "--page-tokens",
                       fmt::format("{} is longer than --max-context {}: a page holds at most one context", o.page_tokens,
@@ -290,7 +288,7 @@ Action setup(CLI::App& sub) {
   sub.add_option("--top-p", o->top_p, "Nucleus sampling mass, in (0, 1]")->capture_default_str();
   sub.add_option("--threads", o->threads, "Compute threads")->capture_default_str();
   sub.add_option("--activations", o->activations,
-                 "Activation width of the quantised products: q16 (exact) or q8 (llama.cpp's, faster; Q4_K/Q5_K/Q6_K)")
+                 "Activation width of the quantised products: q16 (exact) or q8 (llama.cpp's arithmetic, faster)")
       ->capture_default_str();
   sub.add_flag("--verbose", o->verbose, "Print the memory plan, the model and the speeds to stderr");
   o->sparse.add_to(sub);

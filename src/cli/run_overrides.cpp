@@ -147,6 +147,9 @@ void RunOverrides::add_to(CLI::App& sub) {
   sub.add_flag("--no-prefix-reuse", no_prefix_reuse,
                "Empty each history when its request ends: follow-ups prefill their whole conversation "
                "(configuration key prefix_reuse)");
+  sub.add_option("--activations", activations,
+                 "Activation width of the quantised products: q16 (exact, the default) or q8 (llama.cpp's arithmetic, "
+                 "faster; configuration key activations)");
   sub.add_option("--kv-tier", kv_tier,
                  "Share finished histories through a KV tier on Redis, redis://host:port (configuration key kv_tier)");
   sparse.add_to(sub);
@@ -187,6 +190,12 @@ Result<serve::RunConfig> load_run_config(const RunOverrides& o, const std::funct
   if (given(o.prefill_chunk_given)) c.prefill_chunk_tokens = o.prefill_chunk_tokens;
   if (o.no_prefix_reuse) c.prefix_reuse = false;
   if (!o.kv_tier.empty()) c.kv_tier = o.kv_tier;
+  if (!o.activations.empty()) {
+    if (!serve::activations_known(o.activations))
+      return make_error(ErrorCode::invalid_argument, "--activations",
+                        fmt::format("'{}' is not an activation width: {}", o.activations, serve::activations_refusal));
+    c.activations = o.activations;
+  }
   if (!o.model.empty()) c.model = o.model;
   if (Status s = o.sparse.apply(c.sparse); !s) return s.error();
   if (c.sparse.enabled() && o.engine == "fake") {

@@ -3,7 +3,7 @@
 // Both commands take the same configuration (configs/default.json built in, or
 // --config FILE) and the same overrides (--model, --engine, --backend,
 // --host-pool, --device-pool, --max-seqs, --threads, --step-tokens,
-// --prefill-chunk, --no-prefix-reuse), with the same bounds and the same
+// --prefill-chunk, --no-prefix-reuse, --activations), with the same bounds and the same
 // messages: this file is the one place they are declared, checked and applied,
 // and the one place the fake engine is sized from a configuration.
 //
@@ -74,6 +74,7 @@ struct RunOverrides {
   std::uint32_t prefill_chunk_tokens = 0;
   bool no_prefix_reuse = false;
   std::string kv_tier;  // --kv-tier: the shared KV tier, redis://host:port (docs/TIER.md)
+  std::string activations;  // --activations: q16 or q8 (configuration key activations); empty: not given
   CLI::Option* max_seqs_given = nullptr;
   CLI::Option* threads_given = nullptr;
   CLI::Option* step_tokens_given = nullptr;

@@ -65,6 +65,9 @@ Blocks::Blocks(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, Acti
     xq8_q_.assign(n * scratch_stride_, 0);
     xq8_d_.assign(n * scratch_stride_ / q8_block + 1, 0.0f);
     xq8_bsum_.assign(n * scratch_stride_ / q8_group + 1, 0);
+    xq80_q_.assign(n * scratch_stride_, 0);
+    xq80_d_.assign(n * scratch_stride_ / q8_0_block + 1, 0.0f);
+    xq80_s_.assign(n * scratch_stride_ / q8_0_block + 1, 0.0f);
   }
   AK_ASSERT(!hp_.ropes.empty() && hp_.ropes.size() <= rope_tables_max, "blocks: 1 or 2 RoPE tables");
   rope_positions_ = rope_positions;
@@ -101,16 +104,26 @@ void Blocks::set_rows(std::uint32_t rows) noexcept {
   rows_ = rows;
 }
 
-void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n, bool q8) {
-  if (q8) xq8_ = Q8Rows{xq8_q_.data(), xq8_d_.data(), xq8_bsum_.data(), cols, n};
+Blocks::Path Blocks::path_of(const MatrixView& w, bool quantised) const noexcept {
+  if (!quantised) return Path::f32;
+  if (activations_ == Activations::q8 && q8_supported(w.type, w.cols)) return Path::q8_k;
+  if (activations_ == Activations::q8 && q8_0_supported(w.type, w.cols)) return Path::q8_0;
+  return Path::q16;
+}
+
+void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n, Path form) {
+  AK_ASSERT(form != Path::f32, "blocks: quantize called for the fp32 path");
+  if (form == Path::q8_k) xq8_ = Q8Rows{xq8_q_.data(), xq8_d_.data(), xq8_bsum_.data(), cols, n};
+  else if (form == Path::q8_0) xq80_ = Q8_0Rows{xq80_q_.data(), xq80_d_.data(), xq80_s_.data(), cols, n};
   else xq_ = Q16Rows{xq_q_.data(), xq_d_.data(), xq_s_.data(), cols, n};
-  auto rows = [](Blocks* self, const float* xs, std::uint32_t width, bool eight, std::size_t begin, std::size_t end) {
-    if (eight) quantize_rows_q8(self->isa_, xs, width, self->xq8_, begin, end);
+  auto rows = [](Blocks* self, const float* xs, std::uint32_t width, Path path, std::size_t begin, std::size_t end) {
+    if (path == Path::q8_k) quantize_rows_q8(self->isa_, xs, width, self->xq8_, begin, end);
+    else if (path == Path::q8_0) quantize_rows_q8_0(self->isa_, xs, width, self->xq80_, begin, end);
     else quantize_rows_q16(self->isa_, xs, width, self->xq_, begin, end);
   };
   constexpr std::uint32_t rows_per_chunk = 32;  // below this a region's wake-up costs more than it saves
   if (n < 2 * rows_per_chunk) {
-    rows(this, x, cols, q8, 0, n);
+    rows(this, x, cols, form, 0, n);
     return;
   }
   struct Ctx {
@@ -118,16 +131,16 @@ void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n, bool 
     const float* x;
     std::uint32_t cols;
     std::uint32_t n;
-    bool q8;
+    Path form;
     decltype(rows) quantize_rows;
-  } ctx{this, x, cols, n, q8, rows};
+  } ctx{this, x, cols, n, form, rows};
   // Each row's bytes depend on that row alone, so the split does not change them.
   pool_.run_chunks(
       [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
         const Ctx& q = *static_cast<const Ctx*>(c);
         const std::size_t begin = std::uint64_t{q.n} * index / count;
         const std::size_t end = std::uint64_t{q.n} * (index + 1) / count;
-        q.quantize_rows(q.self, q.x, q.cols, q.q8, begin, end);
+        q.quantize_rows(q.self, q.x, q.cols, q.form, begin, end);
       },
       &ctx, std::min<std::uint32_t>(n / rows_per_chunk, 4 * pool_.threads()));
 }
@@ -135,21 +148,22 @@ void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n, bool 
 void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
   Timed timed(times_.matmul_ns);
   bool quantised = true;
-  bool q8 = activations_ == Activations::q8;
   for (const Product& p : products) {
     const bool shared = p.x == products[0].x && p.w->cols == products[0].w->cols;
     quantised = quantised && q16_supported(p.w->type, p.w->cols) && shared;
-    q8 = q8 && q8_supported(p.w->type, p.w->cols) && shared;
   }
-  if (q8 || quantised) quantize(products[0].x, products[0].w->cols, n, q8);
+  // Each form of x the call's products read, quantised once (in a fixed order: the bytes do not depend on it).
+  bool needed[4] = {};
+  for (const Product& p : products) needed[static_cast<int>(path_of(*p.w, quantised))] = true;
+  for (Path form : {Path::q16, Path::q8_k, Path::q8_0})
+    if (needed[static_cast<int>(form)]) quantize(products[0].x, products[0].w->cols, n, form);
   struct Ctx {
     Blocks* self;
     std::span<const Product> products;
     std::uint32_t n;
     std::uint32_t rows_total;
     bool quantised;
-    bool q8;
-  } ctx{this, products, n, 0, quantised, q8};
+  } ctx{this, products, n, 0, quantised};
   for (const Product& p : products) ctx.rows_total += p.w->rows;
   // Chunks of rows claimed by whichever thread is free (a descheduled thread
   // holds up one chunk, not half the product). A row's arithmetic does not
@@ -165,12 +179,22 @@ void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
         for (const Product& p : x.products) {
           const std::uint32_t lo = std::max(begin, offset);
           const std::uint32_t hi = std::min(end, offset + p.w->rows);
-          if (lo < hi && x.q8) {
-            matmul_rows_q8(x.self->isa_, *p.w, x.self->xq8_, p.y, p.w->rows, lo - offset, hi - offset);
-          } else if (lo < hi && x.quantised) {
-            matmul_rows_q16(x.self->isa_, *p.w, x.self->xq_, p.y, p.w->rows, lo - offset, hi - offset, scratch);
-          } else if (lo < hi) {
-            matmul_rows(x.self->isa_, *p.w, p.x, p.w->cols, x.n, p.y, p.w->rows, lo - offset, hi - offset, scratch);
+          if (lo < hi) {
+            switch (x.self->path_of(*p.w, x.quantised)) {
+              case Path::q8_k:
+                matmul_rows_q8(x.self->isa_, *p.w, x.self->xq8_, p.y, p.w->rows, lo - offset, hi - offset);
+                break;
+              case Path::q8_0:
+                matmul_rows_q8_0(x.self->isa_, *p.w, x.self->xq80_, p.y, p.w->rows, lo - offset, hi - offset);
+                break;
+              case Path::q16:
+                matmul_rows_q16(x.self->isa_, *p.w, x.self->xq_, p.y, p.w->rows, lo - offset, hi - offset, scratch);
+                break;
+              case Path::f32:
+                matmul_rows(x.self->isa_, *p.w, p.x, p.w->cols, x.n, p.y, p.w->rows, lo - offset, hi - offset,
+                            scratch);
+                break;
+            }
           }
           offset += p.w->rows;
         }

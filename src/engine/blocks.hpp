@@ -30,6 +30,7 @@
 #include "engine/matmul.hpp"
 #include "engine/matmul_q16.hpp"
 #include "engine/matmul_q8.hpp"
+#include "engine/matmul_q8_0.hpp"
 #include "engine/model.hpp"
 #include "engine/thread_pool.hpp"
 
@@ -76,8 +77,11 @@ class Blocks {
   void norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count);
   // Every product's y = x · wᵀ over `rows` rows, in one parallel region split by output rows.
   // Products of one call share their x. Quantised weights take the 16-bit activation path
-  // (matmul_q16.hpp: x quantised once per row, integer dots), or with Activations::q8, when every
-  // product of the call is Q4_K, Q5_K or Q6_K, the 8-bit one (matmul_q8.hpp).
+  // (matmul_q16.hpp: x quantised once per row, integer dots); with Activations::q8, each product
+  // whose format has an 8-bit path takes it: Q4_K, Q5_K and Q6_K matmul_q8.hpp's 256-value blocks,
+  // Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matmul_q8_0.hpp's 32-value blocks, the rest the 16-bit path.
+  // x is quantised once per form the call needs. When one product's weights are not quantised
+  // (F32, F16, BF16) or the products do not share x, the whole call takes the fp32 path.
   void matmul(std::uint32_t rows, std::span<const Product> products);
   void matmul(std::span<const Product> products) { matmul(rows_, products); }
   void add_bias(float* y, const float* bias, std::uint32_t width);
@@ -99,8 +103,11 @@ class Blocks {
   void delta_recurrence(const LayerWeights& w, std::span<float* const> states);
   void delta_gated_norm(const LayerWeights& w);
 
-  // xq_ (or xq8_ when q8) = x (n rows of `cols`) quantised; split over the pool when n is large.
-  void quantize(const float* x, std::uint32_t cols, std::uint32_t n, bool q8);
+  // Which kernel a product of a call computes with (matmul()).
+  enum class Path : std::uint8_t { f32, q16, q8_k, q8_0 };
+  Path path_of(const MatrixView& w, bool quantised) const noexcept;
+  // xq_ (xq8_ for q8_k, xq80_ for q8_0) = x (n rows of `cols`) quantised; split over the pool when n is large.
+  void quantize(const float* x, std::uint32_t cols, std::uint32_t n, Path form);
   void build_rope_table(const RopeSpec& spec, std::uint32_t table);
 
   const Model& model_;
@@ -127,6 +134,9 @@ class Blocks {
   std::vector<float> xq8_d_;               // their block scales
   std::vector<std::int16_t> xq8_bsum_;     // and sums per 16 values
   Q8Rows xq8_;                             // views of the three above for the current product
+  std::vector<std::int8_t> xq80_q_;        // Activations::q8 only: rows_max × the widest row as 32-value 8-bit blocks
+  std::vector<float> xq80_d_, xq80_s_;     // their f16 scales and d × Σq
+  Q8_0Rows xq80_;                          // views of the three above for the current product
   std::uint32_t rope_positions_ = 0;
   // Per table (HParams::ropes): rope_positions_ × rope_dims / 2 angles' cosines and sines.
   std::vector<float> rope_cos_[rope_tables_max], rope_sin_[rope_tables_max];

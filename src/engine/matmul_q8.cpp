@@ -51,6 +51,8 @@ float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std:
   const std::size_t nb = x.cols / q8_block;
   const bool has_min = type != GgmlType::q6_k;
   float acc[8] = {};
+  float mins4[4] = {};    // Q4_K: the minimums' 4 lanes
+  float mins = 0.0f;      // Q5_K: their scalar sum
   for (std::size_t i = 0; i < nb; ++i) {
     formats::KScales s;
     formats::k_scales(type, row, i, &s);
@@ -61,6 +63,7 @@ float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std:
     const std::int16_t* bsum = x.bsum + (b * nb + i) * (q8_block / q8_group);
     const float scale = s.d * dx;
     const float scale_min = -(s.dmin * dx);
+    int m_lane[8];
     for (int j = 0; j < 8; ++j) {
       int p = 0;
       for (int c = 0; c < 8; ++c) {
@@ -68,15 +71,21 @@ float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std:
         for (int e = 4 * j; e < 4 * j + 4; ++e) part += u[32 * c + e] * q[32 * c + e];
         p += s.sc[2 * c + j / 4] * part;
       }
-      const int m = s.mk[2 * j] * bsum[2 * j] + s.mk[2 * j + 1] * bsum[2 * j + 1];
-      if (has_min) {
-        acc[j] = std::fma(static_cast<float>(p), scale, acc[j]);
-        acc[j] = std::fma(static_cast<float>(m), scale_min, acc[j]);
-      } else {
-        acc[j] = std::fma(static_cast<float>(p - m), scale, acc[j]);
-      }
+      m_lane[j] = s.mk[2 * j] * bsum[2 * j] + s.mk[2 * j + 1] * bsum[2 * j + 1];
+      if (has_min) acc[j] = std::fma(static_cast<float>(p), scale, acc[j]);
+      else acc[j] = std::fma(static_cast<float>(p - m_lane[j]), scale, acc[j]);
+    }
+    if (type == GgmlType::q4_k) {
+      for (int k = 0; k < 4; ++k)
+        mins4[k] = std::fma(static_cast<float>(m_lane[2 * k] + m_lane[2 * k + 1]), scale_min, mins4[k]);
+    } else if (type == GgmlType::q5_k) {
+      int m = 0;
+      for (int j = 0; j < 8; ++j) m += m_lane[j];
+      mins = std::fma(scale_min, static_cast<float>(m), mins);
     }
   }
+  if (type == GgmlType::q4_k) return sum8(acc) + ((mins4[0] + mins4[2]) + (mins4[1] + mins4[3]));
+  if (type == GgmlType::q5_k) return sum8(acc) + mins;
   return sum8(acc);
 }
 

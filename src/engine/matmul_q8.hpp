@@ -26,9 +26,12 @@
 // For weight row r, activation row b, super-block i with activation scale dx:
 //   P_j = Σ_{c<8} sc[2c + j/4] × Σ_{e=4j..4j+3} u[32c+e] × q[32c+e]    (lane j = 0..7)
 //   M_j = mk[2j] × bsum[2j] + mk[2j+1] × bsum[2j+1]
-//   Q4_K, Q5_K: acc_j = fma(float(P_j), dw × dx, acc_j);  acc_j = fma(float(M_j), −(dmin × dx), acc_j)
+//   Q4_K, Q5_K: acc_j = fma(float(P_j), dw × dx, acc_j), and the minimums apart, with mn = −(dmin × dx):
+//     Q4_K: m_k = fma(float(M_2k + M_2k+1), mn, m_k)   (4 lanes, k = 0..3)
+//     Q5_K: m = fma(mn, float(Σ_j M_j), m)               (one scalar)
 //   Q6_K:       acc_j = fma(float(P_j − M_j), dw × dx, acc_j)   (the −32 offset through the block sums)
-// over i in order, and y = ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+// over i in order, and y = ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus ((m0+m2)+(m1+m3)) (Q4_K) or m (Q5_K)
+// — llama.cpp's AVX2 ggml_vec_dot_q{4,5,6}_K_q8_K, bit for bit (scripts/peer-dots.sh).
 // Lane j is what vpmaddubsw + vpmaddwd leave in 32-bit lane j when a chunk of
 // 32 elements sits in one register (bytes 4j..4j+3, the scale of their 16-group),
 // and M_j what vpmaddwd leaves from the 16 block sums. Every integer is exact in
@@ -52,11 +55,16 @@ namespace activekv::engine {
 // Which activation width the quantised matrix products use (--activations).
 enum class Activations : std::uint8_t {
   q16,  // matmul_q16.hpp: 32-value blocks of int16, every quantised format; within ~4e-8 NMSE of float64
-  q8,   // this file for Q4_K, Q5_K and Q6_K (the rest stay on q16): llama.cpp's arithmetic, faster
+  q8,   // llama.cpp's arithmetic, faster: this file for Q4_K, Q5_K and Q6_K, matmul_q8_0.hpp for Q4_0, Q4_1,
+        // Q5_0, Q5_1 and Q8_0 (the rest stay on q16)
 };
 const char* activations_name(Activations a) noexcept;
 // "q8" or "q16"; false for anything else.
 bool parse_activations(std::string_view text, Activations* out) noexcept;
+// What a refusal of another value says to give instead.
+constexpr const char* activations_choices =
+    "give q16 (exact, the default) or q8 (llama.cpp's 8-bit arithmetic: the K-quants and the legacy formats "
+    "Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0; faster)";
 
 constexpr std::uint32_t q8_block = 256;  // values per activation block
 constexpr std::uint32_t q8_chunk = 32;   // values per register chunk of the kernel

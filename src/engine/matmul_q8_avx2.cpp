@@ -16,6 +16,8 @@
 // and meet dw × dx in one FMA. Internal linkage only.
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "engine/formats/k_super.hpp"
 #include "engine/matmul_q8.hpp"
 
@@ -75,8 +77,14 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
   const std::uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = w.data + (r0 + r) * w.row_bytes;
   __m256 acc[R][V];
+  __m128 mins4[R][V];  // Q4_K: the minimums' 4 lanes
+  float mins[R][V];    // Q5_K: their scalar sum
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+    for (int v = 0; v < V; ++v) {
+      acc[r][v] = _mm256_setzero_ps();
+      mins4[r][v] = _mm_setzero_ps();
+      mins[r][v] = 0.0f;
+    }
   for (std::size_t i = 0; i < nb; ++i) {
     const KScales* s[R];
     for (int r = 0; r < R; ++r) s[r] = sr + r * nb + i;
@@ -112,7 +120,17 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
         const __m256 scale = _mm256_set1_ps(s[r]->d * dx);
         if constexpr (has_min) {
           acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), scale, acc[r][v]);
-          acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(-(s[r]->dmin * dx)), acc[r][v]);
+          // Lanes k = M_2k + M_2k+1: the pairwise sums' low halves, lanes 0, 1 and 4, 5 of vphaddd.
+          const __m256i pairs = _mm256_hadd_epi32(m, m);
+          const __m128i m4 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(pairs, 0x08));
+          const float scale_min = -(s[r]->dmin * dx);
+          if constexpr (T == GgmlType::q4_k) {
+            mins4[r][v] = _mm_fmadd_ps(_mm_cvtepi32_ps(m4), _mm_set1_ps(scale_min), mins4[r][v]);
+          } else {
+            __m128i t = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+            mins[r][v] = std::fma(scale_min, static_cast<float>(_mm_cvtsi128_si32(t)), mins[r][v]);
+          }
         } else {
           acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r][v], m)), scale, acc[r][v]);
         }
@@ -120,7 +138,16 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) y[(b0 + v) * y_stride + r0 + r] = hsum(acc[r][v]);
+    for (int v = 0; v < V; ++v) {
+      float out = hsum(acc[r][v]);
+      if constexpr (T == GgmlType::q4_k) {
+        const __m128 t = _mm_add_ps(mins4[r][v], _mm_movehl_ps(mins4[r][v], mins4[r][v]));  // (a0+a2), (a1+a3)
+        out = out + _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+      } else if constexpr (T == GgmlType::q5_k) {
+        out = out + mins[r][v];
+      }
+      y[(b0 + v) * y_stride + r0 + r] = out;
+    }
 }
 
 template <GgmlType T, int TR, int TV>

@@ -1,12 +1,13 @@
 // q8_invariance_test.cpp — with --activations q8 (matmul_q8.hpp) the engine keeps its promise:
 // the logits are the same bits however the tokens were cut into steps, batched or threaded.
 //
-// The test writes a random-weight Llama GGUF in the Q4_K_M layout (tests/reference/
-// make_arch_model.py: 256 wide, FFN 512, Q4_K with attn_v, ffn_down and the output in Q6_K), so
-// every product takes the 8-bit path, and feeds one 160-token sequence as one chunk, in chunks of
-// 7, one token at a time, in chunks of 7 batched with a second context, and on one thread; the
-// logits at every position two runs both have are compared by memcmp. A run with q16 must give
-// other bits (so the 8-bit path did run).
+// The test writes random-weight Llama GGUFs (tests/reference/make_arch_model.py: 256 wide, FFN
+// 512) in three mixes, so that every product takes an 8-bit path: q4_k_m (Q4_K with attn_v,
+// ffn_down and the output in Q6_K: matmul_q8.hpp), q8 (Q8_0 attention and output, Q4_0 FFN) and
+// legacy (Q5_0 attention, Q4_1 FFN, Q5_1 output: matmul_q8_0.hpp). Each feeds one 160-token
+// sequence as one chunk, in chunks of 7, one token at a time, in chunks of 7 batched with a second
+// context, and on one thread; the logits at every position two runs both have are compared by
+// memcmp. A run with q16 must give other bits (so the 8-bit path did run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,18 +47,16 @@ std::vector<std::uint32_t> chunks_of(std::uint32_t size) {
 
 using Logits = std::vector<std::vector<float>>;  // [position] (empty where no step ended there)
 
-class Q8Invariance : public ::testing::Test {
+class Q8Invariance : public ::testing::TestWithParam<const char*> {
  protected:
-  static void SetUpTestSuite() {
-    path_ = ::testing::TempDir() + "q8_invariance.gguf";
-    const std::string make = "python3 " ACTIVEKV_REFERENCE_DIR "/make_arch_model.py --arch llama --mix q4_k_m "
-                             "--embedding 256 --ffn 512 --heads 4 --kv-heads 2 --out '" + path_ + "'";
-    rc_ = std::system(make.c_str());
-  }
   void SetUp() override {
-    if (WIFEXITED(rc_) && WEXITSTATUS(rc_) == 3) GTEST_SKIP() << "numpy or gguf missing: run scripts/install-deps.sh --test";
-    ASSERT_EQ(rc_, 0) << "make_arch_model.py failed";
-    Result<std::unique_ptr<Model>> m = Model::load(path_);
+    const std::string path = ::testing::TempDir() + "q8_invariance_" + GetParam() + ".gguf";
+    const std::string make = std::string("python3 " ACTIVEKV_REFERENCE_DIR "/make_arch_model.py --arch llama --mix ") +
+                             GetParam() + " --embedding 256 --ffn 512 --heads 4 --kv-heads 2 --out '" + path + "'";
+    const int rc = std::system(make.c_str());
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) GTEST_SKIP() << "numpy or gguf missing: run scripts/install-deps.sh --test";
+    ASSERT_EQ(rc, 0) << "make_arch_model.py failed";
+    Result<std::unique_ptr<Model>> m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.error().describe();
     model_ = std::move(m).value();
     tokens_ = sequence(kLength, model_->config().vocab, 21);
@@ -100,14 +99,12 @@ class Q8Invariance : public ::testing::Test {
     EXPECT_GT(compared, 0u) << what;
   }
 
-  static inline std::string path_;
-  static inline int rc_ = 0;
   std::unique_ptr<Model> model_;
   std::vector<TokenId> tokens_, other_;
   ThreadPool pool_{2};
 };
 
-TEST_F(Q8Invariance, EveryChunkingBatchAndThreadCountGivesTheSameBits) {
+TEST_P(Q8Invariance, EveryChunkingBatchAndThreadCountGivesTheSameBits) {
   const Logits tokenwise = run(chunks_of(1), false, pool_, Activations::q8);
   expect_same(tokenwise, run({kLength}, false, pool_, Activations::q8), "one chunk vs one token at a time");
   expect_same(tokenwise, run(chunks_of(7), false, pool_, Activations::q8), "chunks of 7");
@@ -119,6 +116,8 @@ TEST_F(Q8Invariance, EveryChunkingBatchAndThreadCountGivesTheSameBits) {
   ASSERT_FALSE(q16[kLength - 1].empty());
   EXPECT_NE(std::memcmp(q16[kLength - 1].data(), tokenwise[kLength - 1].data(), q16[kLength - 1].size() * sizeof(float)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Mixes, Q8Invariance, ::testing::Values("q4_k_m", "q8", "legacy"));
 
 }  // namespace
 }  // namespace activekv::engine

@@ -131,6 +131,31 @@ static inline float half_to_float(std::uint16_t h) {
   return value;
 }
 
+// float → IEEE half, rounded to nearest with ties to even (what F16C's vcvtps2ph does with rounding
+// mode 0, and llama.cpp's fp16 stores on x86): overflow to infinity, subnormals rounded, NaN kept a NaN.
+static inline std::uint16_t float_to_half(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t abs = bits & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // ≥ 65520: rounds past the largest half
+  const std::int32_t exponent = static_cast<std::int32_t>(abs >> 23) - 127;
+  std::uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;  // 24 significant bits
+  // Bits of the 24-bit significand dropped: 13 for a normal half, more below 2^-14 (subnormal), all below 2^-25.
+  const std::int32_t drop = exponent >= -14 ? 13 : 13 + (-14 - exponent);
+  if (drop > 24) return sign;  // below 2^-25, half the smallest subnormal (float subnormals included)
+  const std::uint32_t half_ulp = 1u << (drop - 1);
+  const std::uint32_t rest = mantissa & ((1u << drop) - 1u);
+  mantissa >>= drop;
+  if (rest > half_ulp || (rest == half_ulp && (mantissa & 1u))) ++mantissa;
+  // Normal: biased exponent (exponent + 15) and the 10 stored bits; a carry out of the mantissa moves into the
+  // exponent by the addition. Subnormal: the mantissa alone (a carry into bit 10 makes the smallest normal).
+  const std::uint32_t h = exponent >= -14 ? ((static_cast<std::uint32_t>(exponent + 15) << 10) + (mantissa - 0x400u))
+                                          : mantissa;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
 static inline float bf16_to_float(std::uint16_t h) {
   const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
   float value;

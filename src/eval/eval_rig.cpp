@@ -66,7 +66,7 @@ Result<std::unique_ptr<EvalRig>> EvalRig::create(const engine::Model& model, eng
                                   r->runtime_->plan().host.concurrency, rig.context_tokens, rig.contexts,
                                   history_bytes * rig.contexts));
   r->kv_ = std::make_unique<engine::RuntimeKv>(*r->runtime_);
-  r->forward_ = std::make_unique<engine::Forward>(model, *r->kv_, pool, engine::best_isa(), limits);
+  r->forward_ = std::make_unique<engine::Forward>(model, *r->kv_, pool, engine::best_isa(), limits, rig.activations);
   return r;
 }
 

@@ -39,6 +39,7 @@ struct RigSettings {
   std::uint64_t device_pool_bytes = 64ull << 20;
   std::string backend = "host";
   std::uint32_t compute_threads = 2;    // the backend's
+  engine::Activations activations = engine::Activations::q16;  // --activations (engine/matmul_q8.hpp)
 };
 
 class EvalRig {

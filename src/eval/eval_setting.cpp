@@ -50,6 +50,12 @@ Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request) {
   exact.name = "exact";
   out.push_back(exact);
   const bool none = request.fractions.empty() && request.pages.empty() && !request.adaptive;
+  if (request.exact_only) {
+    if (!none)
+      return make_error(ErrorCode::invalid_argument, "--exact-only",
+                        "runs exact attention alone: drop --sparse-fraction, --sparse-pages and --sparse-adaptive");
+    return out;
+  }
   std::vector<SparseScore> scores;
   for (const std::string& name : request.scores) {
     const SparseScore* found = std::find_if(std::begin(known_scores), std::end(known_scores),

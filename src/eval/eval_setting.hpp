@@ -63,13 +63,16 @@ struct SettingRequest {
   // --sparse-recent N: every sparse setting always reads the newest N pages (SparseSettings::
   // recent_pages, in [1, 64]) instead of the default 2, named "… recent N"; 0: the default.
   std::uint32_t recent_pages = 0;
+  // --exact-only: exact alone, no sparse setting (a model with sliding-window layers, whose rings
+  // sparse selection does not cover, or a perplexity against another implementation).
+  bool exact_only = false;
 };
 
 // Exact first, then the requested settings (the default set when none was
 // requested). Refused, naming the flag: a fraction outside (0, 1] or not a
 // number, a page budget of 0, more than settings_max settings, a setting asked
 // twice, a score that is not bound, moments, mixed or oracle, a layer signal that is not captured
-// or moments or given twice, or given without --sparse-layer-budget.
+// or moments or given twice, or given without --sparse-layer-budget; --exact-only with a sparse setting.
 Result<std::vector<EvalSetting>> make_settings(const SettingRequest& request);
 
 // "1/8" for a fraction that is the inverse of a whole number, else the decimal.

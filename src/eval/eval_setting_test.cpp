@@ -23,6 +23,20 @@ TEST(EvalSettings, DefaultIsExactThenHalvingsAndAdaptive) {
   for (std::size_t i = 1; i < s->size(); ++i) EXPECT_TRUE((*s)[i].sparse.measure) << (*s)[i].name;
 }
 
+TEST(EvalSettings, ExactOnlyIsExactAloneAndRefusesSparseSettings) {
+  SettingRequest r;
+  r.exact_only = true;
+  Result<std::vector<EvalSetting>> s = make_settings(r);
+  ASSERT_TRUE(s) << s.error().describe();
+  ASSERT_EQ(s->size(), 1u);
+  EXPECT_EQ((*s)[0].name, "exact");
+  EXPECT_FALSE((*s)[0].sparse.enabled());
+  r.fractions = {0.5f};
+  Result<std::vector<EvalSetting>> both = make_settings(r);
+  ASSERT_FALSE(both);
+  EXPECT_NE(both.error().describe().find("--exact-only"), std::string::npos) << both.error().describe();
+}
+
 TEST(EvalSettings, RequestedInOrder) {
   SettingRequest r;
   r.fractions = {0.3f, 1.0f};

@@ -163,6 +163,8 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   es.limits.step_tokens_max = c.step_tokens;
   es.limits.step_entries_max = entries_max;
   es.limits.context_tokens = memory.max_context_tokens;
+  if (!engine::parse_activations(c.activations, &es.activations))
+    return make_error(ErrorCode::invalid_argument, "activations", fmt::format("'{}' is not an activation width: {}", c.activations, activations_refusal));
   auto eng = engine::Engine::create(std::move(model).value(), std::make_unique<engine::RuntimeKv>(*parts->runtime), es);
   if (!eng) return eng.error();
   parts->engine = std::move(eng).value();

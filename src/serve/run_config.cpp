@@ -87,7 +87,7 @@ constexpr std::uint32_t kv_tier_lookups_max = 64;
 constexpr const char* known_fields[] = {"model",       "host_pool", "device_pool", "page_tokens", "tile_tokens",
                                         "tiles",       "max_context", "max_seqs",  "step_tokens", "prefill_chunk_tokens",
                                         "threads",     "stop_at_eos", "arrival_scale", "max_queue", "shutdown_grace_s", "prefix_reuse",
-                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "prefix_cache", "state_checkpoint_pages", "comment"};
+                                        "kv_tier", "prefix_reuse_device", "sparse", "retained_histories", "prefix_cache", "state_checkpoint_pages", "activations", "comment"};
 
 // The sparse key: "exact", or an object (docs/SPARSE.md "Configuration").
 Status read_sparse(const json& value, SparseSettings& out, std::string_view source) {
@@ -177,6 +177,8 @@ bool is_known(std::string_view key) {
 
 }  // namespace
 
+bool activations_known(std::string_view text) { return text == "q16" || text == "q8"; }
+
 Status RunConfig::validate(std::string_view source) const {
   if (tile_tokens % page_tokens != 0) {
     return field_error(source, "tile_tokens",
@@ -213,7 +215,7 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
     if (!is_known(key)) {
       return field_error(source, key,
                          "unknown setting (known: model, host_pool, device_pool, page_tokens, tile_tokens, tiles, "
-                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories, prefix_cache, state_checkpoint_pages)");
+                         "max_context, max_seqs, step_tokens, prefill_chunk_tokens, threads, stop_at_eos, arrival_scale, max_queue, shutdown_grace_s, prefix_reuse, kv_tier, prefix_reuse_device, sparse, retained_histories, prefix_cache, state_checkpoint_pages, activations)");
     }
   }
   RunConfig config;
@@ -240,6 +242,12 @@ Result<RunConfig> parse_run_config(std::string_view text, std::string_view sourc
   }
   if (object.contains("prefix_cache")) {
     if (Status st = read_prefix_cache(object.at("prefix_cache"), config.prefix_cache_bytes, source); !st) return st.error();
+  }
+  if (object.contains("activations")) {
+    const json& a = object["activations"];
+    if (!a.is_string() || !activations_known(a.get<std::string>()))
+      return field_error(source, "activations", fmt::format("{} is not an activation width: {}", a.dump(), activations_refusal));
+    config.activations = a.get<std::string>();
   }
   if (object.contains("stop_at_eos")) {
     if (!object["stop_at_eos"].is_boolean()) return field_error(source, "stop_at_eos", "must be true or false");

@@ -29,6 +29,9 @@ struct RunConfig {
   std::uint32_t step_tokens = 0;           // token budget per step (decode + prefill chunks)
   std::uint32_t prefill_chunk_tokens = 0;  // most prompt tokens of one context in one step
   std::uint32_t threads = 0;               // compute threads
+  // The quantised products' activation width (key activations, --activations; engine/matmul_q8.hpp):
+  // "q16" (exact, the default) or "q8" (llama.cpp's 8-bit arithmetic, faster). Checked by the parser.
+  std::string activations = "q16";
   bool stop_at_eos = true;                 // end a request at the end-of-sequence token
   double arrival_scale = 1.0;              // multiplies every arrival time (0: all at once)
   bool prefix_reuse = true;                // a finished history stays as a retained prefix; a follow-up adopts it
@@ -63,6 +66,12 @@ struct RunConfig {
   // Cross-field checks (page divides tile, chunk <= step budget, ...), naming the field.
   Status validate(std::string_view source) const;
 };
+
+// Whether `text` is an activation width RunConfig::activations takes, and what a refusal says.
+bool activations_known(std::string_view text);
+constexpr const char* activations_refusal =
+    "give \"q16\" (exact, the default) or \"q8\" (llama.cpp's 8-bit arithmetic for the K-quants and the "
+    "legacy formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; faster)";
 
 // Parses a JSON object; `source` names the file in errors.
 Result<RunConfig> parse_run_config(std::string_view text, std::string_view source);

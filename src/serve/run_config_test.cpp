@@ -76,6 +76,27 @@ TEST(RunConfig, BadSettingsNameTheField) {
   EXPECT_EQ(broken.error().code, ErrorCode::malformed);
 }
 
+TEST(RunConfig, ActivationsDefaultToQ16ParseAndRefuseOtherValuesNamingTheKey) {
+  auto defaults = parse_run_config(valid, "c.json");
+  ASSERT_TRUE(defaults) << defaults.error().describe();
+  EXPECT_EQ(defaults->activations, "q16");
+  for (const char* width : {"q8", "q16"}) {
+    auto set = parse_run_config(with("activations", std::string("\"") + width + "\""), "c.json");
+    ASSERT_TRUE(set) << set.error().describe();
+    EXPECT_EQ(set->activations, width);
+  }
+  for (const char* value : {"\"q4\"", "\"Q8\"", "8", "\"\""}) {
+    auto bad = parse_run_config(with("activations", value), "c.json");
+    ASSERT_FALSE(bad) << value;
+    const std::string message = bad.error().describe();
+    EXPECT_NE(message.find("c.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("activations"), std::string::npos) << message;
+    EXPECT_NE(message.find("q16"), std::string::npos) << message;  // says what to give instead
+  }
+  EXPECT_TRUE(activations_known("q8"));
+  EXPECT_FALSE(activations_known("int8"));
+}
+
 TEST(RunConfig, PrefixReuseDeviceDefaultsOnAndParses) {
   auto defaults = parse_run_config(valid, "c.json");
   ASSERT_TRUE(defaults) << defaults.error().describe();

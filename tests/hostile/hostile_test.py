@@ -142,6 +142,8 @@ def make_inputs(tmp):
     text("config_max_queue_huge", cfg % ', "max_queue": 5000')
     text("config_grace_negative", cfg % ', "shutdown_grace_s": -1')
     text("config_sparse_mode", cfg % ', "sparse": {"mode": "most"}')
+    text("config_activations_bad", cfg % ', "activations": "int8"')
+    text("config_activations_q8", cfg % ', "activations": "q8"')
     text("config_sparse_fraction", cfg % ', "sparse": {"mode": "fraction", "fraction": 2}')
     text("config_sparse_pages_zero", cfg % ', "sparse": {"mode": "pages", "pages": 0}')
     text("config_sparse_key", cfg % ', "sparse": {"mode": "pages", "pages": 4, "budget": 3}')
@@ -207,6 +209,8 @@ def cases(p):
         bad(5, "--tile-tokens 0", gen + ["--model", tiny, "--tile-tokens", "0"], "--tile-tokens"),
         bad(5, "--max-context 2^32-1", gen + ["--model", tiny, "--max-context", str(U32_MAX)], "--max-context"),
         bad(5, "--threads -1 (syntax)", gen + ["--model", tiny, "--threads", "-1"], "--threads"),
+        ok("tiny model, --activations q8", gen + ["--model", tiny, "--activations", "q8"]),
+        bad(5, "--activations int8", gen + ["--model", tiny, "--activations", "int8"], "--activations", "int8", "q16"),
         bad(5, "--page-tokens 2^32 (syntax)", gen + ["--model", tiny, "--page-tokens", str(2**32)], "--page-tokens"),
         bad(5, "unknown flag", gen + ["--model", tiny, "--no-such-flag"], "--no-such-flag"),
         bad(5, "--prompt without value", ["generate", "--prompt"], "--prompt"),
@@ -312,6 +316,12 @@ def cases(p):
         bad(5, "--threads 65", run + ["--threads", "65"], "--threads", "65"),
         bad(5, "--step-tokens 0", fake + ["--step-tokens", "0"], "--step-tokens"),
         bad(5, "--prefill-chunk 0", fake + ["--prefill-chunk", "0"], "--prefill-chunk"),
+        ok("tiny model, --activations q8", run + ["--activations", "q8"]),
+        ok("tiny model, activations q8 in the config", ["run", "--model", tiny, "--config", p["config_activations_q8"],
+                                                        "--trace", p["trace_ok"]]),
+        bad(5, "--activations int8", run + ["--activations", "int8"], "--activations", "int8", "q16"),
+        bad(5, "activations int8 in the config", ["run", "--engine", "fake", "--config", p["config_activations_bad"],
+                                                  "--trace", p["trace_ok"]], "activations", "int8"),
         bad(5, "--max-requests 0", fake + ["--max-requests", "0"], "--max-requests"),
         bad(5, "--max-seqs 2^32-1", fake + ["--max-seqs", str(U32_MAX)], "--max-seqs"),
         bad(5, "--step-tokens 2^32-1", fake + ["--step-tokens", str(U32_MAX)], "--step-tokens"),
@@ -413,6 +423,7 @@ def cases(p):
         bad(5, "--threads 65", msrv + ["--model", tiny, "--threads", "65"], "--threads", "65"),
         bad(5, "--step-tokens 0", fsrv + ["--step-tokens", "0"], "--step-tokens"),
         bad(5, "--prefill-chunk 0", fsrv + ["--prefill-chunk", "0"], "--prefill-chunk"),
+        bad(5, "--activations q4", msrv + ["--model", tiny, "--activations", "q4"], "--activations", "q4", "q16"),
         bad(5, "--sparse-pages 0", fsrv + ["--sparse-pages", "0"], "--sparse-pages"),
         bad(5, "--sparse-fraction inf", msrv + ["--model", tiny, "--sparse-fraction", "inf"], "--sparse-fraction"),
         bad(5, "--sparse-score oracle", msrv + ["--model", tiny, "--sparse-fraction", "0.5", "--sparse-score", "oracle"],
@@ -473,6 +484,10 @@ def cases(p):
         bad(5, "--threads 0", ev + ["--threads", "0"], "--threads"),
         bad(5, "--page-tokens 0", ev + ["--page-tokens", "0"], "--page-tokens"),
         bad(5, "--chunk-tokens 0", ev + ["--chunk-tokens", "0"], "--chunk-tokens"),
+        ok("tiny model: --activations q8", ev + ["--activations", "q8"]),
+        ok("tiny model: --exact-only", ev + ["--exact-only", "--json"], '"exact"'),
+        bad(5, "--exact-only with --sparse-fraction", ev + ["--exact-only", "--sparse-fraction", "0.5"], "--exact-only"),
+        bad(5, "--activations 8", ev + ["--activations", "8"], "--activations", "q16"),
         bad(5, "unknown flag", ev + ["--nope"], "--nope"),
         bad(5, "--depths with --text", ev + ["--depths", "0.5"], "--depths"),
         bad(5, "--passkey --depths 1.5", ["eval", "--model", tiny, "--passkey", "--context", "128", "--depths", "0,1.5"], "--depths", "1.5"),

@@ -10,6 +10,8 @@ the chosen mix of types:
   f32   every matrix F32            f16  every matrix F16
   q8    attention Q8_0, FFN Q4_0, token_embd Q8_0 (output, where separate, Q8_0)
   q4    attention Q4_0, FFN Q8_0, token_embd F16 (output, where separate, Q4_0)
+  legacy  attention Q5_0, FFN Q4_1, token_embd Q8_0 (output, where separate, Q5_1): with q8 and q4,
+        every legacy format as a matrix product
   q4_k_m  as llama.cpp's Q4_K_M lays it out: attn_v and ffn_down Q6_K, the other matrices Q4_K,
         token_embd Q4_K (Q6_K when tied), output Q6_K. The `gguf` package cannot quantise
         K-quants, so these blocks are random bytes with their f16 scale fields chosen so that the
@@ -60,6 +62,7 @@ MIXES = {
     "f16": dict(attn=T.F16, ffn=T.F16, embd=T.F16, out=T.F16),
     "q8": dict(attn=T.Q8_0, ffn=T.Q4_0, embd=T.Q8_0, out=T.Q8_0),
     "q4": dict(attn=T.Q4_0, ffn=T.Q8_0, embd=T.F16, out=T.Q4_0),
+    "legacy": dict(attn=T.Q5_0, ffn=T.Q4_1, embd=T.Q8_0, out=T.Q5_1),
     "q4_k_m": dict(attn=T.Q4_K, ffn=T.Q4_K, embd=T.Q4_K, out=T.Q6_K, wide=T.Q6_K),
     "q5_k_m": dict(attn=T.Q5_K, ffn=T.Q5_K, embd=T.Q5_K, out=T.Q6_K, wide=T.Q6_K),
 }

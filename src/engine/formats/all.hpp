@@ -39,5 +39,19 @@ static inline bool q16_format_of(GgmlType type, Fn&& fn) {
   }
 }
 
+// The legacy formats on the 8-bit-activation path (matmul_q8_0.hpp): q8_0_format_of(type, fn) calls fn(Format{})
+// for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 and returns true, or returns false.
+template <class Fn>
+static inline bool q8_0_format_of(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::q4_0: fn(Q4_0{}); return true;
+    case GgmlType::q4_1: fn(Q4_1{}); return true;
+    case GgmlType::q5_0: fn(Q5_0{}); return true;
+    case GgmlType::q5_1: fn(Q5_1{}); return true;
+    case GgmlType::q8_0: fn(Q8_0{}); return true;
+    default: return false;  // K-quants take matmul_q8.hpp's 256-value blocks; the rest are not on this path
+  }
+}
+
 }  // namespace
 }  // namespace activekv::engine::formats

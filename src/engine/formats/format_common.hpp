@@ -11,6 +11,12 @@
 //   unpack(row, k, w)        the same integers as two vectors of 16 × int16
 //                            (elements 0..15, 16..31), compiled where __AVX2__ is
 //
+// The legacy formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) also serve the 8-bit path of
+// matmul_q8_0.hpp: they name their block struct (block_type, whose d and, with
+// a minimum, m are the f16 factors) and give the 32 integers as one vector of
+// bytes in element order, bytes(row, k) — signed where has_min is false, else
+// unsigned (0..31).
+//
 // so that element e of block k is worth dw[k] × u[e] + mw[k]. The kernel
 // templates (matmul_q16.cpp, matmul_q16_avx2.cpp) own the order of every fp32
 // operation; a format only says which integers and which factors, so one
@@ -51,6 +57,21 @@ static inline const Block& block_at(const std::uint8_t* row, std::size_t i) {
 // 16 bytes widened to 16 × int16 (zero-extended).
 static inline __m256i widen16(const std::uint8_t* p) {
   return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// 16 bytes of nibble pairs as 32 bytes in element order: the low nibbles (elements 0..15), then the high ones.
+static inline __m256i nibbles32(const std::uint8_t* p) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+// Bit j of `bits` (j = 0..31) as 16 in byte j, else 0: the fifth bits of 32 five-bit values.
+static inline __m256i bit4_bytes(std::uint32_t bits) {
+  // Byte j takes byte j / 8 of `bits` (the shuffle works within each 128-bit half; both hold all four bytes).
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                             _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                                0x0202020202020202, 0x0303030303030303));
+  const __m256i byte_bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, byte_bit), byte_bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
 }
 // Bit j of `bits` (j = 0..15) as 16 in lane j, else 0: the fifth bit of a 5-bit value.
 static inline __m256i bit4_lanes(std::uint32_t bits) {

@@ -9,6 +9,7 @@ namespace {
 struct Q4_0 {
   static constexpr GgmlType type = GgmlType::q4_0;
   static constexpr bool has_min = false;
+  using block_type = BlockQ4_0;
   static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float*) {
     for (std::size_t k = 0; k < nb; ++k) dw[k] = half_to_float(block_at<BlockQ4_0>(row, k).d);
   }
@@ -25,6 +26,9 @@ struct Q4_0 {
     const __m256i eight = _mm256_set1_epi16(8);
     w[0] = _mm256_sub_epi16(_mm256_and_si256(q, _mm256_set1_epi16(0x0F)), eight);
     w[1] = _mm256_sub_epi16(_mm256_srli_epi16(q, 4), eight);
+  }
+  static inline __m256i bytes(const std::uint8_t* row, std::size_t k) {
+    return _mm256_sub_epi8(nibbles32(block_at<BlockQ4_0>(row, k).qs), _mm256_set1_epi8(8));
   }
 #endif
 };

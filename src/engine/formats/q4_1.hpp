@@ -9,6 +9,7 @@ namespace {
 struct Q4_1 {
   static constexpr GgmlType type = GgmlType::q4_1;
   static constexpr bool has_min = true;
+  using block_type = BlockQ4_1;
   static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float* mw) {
     for (std::size_t k = 0; k < nb; ++k) {
       dw[k] = half_to_float(block_at<BlockQ4_1>(row, k).d);
@@ -30,6 +31,7 @@ struct Q4_1 {
     w[0] = _mm256_and_si256(q, _mm256_set1_epi16(0x0F));
     w[1] = _mm256_srli_epi16(q, 4);
   }
+  static inline __m256i bytes(const std::uint8_t* row, std::size_t k) { return nibbles32(block_at<BlockQ4_1>(row, k).qs); }
 #endif
 };
 

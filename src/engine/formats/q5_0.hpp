@@ -14,6 +14,7 @@ struct Q5Legacy {
   static constexpr GgmlType type = Type;
   static constexpr bool has_min = HasMin;
   static constexpr int offset = HasMin ? 0 : 16;
+  using block_type = Block;
   static inline std::uint32_t high_bits(const Block& b) {
     std::uint32_t bits;
     std::memcpy(&bits, b.qh, sizeof bits);  // little-endian host assumed (x86-64, aarch64)
@@ -41,6 +42,11 @@ struct Q5Legacy {
     const __m256i off = _mm256_set1_epi16(offset);
     w[0] = _mm256_sub_epi16(_mm256_or_si256(_mm256_and_si256(q, _mm256_set1_epi16(0x0F)), bit4_lanes(qh)), off);
     w[1] = _mm256_sub_epi16(_mm256_or_si256(_mm256_srli_epi16(q, 4), bit4_lanes(qh >> 16)), off);
+  }
+  static inline __m256i bytes(const std::uint8_t* row, std::size_t k) {
+    const Block& b = block_at<Block>(row, k);
+    const __m256i v = _mm256_or_si256(nibbles32(b.qs), bit4_bytes(high_bits(b)));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(static_cast<char>(offset)));
   }
 #endif
 };

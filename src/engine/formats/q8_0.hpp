@@ -9,6 +9,7 @@ namespace {
 struct Q8_0 {
   static constexpr GgmlType type = GgmlType::q8_0;
   static constexpr bool has_min = false;
+  using block_type = BlockQ8_0;
   static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float*) {
     for (std::size_t k = 0; k < nb; ++k) dw[k] = half_to_float(block_at<BlockQ8_0>(row, k).d);
   }
@@ -21,6 +22,9 @@ struct Q8_0 {
     const BlockQ8_0& b = block_at<BlockQ8_0>(row, k);
     w[0] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
     w[1] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16)));
+  }
+  static inline __m256i bytes(const std::uint8_t* row, std::size_t k) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block_at<BlockQ8_0>(row, k).qs));
   }
 #endif
 };
