@@ -59,6 +59,8 @@ enum class Reason : std::uint8_t {
   prefix_cache_state_cut,  // adopt: the cache's match cut back to the last page boundary with a cached state checkpoint
   prefix_cache_state_kept,  // retain: a finished history's state checkpoints stored beside its cached pages
   prefix_cache_state_lru,   // evict: the cache's least recently used state checkpoints gave way to new ones (rows stay)
+  tier_ring_cut,         // adopt: the tier's run cut back to the longest prefix whose window rows its blocks carry
+  tier_state_cut,        // adopt: the tier's run cut back to the last block carrying the recurrent state at its end
 };
 
 const char* decision_kind_name(DecisionKind kind) noexcept;

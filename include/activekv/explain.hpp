@@ -85,6 +85,10 @@ struct Explanation {
   // cached (ring), or no cached state checkpoint lay at a later boundary (state); 0 when none.
   std::uint32_t cache_ring_cut_pages = 0;
   std::uint32_t cache_state_cut_pages = 0;
+  // Pages of the tier's accepted run not restored: window rows missing (ring) or no state at a
+  // later block end (state); 0 when none.
+  std::uint32_t tier_ring_cut_pages = 0;
+  std::uint32_t tier_state_cut_pages = 0;
   std::uint32_t adopted_device_copied = 0;  // of the adopted pages, pool pages copied device to device from the source's resident pages
   std::uint32_t adopted_device_promoted = 0;  // of those, the source's promoted pages below its run, promoted here too
   std::uint32_t adopted_device_pages = 0;  // of the adopted pages, device pool pages handed over from the retained history

@@ -352,6 +352,10 @@ struct KvCounters {
   std::uint64_t tier_restored_tokens = 0;     // prompt tokens restored from the tier instead of prefilled
   std::uint64_t tier_reservations = 0;        // histories reserved for a lookup's reader to write into
   std::uint64_t tier_reservations_lost = 0;   // ready lookups not adopted: their history was taken meanwhile
+  std::uint64_t tier_ring_cuts = 0;           // restores cut back: the blocks lacked window rows their window needs
+  std::uint64_t tier_ring_cut_tokens = 0;     // accepted tokens those cuts gave up (prefilled instead)
+  std::uint64_t tier_state_cuts = 0;          // restores cut back to the last block carrying a state (hybrid models)
+  std::uint64_t tier_state_cut_tokens = 0;    // accepted tokens those cuts gave up (prefilled instead)
   std::uint64_t retained_device_pages_kept = 0;       // device pages left with finished contexts' retained histories
   std::uint64_t retained_device_pages_adopted = 0;    // of them, handed over in place to the adopting context
   std::uint64_t retained_device_pages_reclaimed = 0;  // of them, freed (reclaimed first, history taken or dropped)

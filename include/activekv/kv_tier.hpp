@@ -21,8 +21,12 @@
 //               free list while lease_held() says the writer still reads it.
 //
 // A block is block_tokens tokens (a whole number of pages) starting at a
-// multiple of block_tokens; block b's rows of layer l are
-// layer_segments[l][b × block_tokens × row_bytes, (b + 1) × block_tokens × row_bytes).
+// multiple of block_tokens; block b's rows of a full layer l are
+// layer_segments[l][b × block_tokens × row_bytes, (b + 1) × block_tokens × row_bytes); a window
+// layer's segment is its host ring (token t at slot t mod ring_tokens), whose rows a block carries
+// only while the ring held them, and a hybrid's block carries the recurrent state at its end when
+// the history held a checkpoint there. A restore ends only where every window layer's rows of the
+// window and (hybrids) the state are there: the cut (adopt()'s TierAdoptCut; docs/TIER.md, "Cuts").
 // A lookup is named by its prompt's blocks [first_block, blocks_end): the chain
 // hash of block blocks_end − 1 names every token before it, and a lookup that
 // started at or before first_block covers a request that needs less.
@@ -45,6 +49,19 @@ enum class TierLookupStatus : std::uint8_t {
   ready,    // the accepted rows are in the attached history: adopt()
 };
 
+// A recurrent-state checkpoint a finished history holds: the state after its first `token` tokens.
+struct TierState {
+  std::uint32_t token = 0;
+  const std::byte* bytes = nullptr;  // the geometry's recurrent_state_bytes
+};
+
+// Where an adoption ended, and why not further (absolute block indexes, ends exclusive).
+struct TierAdoptCut {
+  std::uint32_t accepted_end = 0;  // the store's run: blocks accepted (checked) from it
+  std::uint32_t window_end = 0;    // cut back to the last end whose window every window layer's rows cover
+  std::uint32_t end = 0;           // cut back again to the last end with a state (hybrids): adopted
+};
+
 class KvTierPort {
  public:
   virtual ~KvTierPort() = default;
@@ -63,17 +80,21 @@ class KvTierPort {
   // (kTierNoSlot when there is none).
   virtual std::uint32_t ready_slot(std::span<const std::int32_t> prompt, std::uint32_t first_block,
                                    std::uint32_t blocks_end, std::uint32_t& from_token) = 0;
-  // Ends the ready lookup of these blocks: returns the end of the accepted run written into its
-  // history (first_block when none, and always when no lookup of these blocks is ready).
-  virtual std::uint32_t adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block,
-                              std::uint32_t blocks_end) = 0;
+  // Ends the ready lookup of these blocks: returns the end of the run written into its history
+  // (first_block when none, and always when no lookup of these blocks is ready); `cut` says where
+  // the store's run was cut. A hybrid's state at that end is copied into `state` (when not empty).
+  virtual std::uint32_t adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
+                              std::span<std::byte> state, TierAdoptCut& cut) = 0;
   // Lets the lookup of the blocks before blocks_end go unused (a no-op when there is none).
   virtual void abandon(std::span<const std::int32_t> prompt, std::uint32_t blocks_end) = 0;
   // True while a lookup's reader may still write into history `slot`.
   virtual bool writing_into(std::uint32_t slot) const = 0;
-  // Offers the whole blocks of `tokens`, whose rows the segments hold, to be written behind: the
-  // writer reads the rows after offer() returns, while lease_held(lease) is true.
-  virtual void offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments,
+  // Offers the whole blocks of `tokens`, whose rows the segments hold (a history `length` tokens
+  // long: a window layer's ring holds its last ring_tokens), with the state checkpoints `states`
+  // (a block ending at one carries it), to be written behind: the writer reads the rows and states
+  // after offer() returns, while lease_held(lease) is true.
+  virtual void offer(std::span<const std::int32_t> tokens, std::uint32_t length,
+                     std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
                      std::uint32_t lease) = 0;
   virtual bool lease_held(std::uint32_t lease) const = 0;
   // Waits up to timeout_ms for a reader to end its read or copy, or a write to finish (a waiting

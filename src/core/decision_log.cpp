@@ -66,6 +66,8 @@ const char* reason_name(Reason reason) noexcept {
     case Reason::ring_not_covering: return "ring_not_covering";
     case Reason::prefix_cache_ring_cut: return "prefix_cache_ring_cut";
     case Reason::prefix_cache_state_cut: return "prefix_cache_state_cut";
+    case Reason::tier_ring_cut: return "tier_ring_cut";
+    case Reason::tier_state_cut: return "tier_state_cut";
     case Reason::prefix_cache_state_kept: return "prefix_cache_state_kept";
     case Reason::prefix_cache_state_lru: return "prefix_cache_state_lru";
   }
@@ -133,6 +135,13 @@ const char* reason_text(Reason reason) noexcept {
     case Reason::prefix_cache_state_cut:
       return "the prefix cache holds the recurrent state only where the finished context had checkpoints: the "
              "adoption is cut back to the last page boundary with a cached state, and the rest is prefilled";
+    case Reason::tier_ring_cut:
+      return "the KV tier holds the prompt's blocks, but not the window layers' rows the next query's window needs "
+             "(gone from the writing history's rings, or below what the restore writes): the restore is cut back to "
+             "the longest run whose window rows its blocks carry, and the rest is prefilled";
+    case Reason::tier_state_cut:
+      return "the KV tier holds the recurrent state only at the ends of blocks whose writer had a checkpoint there: the "
+             "restore is cut back to the last block carrying its state, and the rest is prefilled";
     case Reason::prefix_cache_state_kept:
       return "finished: its recurrent-state checkpoints at page boundaries are stored beside its cached pages, so a "
              "prompt can adopt up to them";

@@ -152,6 +152,21 @@ std::string explanation_text(const Explanation& e) {
     out += fmt::format("  restored: pages {}..{} of every layer came from the shared KV tier (not prefilled)\n",
                        e.tier_pages_first, e.tier_pages_end - 1);
   }
+  if (e.tier_pages_end > e.tier_pages_first && e.window_layers != 0) {
+    out += fmt::format("  window layers took from the shared KV tier only the rows the next query's window needs, into "
+                       "their host rings (token t at slot t mod {})\n",
+                       e.ring_tokens);
+  }
+  if (e.tier_ring_cut_pages > 0) {
+    out += fmt::format("  shared KV tier: {} more accepted page(s) not restored: the window layers' rows their window "
+                       "needs are not in the blocks (gone from the writer's rings) (prefilled instead)\n",
+                       e.tier_ring_cut_pages);
+  }
+  if (e.tier_state_cut_pages > 0) {
+    out += fmt::format("  shared KV tier: {} more accepted page(s) not restored: no block past the restored end carries "
+                       "the recurrent state (prefilled instead)\n",
+                       e.tier_state_cut_pages);
+  }
   if (e.state_bytes != 0) {
     out += fmt::format("  recurrent state: {} B in device slot {} ({}); host checkpoints: {} held, newest at token {}\n",
                        e.state_bytes, e.recurrent_slot,
@@ -242,6 +257,8 @@ std::string explanation_json(const Explanation& e, int indent) {
   j["cache_partial_rows"] = e.cache_partial_rows;
   j["cache_ring_cut_pages"] = e.cache_ring_cut_pages;
   j["cache_state_cut_pages"] = e.cache_state_cut_pages;
+  j["tier_ring_cut_pages"] = e.tier_ring_cut_pages;
+  j["tier_state_cut_pages"] = e.tier_state_cut_pages;
   j["adopted_device_pages"] = e.adopted_device_pages;
   j["adopted_device_copied"] = e.adopted_device_copied;
   j["adopted_device_promoted"] = e.adopted_device_promoted;

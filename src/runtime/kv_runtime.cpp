@@ -116,11 +116,13 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
     stage_last_.assign(std::size_t{slots} * stage_columns, 0);
     if (Status st = prepare_scores(settings.sparse); !st) throw std::bad_alloc();
   }
-  // The tier's blocks carry no state checkpoints yet: a hybrid model keeps its reuse local.
-  tier_ = plan_.state.enabled() ? nullptr : settings.tier;
+  // A hybrid's blocks carry the state at their end where the history held a checkpoint (docs/TIER.md).
+  // Without checkpoints (prefix reuse off) no state could land: a hybrid then keeps no tier.
+  tier_ = plan_.state.enabled() && plan_.state.checkpoints == 0 ? nullptr : settings.tier;
   tier_segments_.resize(g.dense_layers);
   tier_csegments_.resize(g.dense_layers);
   tier_generation_.assign(budgets_.slots(), 0);
+  tier_states_.resize(plan_.state.checkpoints);
   init_state();
   if (settings.prefix_reuse) {
     std::uint64_t identity = settings.model_identity;
@@ -204,12 +206,6 @@ Result<std::unique_ptr<KvRuntime>> KvRuntime::create(const KvRuntimeSettings& se
                       fmt::format("{} of the {} dense layers attend to a sliding window and keep only a ring of {} tokens "
                                   "on the host; sparse page selection covers full-history layers only: run exact "
                                   "(drop --sparse-pages)",
-                                  g.window_layers(), g.dense_layers, plan->host.ring_tokens));
-  }
-  if (g.window_layers() != 0 && settings.tier != nullptr) {
-    return make_error(ErrorCode::unsupported, "kv_tier",
-                      fmt::format("{} of the {} dense layers keep only a ring of {} tokens on the host, and the KV "
-                                  "tier stores whole histories: run this model without a tier",
                                   g.window_layers(), g.dense_layers, plan->host.ring_tokens));
   }
   auto runtime = std::make_unique<KvRuntimeImpl>(settings, plan.value(), backend);

@@ -50,9 +50,9 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
     reused_tokens = settle_admission(result.handle, match, result.pages_adopted);
     const std::uint32_t local_tokens = reused_tokens;
     if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
-    // Pages from the cache came with its state at their end, put into this history's checkpoints.
-    const std::uint32_t state_from = reused_tokens != local_tokens ? result.handle.slot : match.slot;
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
+    // Pages from the cache or the tier came with the state at their end, put into this history's checkpoints.
+    const std::uint32_t state_from = reused_tokens != local_tokens ? result.handle.slot : match.slot;
     if (cache_ != nullptr) reused_tokens = adopt_partial_page(result.handle, prompt, reused_tokens);
     if (plan_.state.enabled()) {
       bind_state(result.handle);
@@ -224,9 +224,15 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
   if (tier_ != nullptr && !history_quarantined(slot) && slot_faulted_[slot] == 0) {
     const std::span<const std::byte> host = backend_.host_pool();
     for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
-      tier_csegments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
+      tier_csegments_[l] = host.subspan(plan_.host.segment_offset(slot, l), plan_.host.layer_bytes(l));
     }
-    tier_->offer(tokens.first(usable), tier_csegments_, slot);
+    // A hybrid's checkpoints (every position names bytes that arrived): a block ending at one carries it.
+    std::uint32_t states = 0;
+    for (std::uint32_t i = 0; i < plan_.state.checkpoints; ++i) {
+      const std::uint32_t p = checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints + i];
+      if (p != UINT32_MAX && p != 0) tier_states_[states++] = TierState{p, host.data() + plan_.state.checkpoint_offset(slot, i)};
+    }
+    tier_->offer(tokens.first(usable), length, tier_csegments_, std::span<const TierState>(tier_states_.data(), states), slot);
     // The writer reads these rows after this returns: the history stays off the free list until
     // it has (release_tier_leases), so no admission can write into it meanwhile.
     if (tier_->lease_held(slot)) {
@@ -331,6 +337,8 @@ Explanation KvRuntimeImpl::explain(ContextId context) const {
   e.cache_partial_rows = a.cache_partial_rows;
   e.cache_ring_cut_pages = a.cache_ring_cut;
   e.cache_state_cut_pages = a.cache_state_cut;
+  e.tier_ring_cut_pages = a.tier_ring_cut;
+  e.tier_state_cut_pages = a.tier_state_cut;
   e.adopted_device_pages = a.device_pages;
   e.adopted_device_copied = a.device_copied;
   e.adopted_device_promoted = a.device_promoted;

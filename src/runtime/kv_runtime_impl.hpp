@@ -528,16 +528,20 @@ class KvRuntimeImpl final : public KvRuntime {
     std::uint32_t cache_partial_rows = 0;  // rows of the partial page cache_pages_end copied from the cache too
     std::uint32_t cache_ring_cut = 0;      // matched cache pages not adopted: window rows missing (prefix_cache_ring_cut)
     std::uint32_t cache_state_cut = 0;     // matched cache pages not adopted: no cached state there (prefix_cache_state_cut)
+    std::uint32_t tier_ring_cut = 0;       // accepted tier pages not restored: window rows missing (tier_ring_cut)
+    std::uint32_t tier_state_cut = 0;      // accepted tier pages not restored: no state at a later block end (tier_state_cut)
   };
   KvTierPort* tier_ = nullptr;
   std::vector<std::span<std::byte>> tier_segments_;         // [dense layers] scratch: one history's segments
   std::vector<std::span<const std::byte>> tier_csegments_;  // [dense layers] the same, read-only
   std::vector<std::uint32_t> tier_generation_;              // per slot: the generation when reserved for a lookup
+  std::vector<TierState> tier_states_;                      // [checkpoints] scratch: a finished history's states
   // Admission: the history a ready lookup wrote this prompt's blocks into, while it is still free and
   // untouched since (kv_runtime_tier.cpp); UINT32_MAX when there is none.
   std::uint32_t tier_ready_history(std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
   std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused,
                                   std::uint32_t tier_slot) noexcept;
+  void note_tier_cuts(std::uint32_t slot, const TierAdoptCut& cut, std::uint32_t reused) noexcept;
   // The prompt's whole blocks [first, end) the tier may give past `reused` local tokens; false: none.
   bool tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
                    std::uint32_t& end) const noexcept;

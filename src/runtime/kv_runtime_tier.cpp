@@ -86,7 +86,7 @@ bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
   if (!(in_place && slot == match.slot)) drop_retained(slot, Reason::retained_lru);
   const std::span<std::byte> host = backend_.host_pool();
   for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
-    tier_segments_[l] = host.subspan(plan_.host.row_offset(slot, l, 0), plan_.host.segment_bytes);
+    tier_segments_[l] = host.subspan(plan_.host.segment_offset(slot, l), plan_.host.layer_bytes(l));  // a ring for a window layer
   }
   tier_generation_[slot] = budgets_.context(slot).generation;
   if (!tier_->attach(prompt, first, end, tier_segments_, reused, slot)) {
@@ -129,10 +129,26 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
     tier_->abandon(prompt, blocks_end);
     return reused;
   }
-  const std::uint32_t end = tier_->adopt(prompt, first_block, blocks_end);
+  // A hybrid's state at the restored end lands in this history's newest checkpoint (copied by the
+  // port only when the run is not empty, so a retained prefix's checkpoints stay when nothing is restored).
+  const std::span<std::byte> state =
+      plan_.state.enabled() && plan_.state.checkpoints != 0
+          ? backend_.host_pool().subspan(plan_.state.checkpoint_offset(slot, StatePlan::latest), plan_.state.state_bytes)
+          : std::span<std::byte>{};
+  TierAdoptCut cut;
+  const std::uint32_t end = tier_->adopt(prompt, first_block, blocks_end, state, cut);
   AK_ASSERT(end >= first_block && end <= blocks_end, "kv tier: a restore ends inside the blocks asked for");
+  AK_ASSERT(cut.end == end && end <= cut.window_end && cut.window_end <= cut.accepted_end, "kv tier: cuts only shorten the run");
+  note_tier_cuts(slot, cut, reused);
   const std::uint32_t length = end * B;
   if (length <= reused) return reused;
+  AK_ASSERT(!plan_.state.enabled() || !state.empty(), "kv tier: a hybrid restores only with a checkpoint to land its state in");
+  if (plan_.state.enabled()) {
+    // The tier's state at the restored end becomes the history's only checkpoint (older ones belong
+    // to the history's previous prefix, or lie below it): restore_state reads it into the slot.
+    drop_checkpoints(slot, 0);
+    checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints + StatePlan::latest] = length;
+  }
   // Device pages handed over in place end at the local prefix; the history now ends past them, and
   // a run is contiguous up to its tail: the run's pages give way (logged), the sink and promoted stay.
   const std::uint32_t given_up = budgets_.release_runs(slot, Reason::run_behind_tier);
@@ -143,6 +159,30 @@ std::uint32_t KvRuntimeImpl::restore_from_tier(std::uint32_t slot, std::span<con
   ++counters_.tier_restores;
   counters_.tier_restored_tokens += length - reused;
   return length;
+}
+
+// The cuts (docs/TIER.md, "Cuts"): accepted blocks past the restored end, counted, logged and
+// explained like the prefix cache's. Only blocks past what the host already gave count.
+void KvRuntimeImpl::note_tier_cuts(std::uint32_t slot, const TierAdoptCut& cut, std::uint32_t reused) noexcept {
+  const std::uint32_t B = tier_->block_tokens();
+  const std::uint32_t P = plan_.arena.page_tokens;
+  const std::uint32_t floor = std::max(reused, cut.end * B);
+  adoption_[slot].tier_ring_cut = 0;
+  adoption_[slot].tier_state_cut = 0;
+  if (cut.accepted_end * B > std::max(floor, cut.window_end * B)) {
+    const std::uint32_t tokens = cut.accepted_end * B - std::max(floor, cut.window_end * B);
+    ++counters_.tier_ring_cuts;
+    counters_.tier_ring_cut_tokens += tokens;
+    adoption_[slot].tier_ring_cut = tokens / P;
+    record_prefix(DecisionKind::adopt, Reason::tier_ring_cut, slot, tokens / P);
+  }
+  if (cut.window_end * B > floor) {
+    const std::uint32_t tokens = cut.window_end * B - floor;
+    ++counters_.tier_state_cuts;
+    counters_.tier_state_cut_tokens += tokens;
+    adoption_[slot].tier_state_cut = tokens / P;
+    record_prefix(DecisionKind::adopt, Reason::tier_state_cut, slot, tokens / P);
+  }
 }
 
 }  // namespace activekv::runtime_impl

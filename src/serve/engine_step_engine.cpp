@@ -120,12 +120,6 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   std::uint64_t identity = std::hash<std::string>{}(parts->model_name) ^ (std::uint64_t{mc.vocab} << 32);
   identity ^= (std::uint64_t{memory.geometry.dense_layers} << 16) ^ memory.geometry.row_bytes();
   kvs.model_identity = identity == 0 ? 1 : identity;
-  if (!c.kv_tier.empty() && memory.geometry.recurrent_state_bytes != 0) {
-    return make_error(ErrorCode::unsupported, "kv_tier (--kv-tier)",
-                      fmt::format("the shared KV tier does not carry a hybrid model's recurrent-state checkpoints yet "
-                                  "({} has {} recurrent layers): a block from it could not be adopted; remove kv_tier",
-                                  s.model_path, mc.recurrent_layers));
-  }
   if (!c.kv_tier.empty()) {
     auto store = tier::parse_tier_url(c.kv_tier, "kv_tier (--kv-tier)");
     if (!store) return store.error();
@@ -356,6 +350,8 @@ EngineCounters EngineStepEngine::counters() const {
   c.retained_dropped = k.retained_dropped;
   c.retained_histories = k.retained_histories;
   c.tier_restored_tokens = k.tier_restored_tokens;
+  c.tier_ring_cuts = k.tier_ring_cuts;
+  c.tier_state_cuts = k.tier_state_cuts;
   if (p.tier != nullptr) {
     const tier::TierCounters& tc = p.tier->counters();
     c.tier_hits = tc.hits.load(std::memory_order_relaxed);

@@ -109,6 +109,8 @@ struct EngineCounters {
   std::uint64_t retained_histories = 0;   // a level: histories holding a retained prefix now
   // The shared KV tier (docs/TIER.md); all 0 without one:
   std::uint64_t tier_restored_tokens = 0; // prompt tokens restored from the tier instead of prefilled
+  std::uint64_t tier_ring_cuts = 0;       // restores cut back: window rows missing from the blocks
+  std::uint64_t tier_state_cuts = 0;      // restores cut back to the last block carrying a state (hybrids)
   std::uint64_t tier_hits = 0;            // blocks read and accepted
   std::uint64_t tier_misses = 0;          // lookups that stopped short (absent, refused or failed)
   std::uint64_t tier_errors = 0;          // connection, timeout and protocol failures

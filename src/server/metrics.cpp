@@ -87,6 +87,10 @@ std::string render_metrics(const MetricsSnapshot& m) {
         "counter");
   gauge(out, "tier_restored_tokens_total", "Prompt tokens restored from the KV tier instead of prefilled",
         d(c.tier_restored_tokens), "counter");
+  gauge(out, "tier_ring_cuts_total", "KV tier restores cut back: the blocks lacked window rows the window needs",
+        d(c.tier_ring_cuts), "counter");
+  gauge(out, "tier_state_cuts_total", "KV tier restores cut back to the last block carrying a recurrent state",
+        d(c.tier_state_cuts), "counter");
   fmt::format_to(std::back_inserter(out),
                  "# HELP activekv_requests_total Requests by how they ended\n# TYPE activekv_requests_total counter\n"
                  "activekv_requests_total{{outcome=\"finished\"}} {}\nactivekv_requests_total{{outcome=\"cancelled\"}} {}\n"

@@ -28,8 +28,19 @@ Result<std::unique_ptr<RedisTier>> RedisTier::create(const RedisTierSettings& se
   }
   if (Status s = settings.geometry.validate(); !s.ok()) return s.error();
   std::unique_ptr<RedisTier> tier(new RedisTier(settings));
+  const Geometry& g = settings.geometry;
+  TierCutRule& rule = tier->rule_;
+  rule.page_tokens = settings.page_tokens;
+  rule.state = g.recurrent_state_bytes != 0;
+  if (g.window_layers() != 0) {
+    // memory_plan.cpp's ring: min(max context, (ceil(W / P) + 1) × P).
+    const std::uint64_t window_pages = (std::uint64_t{g.kinds.window_tokens} + settings.page_tokens - 1) / settings.page_tokens;
+    rule.window_tokens = g.kinds.window_tokens;
+    rule.ring_tokens = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(settings.max_context_tokens, (window_pages + 1) * settings.page_tokens));
+  }
   auto writer = WriteBehind::create(settings.store, &tier->counters_, settings.write_queue_blocks,
-                                    tier_block_bytes(settings.geometry, settings.block_tokens),
+                                    tier_block_bytes_max(settings.geometry, settings.block_tokens),
                                     settings.geometry.dense_layers);
   if (!writer.ok()) return writer.error();
   tier->writer_ = std::move(writer).value();
@@ -37,7 +48,7 @@ Result<std::unique_ptr<RedisTier>> RedisTier::create(const RedisTierSettings& se
   for (std::uint32_t i = 0; i < std::max<std::uint32_t>(1, settings.lookups); ++i) {
     tier->lookups_.push_back(std::make_unique<TierLookup>(settings.store, &tier->counters_, settings.model_identity,
                                                           settings.geometry, settings.block_tokens,
-                                                          static_cast<std::uint32_t>(tier->chain_.size())));
+                                                          static_cast<std::uint32_t>(tier->chain_.size()), rule));
   }
   tier->known_.assign(kKnownEntries, 0);
   tier->block_layers_.resize(settings.geometry.dense_layers);
@@ -127,7 +138,9 @@ std::uint32_t RedisTier::ready_slot(std::span<const std::int32_t> prompt, std::u
   return lookups_[i]->slot();
 }
 
-std::uint32_t RedisTier::adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end) {
+std::uint32_t RedisTier::adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
+                               std::span<std::byte> state, TierAdoptCut& cut) {
+  cut = TierAdoptCut{first_block, first_block, first_block};
   blocks_end = std::min<std::uint32_t>(blocks_end, static_cast<std::uint32_t>(chain_.size()));
   if (blocks_end <= first_block) return first_block;
   chain_of(prompt, blocks_end);
@@ -135,10 +148,20 @@ std::uint32_t RedisTier::adopt(std::span<const std::int32_t> prompt, std::uint32
   if (i == lookups_.size()) return first_block;
   TierLookup& l = *lookups_[i];
   if (l.phase() != TierLookup::Phase::done || l.first_block() > first_block) return first_block;
-  const std::uint32_t end = std::min(blocks_end, l.first_block() + l.accepted());
+  // The run written (cut by the reader before it copied: tier_chain_cut), seen from first_block.
+  const std::uint32_t base = l.first_block();
+  cut.accepted_end = std::max(first_block, std::min(blocks_end, base + l.accepted()));
+  cut.window_end = std::max(first_block, std::min(blocks_end, base + l.window_blocks()));
+  const std::uint32_t end = std::max(first_block, std::min(blocks_end, base + l.usable_blocks()));
+  cut.end = end;
+  if (end > first_block && rule_.state && !state.empty()) {
+    const std::span<const std::byte> s = l.result().views[end - 1 - base].state;
+    AK_ASSERT(s.size() == state.size(), "redis tier: a restore ends at a block carrying the state");
+    std::memcpy(state.data(), s.data(), s.size());
+  }
   for (std::uint32_t b = first_block; b < end; ++b) remember(chain_[b]);
   l.consume();
-  return std::max(first_block, end);
+  return end;
 }
 
 void RedisTier::abandon(std::span<const std::int32_t> prompt, std::uint32_t blocks_end) {
@@ -173,23 +196,38 @@ void RedisTier::drain() {
   writer_->drain();
 }
 
-void RedisTier::offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments,
+void RedisTier::offer(std::span<const std::int32_t> tokens, std::uint32_t length,
+                      std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
                       std::uint32_t lease) {
   const std::uint32_t B = settings_.block_tokens;
   const Geometry& g = settings_.geometry;
   AK_ASSERT(layer_segments.size() == g.dense_layers, "redis tier: one segment per dense layer");
   const std::uint32_t blocks = tier_block_chain(tokens, settings_.page_tokens, B, settings_.model_identity, chain_);
-  const std::uint64_t layer_bytes = std::uint64_t{B} * g.row_bytes();
+  for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+    const bool ring = g.kinds.is_window(l);
+    AK_ASSERT(!ring || layer_segments[l].size() == std::uint64_t{rule_.ring_tokens} * g.row_bytes(),
+              "redis tier: a window layer's segment is its ring");
+    block_layers_[l] = TierRowSource{layer_segments[l].data(), ring ? rule_.ring_tokens : 0, 0};
+  }
+  // A ring holds the last ring_tokens rows written: tokens from `held` on.
+  const std::uint32_t held = rule_.ring_tokens != 0 && length > rule_.ring_tokens ? length - rule_.ring_tokens : 0;
   for (std::uint32_t b = 0; b < blocks; ++b) {
     if (known(chain_[b])) continue;
-    for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
-      block_layers_[l] = layer_segments[l].subspan(std::uint64_t{b} * layer_bytes, layer_bytes);
+    TierBlockContent content;
+    content.window_from = std::min(B, held > b * B ? held - b * B : 0);
+    const std::byte* state = nullptr;
+    for (const TierState& s : states) {
+      if (s.token == (b + 1) * B && s.bytes != nullptr) state = s.bytes;
     }
+    content.state = state != nullptr && g.recurrent_state_bytes != 0;
     const TierBlockIdentity id{settings_.model_identity, g, B, b, chain_[b]};
     std::array<char, kTierKeyBytes> key;  // no allocation on the engine thread
     const std::size_t n = tier_block_key_to(key, settings_.model_identity, g, chain_[b]);
-    const bool queued = writer_->submit(std::string_view(key.data(), n), id, block_layers_, lease);
-    if (queued) remember(chain_[b]);
+    const bool queued = writer_->submit(std::string_view(key.data(), n), id, block_layers_, content, state, lease);
+    // A block written without some of what a restore needs (window rows, its state) is not
+    // remembered: a later offer that has them writes it again, whole.
+    const bool whole = (rule_.window_tokens == 0 || content.window_from == 0) && (!rule_.state || content.state);
+    if (queued && whole) remember(chain_[b]);
   }
 }
 

@@ -6,7 +6,8 @@
 // connection each, so queued requests are looked up while they wait. attach()
 // gives a lookup the reserved history its reader copies the accepted rows
 // into; adopt() only reports the run — the engine thread never waits on the
-// network and never copies a restored row. offer() hands each whole block not yet known to be in
+// network and never copies a restored row (a hybrid's state at the end, one copy, is the
+// exception). offer() hands each whole block not yet known to be in
 // the tier to the write-behind worker (write_behind.hpp), which reads the
 // history's rows under the caller's lease, encodes and SETs them.
 // "Known to be in the tier" is a direct-mapped table of recent chain hashes
@@ -53,11 +54,15 @@ class RedisTier final : public KvTierPort {
               std::span<const std::span<std::byte>> layer_segments, std::uint32_t from_token, std::uint32_t slot) override;
   std::uint32_t ready_slot(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
                            std::uint32_t& from_token) override;
-  std::uint32_t adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end) override;
+  std::uint32_t adopt(std::span<const std::int32_t> prompt, std::uint32_t first_block, std::uint32_t blocks_end,
+                      std::span<std::byte> state, TierAdoptCut& cut) override;
   void abandon(std::span<const std::int32_t> prompt, std::uint32_t blocks_end) override;
   bool writing_into(std::uint32_t slot) const override;
-  void offer(std::span<const std::int32_t> tokens, std::span<const std::span<const std::byte>> layer_segments,
+  void offer(std::span<const std::int32_t> tokens, std::uint32_t length,
+             std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
              std::uint32_t lease) override;
+  // A window layer's host ring (memory_plan.hpp's formula; 0 without window layers).
+  std::uint32_t ring_tokens() const noexcept { return rule_.ring_tokens; }
   bool lease_held(std::uint32_t lease) const override { return writer_->lease_held(lease); }
   bool wait(std::uint32_t timeout_ms) override;
 
@@ -83,7 +88,8 @@ class RedisTier final : public KvTierPort {
   std::unique_ptr<WriteBehind> writer_;
   std::vector<std::uint64_t> chain_;     // [max_context / block_tokens] scratch
   std::vector<std::uint64_t> known_;     // direct-mapped: recent chain hashes in the tier (0: empty)
-  std::vector<std::span<const std::byte>> block_layers_;  // [dense layers] scratch
+  std::vector<TierRowSource> block_layers_;  // [dense layers] scratch
+  TierCutRule rule_;
 };
 
 }  // namespace activekv::tier

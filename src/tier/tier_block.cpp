@@ -2,6 +2,7 @@
 #include "tier/tier_block.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -33,10 +34,29 @@ T get(const std::byte* at) noexcept {
   return static_cast<T>(v);
 }
 
+// Which dense layers are window layers (the mask words), 0 when none is.
+std::uint64_t kinds_hash(const Geometry& g) noexcept {
+  if (g.window_layers() == 0) return 0;
+  std::uint64_t h = mix(0x6b696e64ull);
+  for (const std::uint64_t word : g.kinds.window_mask) h = mix(h ^ word);
+  return h;
+}
+
+std::uint32_t layer_first(const Geometry& g, std::uint32_t layer, std::uint32_t window_from) noexcept {
+  return g.kinds.is_window(layer) ? window_from : 0;
+}
+
 }  // namespace
 
-std::uint64_t tier_block_bytes(const Geometry& geometry, std::uint32_t token_count) noexcept {
-  return kTierHeaderBytes + std::uint64_t{geometry.dense_layers} * token_count * geometry.row_bytes();
+std::uint64_t tier_block_bytes(const Geometry& geometry, std::uint32_t token_count, TierBlockContent content) noexcept {
+  const std::uint64_t row = geometry.row_bytes();
+  const std::uint32_t window_rows = token_count - std::min(content.window_from, token_count);
+  return kTierHeaderBytes + std::uint64_t{geometry.full_layers()} * token_count * row +
+         std::uint64_t{geometry.window_layers()} * window_rows * row + (content.state ? geometry.recurrent_state_bytes : 0);
+}
+
+std::uint64_t tier_block_bytes_max(const Geometry& geometry, std::uint32_t token_count) noexcept {
+  return tier_block_bytes(geometry, token_count, TierBlockContent{0, geometry.recurrent_state_bytes != 0});
 }
 
 std::uint64_t tier_checksum(std::span<const std::byte> bytes) noexcept {
@@ -62,7 +82,12 @@ std::uint64_t tier_geometry_hash(const Geometry& geometry) noexcept {
   h = mix(h ^ geometry.dense_layers);
   h = mix(h ^ geometry.kv_heads);
   h = mix(h ^ geometry.head_dim);
-  return mix(h ^ static_cast<std::uint64_t>(geometry.dtype));
+  h = mix(h ^ static_cast<std::uint64_t>(geometry.dtype));
+  // Format 2: the layer kinds and the recurrent state are part of what a block's bytes mean.
+  h = mix(h ^ kTierFormatVersion);
+  h = mix(h ^ geometry.kinds.window_tokens);
+  h = mix(h ^ kinds_hash(geometry));
+  return mix(h ^ geometry.recurrent_state_bytes);
 }
 
 std::string tier_block_key(std::uint64_t model_identity, const Geometry& geometry, std::uint64_t chain_hash) {
@@ -77,18 +102,36 @@ std::size_t tier_block_key_to(std::span<char, kTierKeyBytes> out, std::uint64_t 
   return r.size;
 }
 
-void encode_tier_block(const TierBlockIdentity& id, std::span<const std::span<const std::byte>> layer_rows,
-                       std::span<std::byte> out) noexcept {
+std::size_t encode_tier_block(const TierBlockIdentity& id, std::span<const TierRowSource> layers,
+                              TierBlockContent content, const std::byte* state, std::span<std::byte> out) noexcept {
   const Geometry& g = id.geometry;
-  const std::uint64_t layer_bytes = std::uint64_t{id.token_count} * g.row_bytes();
-  AK_ASSERT(layer_rows.size() == g.dense_layers, "tier block: one row span per dense layer");
-  AK_ASSERT(out.size() == tier_block_bytes(g, id.token_count), "tier block: the output is exactly one block");
-  std::byte* payload = out.data() + kTierHeaderBytes;
+  const std::uint64_t row = g.row_bytes();
+  const std::uint32_t B = id.token_count;
+  content.window_from = std::min(content.window_from, B);
+  const std::uint64_t bytes = tier_block_bytes(g, B, content);
+  AK_ASSERT(layers.size() == g.dense_layers, "tier block: one row source per dense layer");
+  AK_ASSERT(out.size() >= bytes, "tier block: the output holds the block");
+  AK_ASSERT(!content.state || (state != nullptr && g.recurrent_state_bytes != 0), "tier block: a state flag with a state");
+  const std::uint64_t first_token = std::uint64_t{id.block_index} * B;
+  std::byte* at = out.data() + kTierHeaderBytes;
   for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
-    AK_ASSERT(layer_rows[l].size() == layer_bytes, "tier block: a layer's rows are token_count × row_bytes");
-    std::memcpy(payload + l * layer_bytes, layer_rows[l].data(), layer_bytes);
+    const TierRowSource& src = layers[l];
+    // Rows in slot order, one run per stretch that does not wrap around a ring.
+    for (std::uint64_t t = first_token + layer_first(g, l, content.window_from); t < first_token + B;) {
+      const std::uint64_t slot = src.ring_tokens != 0 ? t % src.ring_tokens : t - src.first_token;
+      const std::uint64_t run = std::min(first_token + B - t, src.ring_tokens != 0 ? src.ring_tokens - slot : first_token + B - t);
+      std::memcpy(at, src.base + slot * row, run * row);
+      at += run * row;
+      t += run;
+    }
   }
-  const std::uint64_t payload_bytes = layer_bytes * g.dense_layers;
+  if (content.state) {
+    std::memcpy(at, state, g.recurrent_state_bytes);
+    at += g.recurrent_state_bytes;
+  }
+  std::byte* payload = out.data() + kTierHeaderBytes;
+  const std::uint64_t payload_bytes = static_cast<std::uint64_t>(at - payload);
+  AK_ASSERT(payload_bytes + kTierHeaderBytes == bytes, "tier block: the payload is what tier_block_bytes counts");
   std::byte* h = out.data();
   std::memset(h, 0, kTierHeaderBytes);
   put<std::uint32_t>(h + 0, kMagic);
@@ -99,11 +142,35 @@ void encode_tier_block(const TierBlockIdentity& id, std::span<const std::span<co
   put<std::uint32_t>(h + 20, g.kv_heads);
   put<std::uint32_t>(h + 24, g.head_dim);
   put<std::uint8_t>(h + 28, static_cast<std::uint8_t>(g.dtype));
-  put<std::uint32_t>(h + 32, id.token_count);
+  put<std::uint8_t>(h + 29, content.state ? kTierFlagState : 0);
+  put<std::uint32_t>(h + 32, B);
   put<std::uint32_t>(h + 36, id.block_index);
   put<std::uint64_t>(h + 40, id.chain_hash);
   put<std::uint64_t>(h + 48, payload_bytes);
   put<std::uint64_t>(h + 56, tier_checksum({payload, payload_bytes}));
+  put<std::uint32_t>(h + 64, g.kinds.window_tokens);
+  put<std::uint32_t>(h + 68, g.window_layers());
+  put<std::uint64_t>(h + 72, kinds_hash(g));
+  put<std::uint64_t>(h + 80, g.recurrent_state_bytes);
+  put<std::uint32_t>(h + 88, content.window_from);
+  put<std::uint32_t>(h + 92, static_cast<std::uint32_t>(tier_checksum({h, 92})));
+  return bytes;
+}
+
+void encode_tier_block(const TierBlockIdentity& id, std::span<const std::span<const std::byte>> layer_rows,
+                       std::span<std::byte> out) noexcept {
+  const Geometry& g = id.geometry;
+  AK_ASSERT(layer_rows.size() == g.dense_layers && g.dense_layers <= LayerKinds::layers_max,
+            "tier block: one row span per dense layer");
+  AK_ASSERT(out.size() == tier_block_bytes(g, id.token_count), "tier block: the output is exactly one block");
+  std::array<TierRowSource, LayerKinds::layers_max> sources{};
+  const std::uint32_t first = id.block_index * id.token_count;
+  for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
+    AK_ASSERT(layer_rows[l].size() == std::uint64_t{id.token_count} * g.row_bytes(),
+              "tier block: a layer's rows are token_count × row_bytes");
+    sources[l] = TierRowSource{layer_rows[l].data(), 0, first};
+  }
+  encode_tier_block(id, std::span<const TierRowSource>(sources.data(), g.dense_layers), TierBlockContent{}, nullptr, out);
 }
 
 const char* tier_block_check_name(TierBlockCheck check) noexcept {
@@ -117,12 +184,13 @@ const char* tier_block_check_name(TierBlockCheck check) noexcept {
     case TierBlockCheck::wrong_key: return "another block";
     case TierBlockCheck::wrong_size: return "wrong size";
     case TierBlockCheck::bad_checksum: return "bad checksum";
+    case TierBlockCheck::bad_header: return "damaged header";
   }
   return "unknown";
 }
 
 TierBlockCheck decode_tier_block(std::span<const std::byte> value, const TierBlockIdentity& expected,
-                                 std::span<const std::byte>* payload) noexcept {
+                                 TierBlockView* view) noexcept {
   if (value.size() < kTierHeaderBytes) return TierBlockCheck::too_short;
   const std::byte* h = value.data();
   if (get<std::uint32_t>(h + 0) != kMagic) return TierBlockCheck::bad_magic;
@@ -131,28 +199,51 @@ TierBlockCheck decode_tier_block(std::span<const std::byte> value, const TierBlo
   if (get<std::uint64_t>(h + 8) != expected.model_identity) return TierBlockCheck::wrong_model;
   const Geometry& g = expected.geometry;
   if (get<std::uint32_t>(h + 16) != g.dense_layers || get<std::uint32_t>(h + 20) != g.kv_heads ||
-      get<std::uint32_t>(h + 24) != g.head_dim || get<std::uint8_t>(h + 28) != static_cast<std::uint8_t>(g.dtype)) {
+      get<std::uint32_t>(h + 24) != g.head_dim || get<std::uint8_t>(h + 28) != static_cast<std::uint8_t>(g.dtype) ||
+      get<std::uint32_t>(h + 64) != g.kinds.window_tokens || get<std::uint32_t>(h + 68) != g.window_layers() ||
+      get<std::uint64_t>(h + 72) != kinds_hash(g) || get<std::uint64_t>(h + 80) != g.recurrent_state_bytes) {
     return TierBlockCheck::wrong_geometry;
   }
   if (get<std::uint32_t>(h + 32) != expected.token_count || get<std::uint32_t>(h + 36) != expected.block_index ||
       get<std::uint64_t>(h + 40) != expected.chain_hash) {
     return TierBlockCheck::wrong_key;
   }
+  if (get<std::uint32_t>(h + 92) != static_cast<std::uint32_t>(tier_checksum({h, 92}))) return TierBlockCheck::bad_header;
+  const std::uint8_t flags = get<std::uint8_t>(h + 29);
+  const std::uint32_t window_from = get<std::uint32_t>(h + 88);
+  if ((flags & ~kTierFlagState) != 0 || ((flags & kTierFlagState) != 0 && g.recurrent_state_bytes == 0) ||
+      window_from > expected.token_count) {
+    return TierBlockCheck::wrong_size;
+  }
+  const TierBlockContent content{window_from, (flags & kTierFlagState) != 0};
   const std::uint64_t payload_bytes = get<std::uint64_t>(h + 48);
-  const std::uint64_t want = std::uint64_t{g.dense_layers} * expected.token_count * g.row_bytes();
+  const std::uint64_t want = tier_block_bytes(g, expected.token_count, content) - kTierHeaderBytes;
   if (payload_bytes != want || value.size() != kTierHeaderBytes + want) return TierBlockCheck::wrong_size;
-  const std::span<const std::byte> rows = value.subspan(kTierHeaderBytes);
-  if (get<std::uint64_t>(h + 56) != tier_checksum(rows)) return TierBlockCheck::bad_checksum;
-  if (payload != nullptr) *payload = rows;
+  const std::span<const std::byte> payload = value.subspan(kTierHeaderBytes);
+  if (get<std::uint64_t>(h + 56) != tier_checksum(payload)) return TierBlockCheck::bad_checksum;
+  if (view != nullptr) {
+    view->payload = payload;
+    view->window_from = window_from;
+    view->state = content.state ? payload.last(g.recurrent_state_bytes) : std::span<const std::byte>{};
+  }
   return TierBlockCheck::ok;
+}
+
+std::span<const std::byte> tier_block_layer(const TierBlockView& view, const Geometry& geometry,
+                                            std::uint32_t token_count, std::uint32_t layer) noexcept {
+  AK_ASSERT(layer < geometry.dense_layers, "tier block: layer outside the geometry");
+  const std::uint64_t row = geometry.row_bytes();
+  const std::uint32_t window_rows = token_count - view.window_from;
+  const std::uint32_t windows_below = geometry.kinds.window_layers_below(layer);
+  const std::uint64_t offset = (std::uint64_t{layer - windows_below} * token_count + std::uint64_t{windows_below} * window_rows) * row;
+  const std::uint64_t rows = geometry.kinds.is_window(layer) ? window_rows : token_count;
+  AK_ASSERT(offset + rows * row <= view.payload.size(), "tier block: a decoded payload");
+  return view.payload.subspan(offset, rows * row);
 }
 
 std::span<const std::byte> tier_block_layer(std::span<const std::byte> payload, const Geometry& geometry,
                                             std::uint32_t token_count, std::uint32_t layer) noexcept {
-  const std::uint64_t layer_bytes = std::uint64_t{token_count} * geometry.row_bytes();
-  AK_ASSERT(layer < geometry.dense_layers, "tier block: layer outside the geometry");
-  AK_ASSERT(payload.size() == layer_bytes * geometry.dense_layers, "tier block: a decoded payload");
-  return payload.subspan(layer * layer_bytes, layer_bytes);
+  return tier_block_layer(TierBlockView{payload, 0, {}}, geometry, token_count, layer);
 }
 
 std::uint32_t tier_block_chain(std::span<const std::int32_t> tokens, std::uint32_t page_tokens,

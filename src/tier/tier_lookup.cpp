@@ -1,6 +1,7 @@
 // tier_lookup.cpp — see tier_lookup.hpp.
 #include "tier/tier_lookup.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "activekv/assert.hpp"
@@ -9,13 +10,15 @@
 namespace activekv::tier {
 
 TierLookup::TierLookup(TierStoreConfig config, TierCounters* counters, std::uint64_t model_identity,
-                       const Geometry& geometry, std::uint32_t block_tokens, std::uint32_t max_blocks)
+                       const Geometry& geometry, std::uint32_t block_tokens, std::uint32_t max_blocks, TierCutRule rule)
     : store_(std::move(config), counters),
       counters_(counters),
       model_identity_(model_identity),
       geometry_(geometry),
-      block_tokens_(block_tokens) {
+      block_tokens_(block_tokens),
+      rule_(rule) {
   chain_.resize(max_blocks);
+  read_.views.reserve(max_blocks);
   read_.keys.reserve(max_blocks);
   read_.values.reserve(max_blocks);
   dest_.segments.resize(geometry.dense_layers);
@@ -108,22 +111,35 @@ bool TierLookup::wait(std::chrono::milliseconds timeout) {
   });
 }
 
-// The accepted blocks' rows, layer by layer, into the destination (rows below from_token skipped).
+// The accepted blocks' rows, layer by layer, into the destination, up to the cut (rows below from_token
+// skipped): a full layer's into its segment, a window layer's — only those a query at the run's end
+// reads — into its ring's slots.
 void TierLookup::copy_accepted() noexcept {
+  tier_chain_cut(read_, rule_, block_tokens_, first_block_, dest_.from_token);
   const std::uint64_t row = geometry_.row_bytes();
-  const std::uint64_t layer_bytes = std::uint64_t{block_tokens_} * row;
-  for (std::uint32_t i = 0; i < read_.blocks; ++i) {
-    const std::uint32_t b = first_block_ + i;
-    const std::uint64_t first_token = std::uint64_t{b} * block_tokens_;
-    const std::uint64_t skip_tokens = dest_.from_token > first_token ? dest_.from_token - first_token : 0;
-    if (skip_tokens >= block_tokens_) continue;
-    const std::uint64_t skip = skip_tokens * row;
-    const std::span<const std::byte> payload = tier_chain_payload(read_, i);
+  const std::uint32_t B = block_tokens_;
+  const std::uint32_t window_first = tier_window_first(rule_, (first_block_ + read_.usable_blocks) * B);
+  for (std::uint32_t i = 0; i < read_.usable_blocks; ++i) {
+    const std::uint32_t first_token = (first_block_ + i) * B;
+    const TierBlockView& view = read_.views[i];
     for (std::uint32_t l = 0; l < geometry_.dense_layers; ++l) {
       const std::span<std::byte> seg = dest_.segments[l];
-      AK_ASSERT(first_token * row + layer_bytes <= seg.size(), "tier lookup: a restored block fits the history");
-      std::memcpy(seg.data() + first_token * row + skip,
-                  tier_block_layer(payload, geometry_, block_tokens_, l).data() + skip, layer_bytes - skip);
+      const std::span<const std::byte> rows = tier_block_layer(view, geometry_, B, l);
+      if (geometry_.kinds.is_window(l)) {
+        const std::uint32_t ring = rule_.ring_tokens;
+        AK_ASSERT(ring != 0 && seg.size() == std::uint64_t{ring} * row, "tier lookup: a window layer's destination is its ring");
+        const std::uint32_t from = std::max({first_token, window_first, dest_.from_token});
+        AK_ASSERT(from >= first_token + view.window_from || from >= first_token + B, "tier lookup: a window row the cut let through");
+        for (std::uint32_t t = from; t < first_token + B; ++t) {
+          std::memcpy(seg.data() + std::uint64_t{t % ring} * row, rows.data() + std::uint64_t{t - first_token - view.window_from} * row, row);
+        }
+        continue;
+      }
+      const std::uint32_t from = std::max(first_token, dest_.from_token);
+      if (from >= first_token + B) continue;
+      AK_ASSERT(std::uint64_t{first_token + B} * row <= seg.size(), "tier lookup: a restored block fits the history");
+      std::memcpy(seg.data() + std::uint64_t{from} * row, rows.data() + std::uint64_t{from - first_token} * row,
+                  std::uint64_t{first_token + B - from} * row);
     }
   }
   copies_.fetch_add(1, std::memory_order_relaxed);

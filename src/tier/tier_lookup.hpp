@@ -48,8 +48,9 @@ class TierLookup {
  public:
   enum class Phase : std::uint8_t { idle, reading, read, copying, done };
 
+  // `rule`: what a restore's end must carry (tier_reader.hpp); applied when the rows are copied.
   TierLookup(TierStoreConfig config, TierCounters* counters, std::uint64_t model_identity, const Geometry& geometry,
-             std::uint32_t block_tokens, std::uint32_t max_blocks);
+             std::uint32_t block_tokens, std::uint32_t max_blocks, TierCutRule rule = {});
   ~TierLookup();
   TierLookup(const TierLookup&) = delete;
   TierLookup& operator=(const TierLookup&) = delete;
@@ -69,6 +70,9 @@ class TierLookup {
   std::span<const std::uint64_t> chain() const noexcept { return {chain_.data(), chain_size_}; }
   std::uint64_t last_hash() const noexcept { return chain_size_ > 0 ? chain_[chain_size_ - 1] : 0; }
   std::uint32_t accepted() const noexcept { return read_.blocks; }
+  // While done: the accepted run after the ring cut, and after the state cut too (what was written).
+  std::uint32_t window_blocks() const noexcept { return read_.window_blocks; }
+  std::uint32_t usable_blocks() const noexcept { return read_.usable_blocks; }
   const TierChainRead& result() const noexcept { return read_; }
   // The destination attached (slot kNoSlot: none). Engine thread.
   std::uint32_t slot() const noexcept;
@@ -90,6 +94,7 @@ class TierLookup {
   std::uint64_t model_identity_;
   Geometry geometry_;
   std::uint32_t block_tokens_;
+  TierCutRule rule_;
   std::vector<std::uint64_t> chain_;  // [max blocks]
   std::size_t chain_size_ = 0;
   std::uint32_t first_block_ = 0;

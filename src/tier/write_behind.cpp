@@ -18,6 +18,7 @@ Result<std::unique_ptr<WriteBehind>> WriteBehind::create(TierStoreConfig config,
     job.layers.reserve(layers);
   }
   w->value_.resize(value_bytes);
+  w->scratch_.resize(layers);
   w->queue_.assign(slots, 0);
   w->free_.reserve(slots);
   for (std::uint32_t s = slots; s-- > 0;) w->free_.push_back(s);
@@ -36,9 +37,21 @@ WriteBehind::~WriteBehind() {
 
 bool WriteBehind::submit(std::string_view key, const TierBlockIdentity& id,
                          std::span<const std::span<const std::byte>> layer_rows, std::uint32_t lease) {
+  if (layer_rows.size() > scratch_.size()) {
+    counters_->dropped_writes.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // scratch_ is the caller's (one engine thread); the job copies it.
+  for (std::size_t l = 0; l < layer_rows.size(); ++l) scratch_[l] = TierRowSource{layer_rows[l].data(), 0, id.block_index * id.token_count};
+  return submit(key, id, std::span<const TierRowSource>(scratch_.data(), layer_rows.size()), TierBlockContent{}, nullptr, lease);
+}
+
+bool WriteBehind::submit(std::string_view key, const TierBlockIdentity& id, std::span<const TierRowSource> layers,
+                         TierBlockContent content, const std::byte* state, std::uint32_t lease) {
   {
     std::lock_guard lock(mutex_);
-    if (free_.empty() || stop_ || layer_rows.size() > jobs_[0].layers.capacity()) {
+    if (free_.empty() || stop_ || layers.size() > jobs_[0].layers.capacity() ||
+        tier_block_bytes(id.geometry, id.token_count, content) > value_.size()) {
       counters_->dropped_writes.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -47,7 +60,9 @@ bool WriteBehind::submit(std::string_view key, const TierBlockIdentity& id,
     Job& job = jobs_[slot];
     job.key.assign(key);  // within the reserved 64 characters: no allocation
     job.id = id;
-    job.layers.assign(layer_rows.begin(), layer_rows.end());
+    job.layers.assign(layers.begin(), layers.end());
+    job.content = content;
+    job.state = state;
     job.lease = lease;
     job.busy = true;
     queue_[(head_ + count_) % queue_.size()] = slot;
@@ -91,8 +106,8 @@ void WriteBehind::run() {
     Job& job = jobs_[slot];
     // Reads the history's rows under the job's lease: the history stays off the free list until
     // the job is free again, so nothing writes these rows meanwhile.
-    encode_tier_block(job.id, job.layers, value_);
-    const bool stored = store_.put(job.key, value_);
+    const std::size_t bytes = encode_tier_block(job.id, job.layers, job.content, job.state, value_);
+    const bool stored = store_.put(job.key, std::span<const std::byte>(value_).first(bytes));
     (stored ? counters_->writes : counters_->dropped_writes).fetch_add(1, std::memory_order_relaxed);
     lock.lock();
     writing_ = false;
@@ -118,7 +133,12 @@ std::span<const std::byte> WriteBehind::queued_rows(std::uint32_t k, std::uint32
   std::lock_guard lock(mutex_);
   if (k >= count_) return {};
   const Job& job = jobs_[queue_[(head_ + k) % queue_.size()]];
-  return layer < job.layers.size() ? job.layers[layer] : std::span<const std::byte>{};
+  if (layer >= job.layers.size()) return {};
+  const TierRowSource& src = job.layers[layer];
+  const std::uint64_t row = job.id.geometry.row_bytes();
+  const std::uint32_t first = job.id.block_index * job.id.token_count;
+  if (src.ring_tokens != 0) return {src.base + std::uint64_t{first % src.ring_tokens} * row, row};
+  return {src.base + std::uint64_t{first - src.first_token} * row, std::uint64_t{job.id.token_count} * row};
 }
 
 void WriteBehind::pause(bool paused) {

@@ -1,8 +1,9 @@
 // write_behind.hpp — blocks written to the tier by a background thread that reads host memory under a lease.
 //
 // The caller (the runtime, between steps) never copies a block and never waits:
-// submit() records a block's identity, key and the host rows it lives in (one
-// span per dense layer) in a free job slot, tagged with a lease (the history
+// submit() records a block's identity, key, the host rows it lives in (one
+// row source per dense layer: a segment or a ring), which window rows it carries
+// and, for a hybrid, where its state is, in a free job slot, tagged with a lease (the history
 // the rows belong to), and returns. The worker thread encodes the value from
 // those rows into its own buffer (header, checksum, payload) and SETs it on its
 // own connection. The caller must keep the rows unchanged while
@@ -36,7 +37,7 @@ namespace activekv::tier {
 
 class WriteBehind {
  public:
-  // `slots` jobs; blocks of `value_bytes` (header + payload) over `layers` dense layers.
+  // `slots` jobs; blocks of at most `value_bytes` (header + payload: tier_block_bytes_max) over `layers` dense layers.
   static Result<std::unique_ptr<WriteBehind>> create(TierStoreConfig config, TierCounters* counters,
                                                      std::uint32_t slots, std::uint64_t value_bytes, std::uint32_t layers);
   ~WriteBehind();  // stops the worker; blocks still queued are dropped (counted)
@@ -45,6 +46,9 @@ class WriteBehind {
   // false: no free slot, the block is dropped and counted. Allocation-free after create().
   bool submit(std::string_view key, const TierBlockIdentity& id, std::span<const std::span<const std::byte>> layer_rows,
               std::uint32_t lease);
+  // The same from row sources (tier_block.hpp), carrying `content` (window rows, the state at `state`).
+  bool submit(std::string_view key, const TierBlockIdentity& id, std::span<const TierRowSource> layers,
+              TierBlockContent content, const std::byte* state, std::uint32_t lease);
   // True while a block submitted under `lease` is queued or being written.
   bool lease_held(std::uint32_t lease) const;
   // Waits up to `timeout` for a slot to be written (any); true if one was.
@@ -62,7 +66,9 @@ class WriteBehind {
   struct Job {
     std::string key;
     TierBlockIdentity id{};
-    std::vector<std::span<const std::byte>> layers;  // [dense layers], reserved in create()
+    std::vector<TierRowSource> layers;  // [dense layers], reserved in create()
+    TierBlockContent content{};
+    const std::byte* state = nullptr;
     std::uint32_t lease = 0;
     bool busy = false;                               // queued or being written
   };
@@ -72,7 +78,8 @@ class WriteBehind {
   TierStore store_;  // the worker's own connection
   TierCounters* counters_;
   std::vector<Job> jobs_;
-  std::vector<std::byte> value_;       // the worker's encoding buffer (one value)
+  std::vector<std::byte> value_;       // the worker's encoding buffer (the largest value)
+  std::vector<TierRowSource> scratch_; // [dense layers]: submit()'s spans as row sources
   std::vector<std::uint32_t> free_;    // stack of free slots (capacity: slots)
   std::vector<std::uint32_t> queue_;   // ring of queued slots (capacity: slots)
   std::uint32_t head_ = 0, count_ = 0;
