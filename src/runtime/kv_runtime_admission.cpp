@@ -79,7 +79,14 @@ runtime::PrefixMatch KvRuntimeImpl::local_prefix(std::span<const std::int32_t> p
 // hold them. A match they do not cover is recomputed (counted, logged), never read from
 // overwritten ring slots. A retained history may hold a partial page past its prefix.
 runtime::PrefixMatch KvRuntimeImpl::clamp_to_rings(runtime::PrefixMatch match) noexcept {
-  if (match.pages == 0 || plan_.host.ring_tokens == 0) return match;
+  if (rings_cover(match)) return match;
+  ++counters_.prefix_ring_recomputed;
+  record_prefix(DecisionKind::drop_retained, Reason::ring_not_covering, match.slot, match.pages);
+  return runtime::PrefixMatch{};
+}
+
+bool KvRuntimeImpl::rings_cover(runtime::PrefixMatch match) const noexcept {
+  if (match.pages == 0 || plan_.host.ring_tokens == 0) return true;
   const std::uint32_t P = plan_.arena.page_tokens;
   const ContextState& source = budgets_.context(match.slot);
   const std::uint64_t written_end = source.running ? std::uint64_t{source.length_tokens}
@@ -89,10 +96,21 @@ runtime::PrefixMatch KvRuntimeImpl::clamp_to_rings(runtime::PrefixMatch match) n
   for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
     if (plan_.host.is_ring(l)) first_needed = std::min(first_needed, plan_.host.first_page_seen(l, M, P) * P);
   }
-  if (written_end <= first_needed || written_end - first_needed <= plan_.host.ring_tokens) return match;
-  ++counters_.prefix_ring_recomputed;
-  record_prefix(DecisionKind::drop_retained, Reason::ring_not_covering, match.slot, match.pages);
-  return runtime::PrefixMatch{};
+  return written_end <= first_needed || written_end - first_needed <= plan_.host.ring_tokens;
+}
+
+// The local match admission will adopt (clamp_to_rings, then clamp_to_checkpoint), without
+// counting or logging: where the tier's lookup starts, so admission finds it (kv_runtime_tier.cpp).
+// `in_place`: whether open_context would adopt it in place (the whole retained prefix, not running).
+runtime::PrefixMatch KvRuntimeImpl::adoptable_prefix(std::span<const std::int32_t> prompt, bool* in_place) const noexcept {
+  runtime::PrefixMatch match = local_prefix(prompt);
+  if (!rings_cover(match)) match = runtime::PrefixMatch{};
+  if (in_place != nullptr) {
+    *in_place = match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
+  }
+  if (plan_.state.enabled() && match.pages > 0) match.pages = checkpoint_before(match.slot, match.pages * plan_.arena.page_tokens, nullptr) / plan_.arena.page_tokens;
+  if (in_place != nullptr) *in_place = *in_place && match.pages > 0;
+  return match;
 }
 
 std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {

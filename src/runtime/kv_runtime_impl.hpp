@@ -275,6 +275,8 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t settle_admission(ContextId context, runtime::PrefixMatch match, std::uint32_t device_pages) noexcept;
   // Window layers: a match the source history's host rings no longer cover becomes no match.
   runtime::PrefixMatch clamp_to_rings(runtime::PrefixMatch match) noexcept;
+  bool rings_cover(runtime::PrefixMatch match) const noexcept;  // clamp_to_rings' test, without counting
+  runtime::PrefixMatch adoptable_prefix(std::span<const std::int32_t> prompt, bool* in_place = nullptr) const noexcept;
   // Mirrors the budget manager's retained-device-page counters into counters_.
   void sync_retained_counters() noexcept;
   // ---- device retention (device_retention.cpp; docs/PREFIX.md, "Device side") ----

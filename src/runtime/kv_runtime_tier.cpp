@@ -46,7 +46,7 @@ bool KvRuntimeImpl::prefetch_tier(std::span<const std::int32_t> prompt) {
   if (tier_ == nullptr) return true;
   std::uint32_t first = 0, end = 0;
   // The host levels first (retained histories, then the prefix cache): the tier is asked for the rest.
-  if (!tier_blocks(prompt, host_prefix_tokens(prompt, local_prefix(prompt)), first, end)) return true;
+  if (!tier_blocks(prompt, host_prefix_tokens(prompt, adoptable_prefix(prompt)), first, end)) return true;
   return tier_->lookup(prompt, first, end, /*evict=*/false) != TierLookupStatus::busy;
 }
 
@@ -61,7 +61,8 @@ void KvRuntimeImpl::drop_tier(std::span<const std::int32_t> prompt) {
 bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
   if (tier_ == nullptr) return true;
   release_tier_leases();
-  const runtime::PrefixMatch match = local_prefix(prompt);
+  bool in_place = false;
+  const runtime::PrefixMatch match = adoptable_prefix(prompt, &in_place);
   const std::uint32_t reused = host_prefix_tokens(prompt, match);
   std::uint32_t first = 0, end = 0;
   if (!tier_blocks(prompt, reused, first, end)) return true;
@@ -78,8 +79,6 @@ bool KvRuntimeImpl::prepare_tier(std::span<const std::int32_t> prompt) {
   // Without a free history admission waits anyway (the read is kept); with requests queued in the
   // budget manager this one would queue behind them: no reservation, it prefills.
   if (budgets_.histories_free() == 0 || budgets_.queued() > 0) return true;
-  const bool in_place =
-      match.pages > 0 && !budgets_.context(match.slot).running && match.pages == prefix_->pages(match.slot);
   const std::uint32_t slot = budgets_.reserve_history(in_place ? match.slot : UINT32_MAX);
   // The reader writes past `reused` only; a retained prefix of another prompt in this history is
   // given up now (its rows are about to change), the one in place stays (rows below `reused`).

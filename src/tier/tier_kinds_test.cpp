@@ -51,7 +51,9 @@ void fold(std::span<std::byte> state, std::int32_t token, std::uint32_t position
 }
 
 // A server on the shared Redis (tier on), or a runtime without reuse (url empty: no tier, no prefix reuse).
-Server make_kinds_server(const std::string& url, const Geometry& g, std::uint32_t histories = 2) {
+// checkpoint_pages: a hybrid's checkpoint every that many pages (besides the newest and the prompt's).
+Server make_kinds_server(const std::string& url, const Geometry& g, std::uint32_t histories = 2,
+                         std::uint32_t checkpoint_pages = kBlock / kPage) {
   Server s;
   s.g = g;
   s.q_heads = 2 * g.kv_heads;
@@ -79,7 +81,7 @@ Server make_kinds_server(const std::string& url, const Geometry& g, std::uint32_
   m.max_context_tokens = kMaxContext;
   m.max_seqs = histories;
   m.chunk_tokens = 2 * kPage;
-  m.state_checkpoint_pages = kBlock / kPage;  // a checkpoint at every block end
+  m.state_checkpoint_pages = checkpoint_pages;  // default: a checkpoint at every block end
   // Whole segments for every layer and room for every checkpoint: at least `histories` fit.
   m.host_pool_bytes = std::uint64_t{histories} * (std::uint64_t{g.dense_layers} * kMaxContext * g.row_bytes() +
                                                   (2 + kMaxContext / kBlock) * g.recurrent_state_bytes);
@@ -160,18 +162,23 @@ void expect_equal(const Output& got, const Output& want, const std::string& what
 }
 
 // One turn on `sv`: admitted (the tier looked up first), the rest fed, finished with retention, written behind.
-std::uint32_t turn(Server& sv, std::uint64_t id, const Sequence& s, std::uint32_t n, Output* out = nullptr,
-                   ContextId* handle = nullptr) {
+std::uint32_t turn(Server& sv, std::uint64_t id, const Sequence& s, std::uint32_t n, Output* out = nullptr) {
   std::uint32_t reused = 99;
   auto c = open_ready(sv, id, std::span(s.tokens).first(n), reused);
   EXPECT_TRUE(c.ok());
   EXPECT_EQ(c->outcome, AdmitOutcome::admitted);
-  if (handle != nullptr) *handle = c->handle;
   Output o = run(sv, c->handle, s, reused, n);
   if (out != nullptr) *out = std::move(o);
   sv.rt->finish_retaining(c->handle, std::span(s.tokens).first(n));
   sv.tier->drain();
   return reused;
+}
+
+std::uint32_t count_logged(const KvRuntime& rt, Reason reason) {
+  std::uint32_t n = 0;
+  const DecisionLog& log = rt.decision_log();
+  for (std::uint32_t i = 0; i < log.size(); ++i) n += log.at(i).kind == DecisionKind::adopt && log.at(i).reason == reason ? 1u : 0u;
+  return n;
 }
 
 class TierKinds : public TierRuntime {};
@@ -235,9 +242,16 @@ TEST_F(TierKinds, AWindowTheBlocksDoNotCoverIsCutAndRecomputed) {
   const Sequence conversation = sequence_of(30, 22);
   turn(first, 1, conversation, 22);
   EXPECT_EQ(first.tier->counters().writes.load(), 2u);
-  ContextId handle;
-  Output got;
-  EXPECT_EQ(turn(second, 2, conversation, 30, &got, &handle), 0u) << "cut back to nothing";
+  std::uint32_t reused = 99;
+  auto b = open_ready(second, 2, conversation.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(reused, 0u) << "cut back to nothing";
+  const std::string text = explanation_text(second.rt->explain(b->handle));
+  EXPECT_NE(text.find("shared KV tier: 4 more accepted page(s) not restored: the window layers' rows"), std::string::npos)
+      << text;
+  EXPECT_EQ(count_logged(*second.rt, Reason::tier_ring_cut), 1u);
+  const Output got = run(second, b->handle, conversation, 0, 30);
+  second.rt->finish(b->handle);
   EXPECT_EQ(second.tier->counters().hits.load(), 2u) << "both blocks were read and accepted";
   EXPECT_EQ(second.rt->counters().tier_ring_cuts, 1u);
   EXPECT_EQ(second.rt->counters().tier_ring_cut_tokens, 16u);
@@ -272,6 +286,49 @@ TEST_F(TierKinds, AHybridFollowUpOnAnotherServerRestoresTheStateAtTheBlockEndAnd
   second.rt->finish(b->handle);
   expect_equal(got, without_reuse(hybrid_geometry(), conversation, 16, 30), "hybrid follow-up");
   EXPECT_EQ(second.rt->counters().heap_allocations_in_steps, 0u);
+  EXPECT_EQ(second.rt->check(), nullptr);
+}
+
+// Checkpoints only at the newest page boundary and the prompt's (no periodic ones): a 30-token turn
+// fed 8 tokens a step leaves its state at 24 only, so of the blocks 0..2 written only block 2 carries
+// one. A prompt sharing 20 tokens finds blocks 0 and 1 (block 2 differs), neither with a state: the
+// run is cut back to nothing (counted, logged, explained) and prefilled, equal to no reuse.
+TEST_F(TierKinds, AHybridRunWithoutAStateAtItsEndIsCutAndRecomputed) {
+  Server first = make_kinds_server(redis.url(), hybrid_geometry(), 2, /*checkpoint_pages=*/0);
+  Server second = make_kinds_server(redis.url(), hybrid_geometry(), 2, 0);
+  const Sequence conversation = sequence_of(30, 25);
+  turn(first, 1, conversation, 30);
+  EXPECT_EQ(first.tier->counters().writes.load(), 3u);
+  EXPECT_EQ(first.tier->counters().bytes_written.load(),
+            2 * tier::tier_block_bytes(first.g, kBlock) + tier::tier_block_bytes_max(first.g, kBlock))
+      << "only block 2 carries its state";
+  Sequence other;
+  for (std::uint32_t t = 0; t < 20; ++t) other.push(conversation.tokens[t]);
+  for (std::int32_t t : sequence_of(12, 26).tokens) other.push(t);
+  std::uint32_t reused = 99;
+  auto b = open_ready(second, 2, other.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(reused, 0u);
+  const std::string text = explanation_text(second.rt->explain(b->handle));
+  EXPECT_NE(text.find("shared KV tier: 4 more accepted page(s) not restored: no block past the restored end carries "
+                      "the recurrent state"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count_logged(*second.rt, Reason::tier_state_cut), 1u);
+  Output got = run(second, b->handle, other, 0, 32);
+  second.rt->finish_retaining(b->handle, other.tokens);
+  second.tier->drain();
+  EXPECT_EQ(second.tier->counters().hits.load(), 2u);
+  EXPECT_EQ(second.rt->counters().tier_state_cuts, 1u);
+  EXPECT_EQ(second.rt->counters().tier_state_cut_tokens, 16u);
+  EXPECT_EQ(second.rt->counters().tier_ring_cuts, 0u);
+  EXPECT_EQ(second.rt->counters().tier_restores, 0u);
+  expect_equal(got, without_reuse(hybrid_geometry(), other, 0, 32), "state-cut follow-up");
+  // The follow-up of the whole turn ends on block 2: 24 tokens and the state at 24.
+  Sequence longer = conversation;
+  for (std::int32_t t : sequence_of(6, 27).tokens) longer.push(t);
+  EXPECT_EQ(turn(second, 3, longer, 36, &got), 24u);
+  expect_equal(got, without_reuse(hybrid_geometry(), longer, 24, 36), "follow-up on the block with a state");
   EXPECT_EQ(second.rt->check(), nullptr);
 }
 
