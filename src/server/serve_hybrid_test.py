@@ -85,7 +85,7 @@ def check_run(binary, model, tmp):
 
 
 def check_refusals(binary, model, tmp):
-    """A hybrid's prefix cache is planned with its state checkpoints; the tier, which carries none, is refused."""
+    """A hybrid's prefix cache is planned with its state checkpoints; a tier is accepted (its blocks carry states)."""
     config = os.path.join(tmp, "cache.json")
     with open(config, "w") as f:
         json.dump({**CONFIG, "prefix_cache": "16MiB"}, f)
@@ -96,10 +96,11 @@ def check_refusals(binary, model, tmp):
                        text=True, timeout=300)
     check(p.returncode == 0 and "prefix_cache_states = floor(prefix_cache 16 MiB / 2 / state_bytes" in p.stdout,
           "run: the plan gives half a hybrid's prefix cache to recurrent-state checkpoints")
+    # The tier carries a hybrid's states (docs/TIER.md): a tier with a hybrid runs; one that is down is a miss.
     p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace, "--kv-tier",
                         "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=300)
-    check(p.returncode != 0 and "kv_tier" in p.stderr and "hybrid" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
-          f"run: a tier with a hybrid model is refused in one line naming kv_tier ({p.stderr.strip()[:200]})")
+    check(p.returncode == 0,
+          f"run: a hybrid model runs with a KV tier, a tier that is down being a miss ({p.stderr.strip()[:200]})")
 
 
 def chat(server, messages, max_tokens):
