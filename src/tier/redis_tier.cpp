@@ -159,6 +159,7 @@ std::uint32_t RedisTier::adopt(std::span<const std::int32_t> prompt, std::uint32
     AK_ASSERT(s.size() == state.size(), "redis tier: a restore ends at a block carrying the state");
     std::memcpy(state.data(), s.data(), s.size());
   }
+  if (end > first_block) l.copy_window_rows();
   for (std::uint32_t b = first_block; b < end; ++b) remember(chain_[b]);
   l.consume();
   return end;

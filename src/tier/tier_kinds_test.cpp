@@ -52,8 +52,9 @@ void fold(std::span<std::byte> state, std::int32_t token, std::uint32_t position
 
 // A server on the shared Redis (tier on), or a runtime without reuse (url empty: no tier, no prefix reuse).
 // checkpoint_pages: a hybrid's checkpoint every that many pages (besides the newest and the prompt's).
+// cache_pages: a host prefix cache of that many pages beside the histories.
 Server make_kinds_server(const std::string& url, const Geometry& g, std::uint32_t histories = 2,
-                         std::uint32_t checkpoint_pages = kBlock / kPage) {
+                         std::uint32_t checkpoint_pages = kBlock / kPage, std::uint32_t cache_pages = 0) {
   Server s;
   s.g = g;
   s.q_heads = 2 * g.kv_heads;
@@ -85,6 +86,8 @@ Server make_kinds_server(const std::string& url, const Geometry& g, std::uint32_
   // Whole segments for every layer and room for every checkpoint: at least `histories` fit.
   m.host_pool_bytes = std::uint64_t{histories} * (std::uint64_t{g.dense_layers} * kMaxContext * g.row_bytes() +
                                                   (2 + kMaxContext / kBlock) * g.recurrent_state_bytes);
+  m.prefix_cache_bytes = std::uint64_t{cache_pages} * kPage * g.row_bytes() * g.dense_layers;
+  m.host_pool_bytes += m.prefix_cache_bytes;
   const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, kPage));
   const std::uint64_t pages = floor_pages * histories + 8;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * g.row_bytes() +
@@ -286,6 +289,34 @@ TEST_F(TierKinds, AHybridFollowUpOnAnotherServerRestoresTheStateAtTheBlockEndAnd
   second.rt->finish(b->handle);
   expect_equal(got, without_reuse(hybrid_geometry(), conversation, 16, 30), "hybrid follow-up");
   EXPECT_EQ(second.rt->counters().heap_allocations_in_steps, 0u);
+  EXPECT_EQ(second.rt->check(), nullptr);
+}
+
+// The local prefix comes from the host prefix cache, the rest from the tier: the cache's restore
+// writes its window pages into the ring at admission (tokens 8..15: slots 8..11 and 0..3), the same
+// slots the tier's window rows of tokens 24..27 take; the tier's rows are written last, at
+// adoption, so the ring holds what a query at 32 reads. One history, so the follow-up cannot adopt
+// the retained one in place (a stranger took it): outputs equal no reuse.
+TEST_F(TierKinds, AWindowRestoredPastAPrefixFromTheHostCacheKeepsTheTiersRingRows) {
+  Server first = make_kinds_server(redis.url(), window_geometry());
+  Server second = make_kinds_server(redis.url(), window_geometry(), 1, kBlock / kPage, /*cache_pages=*/16);
+  ASSERT_NE(second.rt, nullptr);
+  const Sequence s = sequence_of(40, 28);
+  turn(first, 1, s, 36);  // blocks 0..3; its ring held 24..35: block 3 carries every window row
+  turn(second, 2, s, 17);  // the cache: pages 0..3, window rows of pages 2..3
+  const Sequence stranger = sequence_of(9, 29);
+  turn(second, 3, stranger, 9);  // takes the only history: the retained prefix is gone
+  ASSERT_EQ(second.rt->counters().prefix_cache_pages, 6u);
+  std::uint32_t reused = 99;
+  auto b = open_ready(second, 4, s.tokens, reused);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 32u);
+  EXPECT_EQ(second.rt->counters().prefix_cache_hit_tokens, 16u) << "pages 0..3 from the cache";
+  EXPECT_EQ(second.rt->counters().tier_restored_tokens, 16u) << "tokens 16..31 from the tier";
+  const Output got = run(second, b->handle, s, 32, 40);
+  second.rt->finish(b->handle);
+  expect_equal(got, without_reuse(window_geometry(), s, 32, 40), "cache then tier");
   EXPECT_EQ(second.rt->check(), nullptr);
 }
 

@@ -111,30 +111,19 @@ bool TierLookup::wait(std::chrono::milliseconds timeout) {
   });
 }
 
-// The accepted blocks' rows, layer by layer, into the destination, up to the cut (rows below from_token
-// skipped): a full layer's into its segment, a window layer's — only those a query at the run's end
-// reads — into its ring's slots.
+// The accepted blocks' full layers' rows, layer by layer, into the destination, up to the cut (rows
+// below from_token skipped). Window layers' rows wait for copy_window_rows(), at adoption.
 void TierLookup::copy_accepted() noexcept {
   tier_chain_cut(read_, rule_, block_tokens_, first_block_, dest_.from_token);
   const std::uint64_t row = geometry_.row_bytes();
   const std::uint32_t B = block_tokens_;
-  const std::uint32_t window_first = tier_window_first(rule_, (first_block_ + read_.usable_blocks) * B);
   for (std::uint32_t i = 0; i < read_.usable_blocks; ++i) {
     const std::uint32_t first_token = (first_block_ + i) * B;
     const TierBlockView& view = read_.views[i];
     for (std::uint32_t l = 0; l < geometry_.dense_layers; ++l) {
+      if (geometry_.kinds.is_window(l)) continue;
       const std::span<std::byte> seg = dest_.segments[l];
       const std::span<const std::byte> rows = tier_block_layer(view, geometry_, B, l);
-      if (geometry_.kinds.is_window(l)) {
-        const std::uint32_t ring = rule_.ring_tokens;
-        AK_ASSERT(ring != 0 && seg.size() == std::uint64_t{ring} * row, "tier lookup: a window layer's destination is its ring");
-        const std::uint32_t from = std::max({first_token, window_first, dest_.from_token});
-        AK_ASSERT(from >= first_token + view.window_from || from >= first_token + B, "tier lookup: a window row the cut let through");
-        for (std::uint32_t t = from; t < first_token + B; ++t) {
-          std::memcpy(seg.data() + std::uint64_t{t % ring} * row, rows.data() + std::uint64_t{t - first_token - view.window_from} * row, row);
-        }
-        continue;
-      }
       const std::uint32_t from = std::max(first_token, dest_.from_token);
       if (from >= first_token + B) continue;
       AK_ASSERT(std::uint64_t{first_token + B} * row <= seg.size(), "tier lookup: a restored block fits the history");
@@ -143,6 +132,34 @@ void TierLookup::copy_accepted() noexcept {
     }
   }
   copies_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The window layers' rows a query at the run's end reads, into their rings' slots (token t at
+// t mod ring_tokens). At adoption, on the engine thread: after admission copied a local prefix's
+// ring (copy on adopt, the host prefix cache), whose slots the same tokens' rows must win.
+void TierLookup::copy_window_rows() noexcept {
+  if (rule_.window_tokens == 0 || read_.usable_blocks == 0) return;
+  const std::uint64_t row = geometry_.row_bytes();
+  const std::uint32_t B = block_tokens_;
+  const std::uint32_t ring = rule_.ring_tokens;
+  const std::uint32_t window_first = tier_window_first(rule_, (first_block_ + read_.usable_blocks) * B);
+  for (std::uint32_t i = 0; i < read_.usable_blocks; ++i) {
+    const std::uint32_t first_token = (first_block_ + i) * B;
+    const std::uint32_t from = std::max({first_token, window_first, dest_.from_token});
+    if (from >= first_token + B) continue;
+    const TierBlockView& view = read_.views[i];
+    AK_ASSERT(from >= first_token + view.window_from, "tier lookup: a window row the cut let through");
+    for (std::uint32_t l = 0; l < geometry_.dense_layers; ++l) {
+      if (!geometry_.kinds.is_window(l)) continue;
+      const std::span<std::byte> seg = dest_.segments[l];
+      AK_ASSERT(ring != 0 && seg.size() == std::uint64_t{ring} * row, "tier lookup: a window layer's destination is its ring");
+      const std::span<const std::byte> rows = tier_block_layer(view, geometry_, B, l);
+      for (std::uint32_t t = from; t < first_token + B; ++t) {
+        std::memcpy(seg.data() + std::uint64_t{t % ring} * row,
+                    rows.data() + std::uint64_t{t - first_token - view.window_from} * row, row);
+      }
+    }
+  }
 }
 
 void TierLookup::run() {

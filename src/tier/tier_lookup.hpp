@@ -6,8 +6,12 @@
 // stopping at the first miss, every value checked). A lookup may be given its
 // destination — the host rows of a history the runtime reserved for the
 // request — when it starts or later (attach()); the reader then copies the
-// accepted blocks' rows straight into that history, so the engine thread never
-// copies: admission only adopts the rows. A refused block ends the accepted run
+// accepted blocks' rows straight into that history — the run cut first to the
+// longest one a restore may end on (tier_chain_cut: window rows, states) — so the
+// engine thread copies no full layer's row: admission adopts them. Window layers'
+// rows (a window's worth) go into their rings' slots at adoption
+// (copy_window_rows, engine thread), after admission's own ring copies (copy on
+// adopt, the prefix cache), whose colliding slots they must win. A refused block ends the accepted run
 // before it is copied, so nothing past it is ever adopted. A slow or dead store
 // costs the reader its timeout, never the engine thread.
 //
@@ -77,6 +81,8 @@ class TierLookup {
   // The destination attached (slot kNoSlot: none). Engine thread.
   std::uint32_t slot() const noexcept;
   std::uint32_t from_token() const noexcept;
+  // Done (engine thread, at adoption): the window layers' rows the run's end reads into the rings.
+  void copy_window_rows() noexcept;
   void consume() noexcept;  // done → idle
   // Waits up to `timeout` while the reader works (reading or copying); true when it no longer does.
   bool wait(std::chrono::milliseconds timeout);
