@@ -13,7 +13,14 @@
 //     — a refused block ends the run before it is written, so it is never adopted;
 //   - once the reader is done the history is free again, keeping its rows: admission takes it
 //     back only if no context took it since (its generation is the one reserved), else the
-//     request prefills as on a miss.
+//     request prefills as on a miss;
+//   - window layers and hybrids (docs/TIER.md, "Window layers and hybrids"): the run adopted ends
+//     where every window layer's rows of the next query's window and (hybrids) the state came with
+//     it — the reader cut it there (tier_chain_cut) — and the cut is counted, logged and explained
+//     (note_tier_cuts); the window rows land in the rings at adoption, after admission's own ring
+//     copies, and the state at the end becomes the history's only checkpoint, restored into the
+//     context's recurrent slot by open_context. The lookup starts past the local prefix admission
+//     will adopt (adoptable_prefix: rings and checkpoints applied), so admission finds it.
 #include "runtime/kv_runtime_impl.hpp"
 
 namespace activekv::runtime_impl {
