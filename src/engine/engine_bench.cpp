@@ -7,7 +7,12 @@
 //                [--activations q16|q8]
 //                [--sparse-fraction F] [--sparse-lists group|one] [--sparse-score bound|moments|mixed]
 //                [--sparse-layer-budget captured|moments] [--rounds R] [--staging auto|copy|in-place]
-//                [--suffix H,S]
+//                [--suffix H,S] [--sequences S]
+//
+// --sequences S: S contexts, each prefilled with its own N-token prompt (one after the other), then M
+// decode steps that each carry one token of every context: batched decode, as a server decoding S
+// requests at once runs it. Tokens/s then counts the S tokens of every step. Not with --sparse-fraction
+// or --suffix.
 //
 // --staging: how history below the device pool reaches the kernel (docs/IN_PLACE.md): auto (the
 // engine's choice: read in place where the backend's kernel reads the host pool), copy (staged
@@ -105,6 +110,7 @@ struct Figures {
 bool sparse_one_list = false;  // --sparse-lists one
 std::uint32_t suffix_history = 0, suffix_tokens = 0;  // --suffix H,S
 std::uint32_t sparse_rounds = 1;  // --rounds
+std::uint32_t bench_sequences = 1;  // --sequences
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -205,7 +211,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   std::unique_ptr<Model> model = std::move(loaded).value();
   const ModelConfig cfg = model->config();
   const std::uint64_t weight_bytes = model->weight_bytes_per_token();
-  const ForwardLimits limits{chunk, 1};
+  const std::uint32_t seqs = bench_sequences;
+  const ForwardLimits limits{std::max(chunk, seqs), seqs};
   const std::uint32_t page_tokens = 16;
   const std::uint32_t decode_total = sparse_fraction > 0.0 ? 2 * decode * sparse_rounds : decode;
   const std::uint32_t final_length = (context + decode_total + 1 + page_tokens - 1) / page_tokens * page_tokens;
@@ -218,14 +225,14 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   std::unique_ptr<Backend> backend;
   std::unique_ptr<KvRuntime> runtime;
   std::unique_ptr<KvAccess> kv;
-  ContextId ctx;
+  std::vector<ContextId> ctxs(seqs);
   if (kv_kind == "runtime") {
     MemorySettings memory;
     memory.page_tokens = page_tokens;
     memory.tile_tokens = 1024;
     memory.tiles = 2;
     memory.max_context_tokens = final_length;
-    memory.max_seqs = 1;
+    memory.max_seqs = seqs;
     memory.chunk_tokens = chunk;  // a prefill step appends up to --chunk tokens
     KvRuntimeSettings settings = runtime_settings(*model, memory, limits);
     if (sparse_fraction > 0.0) {
@@ -240,11 +247,11 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     const std::uint32_t dense = settings.memory.geometry.dense_layers;  // a hybrid's attention layers
     const std::uint64_t pages = static_cast<std::uint64_t>(
         std::ceil(pool * dense * (final_length / page_tokens)));
-    // One history, and a hybrid's state checkpoints (state_plan.hpp) and recurrent slot.
+    // One history per sequence, and a hybrid's state checkpoints (state_plan.hpp) and recurrent slots.
     settings.memory.host_pool_bytes =
-        std::uint64_t{dense} * final_length * row + state_bytes_per_history(settings.memory);
-    settings.memory.device_pool_bytes = 5 * arena_alignment_bytes + 2ull * 1024 * row + pages * page_tokens * row +
-                                        settings.memory.geometry.recurrent_state_bytes;
+        seqs * (std::uint64_t{dense} * final_length * row + state_bytes_per_history(settings.memory));
+    settings.memory.device_pool_bytes = 5 * arena_alignment_bytes + 2ull * 1024 * row + seqs * pages * page_tokens * row +
+                                        seqs * settings.memory.geometry.recurrent_state_bytes;
     BackendOptions options;
     options.compute_threads = threads;
     Result<std::unique_ptr<Backend>> b = make_backend("host", options);
@@ -259,13 +266,15 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
       return 2;
     }
     runtime = std::move(r).value();
-    Result<AdmitResult> a = runtime->open_context(1, final_length);
-    if (!a || a->outcome != AdmitOutcome::admitted) return fmt::print(stderr, "not admitted\n"), 1;
-    ctx = a->handle;
+    for (std::uint32_t q = 0; q < seqs; ++q) {
+      Result<AdmitResult> a = runtime->open_context(q + 1, final_length);
+      if (!a || a->outcome != AdmitOutcome::admitted) return fmt::print(stderr, "not admitted\n"), 1;
+      ctxs[q] = a->handle;
+    }
     kv = std::make_unique<RuntimeKv>(*runtime);
   } else {
     auto r = std::make_unique<ReferenceKvAccess>(model->geometry(), cfg.q_heads, page_tokens);
-    ctx = r->open(final_length);
+    for (ContextId& c : ctxs) c = r->open(final_length);
     kv = std::move(r);
   }
   EngineSettings es;
@@ -276,22 +285,31 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
   if (!created) return fmt::print(stderr, "{}\n", created.error().describe()), 1;
   Engine& eng = **created;
 
+  const ContextId ctx = ctxs[0];
   std::vector<TokenId> prompt(context);
   std::uint64_t x = 12345;
-  for (TokenId& t : prompt) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t = static_cast<TokenId>(200 + (x >> 33) % 20000);
-  }
+  const auto make_prompt = [&] {
+    for (TokenId& t : prompt) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      t = static_cast<TokenId>(200 + (x >> 33) % 20000);
+    }
+  };
+  make_prompt();
   if (suffix_tokens > 0) {
     if (!runtime) return fmt::print(stderr, "--suffix needs --kv runtime\n"), 2;
     return run_suffix(eng, *runtime, ctx, prompt, chunk, final_length);
   }
   double cpu0 = cpu_seconds();
   auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t fed = 0; fed < prompt.size(); fed += chunk) {
-    const std::size_t n = std::min<std::size_t>(chunk, prompt.size() - fed);
-    const StepInput in{ctx, std::span<const TokenId>(prompt).subspan(fed, n), fed + n == prompt.size()};
-    if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+  std::vector<TokenId> next(seqs);  // each sequence's next token: the argmax of its last logits
+  for (std::uint32_t q = 0; q < seqs; ++q) {
+    if (q > 0) make_prompt();  // the first prompt is the one a single sequence gets
+    for (std::size_t fed = 0; fed < prompt.size(); fed += chunk) {
+      const std::size_t n = std::min<std::size_t>(chunk, prompt.size() - fed);
+      const StepInput in{ctxs[q], std::span<const TokenId>(prompt).subspan(fed, n), fed + n == prompt.size()};
+      if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+    }
+    next[q] = Sampler::argmax(eng.logits(0));
   }
   const double prefill_s = seconds_since(t0);
   const double prefill_cpu = cpu_seconds() - cpu0;
@@ -349,25 +367,34 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
     created->reset();
     return 0;
   }
+  std::vector<StepInput> ins(seqs);
   cpu0 = cpu_seconds();
   t0 = std::chrono::steady_clock::now();
   for (std::uint32_t i = 0; i < decode; ++i) {
-    const TokenId t = Sampler::argmax(eng.logits(0));
-    const StepInput in{ctx, {&t, 1}, true};
-    if (Status s = eng.step({&in, 1}); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
+    for (std::uint32_t q = 0; q < seqs; ++q) {
+      if (i > 0) next[q] = Sampler::argmax(eng.logits(q));
+      ins[q] = StepInput{ctxs[q], {&next[q], 1}, true};
+    }
+    if (Status s = eng.step(ins); !s) return fmt::print(stderr, "{}\n", s.error().describe()), 1;
   }
   const double decode_s = seconds_since(t0);
   const double decode_cpu = cpu_seconds() - cpu0;
   const double gbps = memcpy_read_gbps();
   fmt::print("model {}, {} kernels, {} activations, {} threads, kv {}, pool {:.0f}% of the context\n", cfg.name, isa_name(eng.isa()),
              activations_name(eng.activations()), threads, kv_kind, pool * 100);
+  const double fed = static_cast<double>(context) * seqs;
   fmt::print("prefill {} tokens (chunks of {}): {:.2f} s, {:.1f} tokens/s; {:.2f} CPU s ({:.1f} tokens per CPU second)\n",
-             context, chunk, prefill_s, context / prefill_s, prefill_cpu, context / prefill_cpu);
-  fmt::print("decode {} tokens at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/token); {:.2f} CPU s\n", decode,
-             context, context + decode, decode_s, decode / decode_s, 1e3 * decode_s / decode, decode_cpu);
+             context * seqs, chunk, prefill_s, fed / prefill_s, prefill_cpu, fed / prefill_cpu);
+  if (seqs == 1)
+    fmt::print("decode {} tokens at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/token); {:.2f} CPU s\n", decode,
+               context, context + decode, decode_s, decode / decode_s, 1e3 * decode_s / decode, decode_cpu);
+  else
+    fmt::print("decode {} steps of {} sequences at context {}..{}: {:.2f} s, {:.1f} tokens/s ({:.2f} ms/step); "
+               "{:.2f} CPU s ({:.1f} tokens per CPU second)\n", decode, seqs, context, context + decode, decode_s,
+               decode * seqs / decode_s, 1e3 * decode_s / decode, decode_cpu, decode * seqs / decode_cpu);
   print_shares("prefill", prefill_times);
   print_shares("decode", eng.times());
-  fmt::print("decode ms/token: {}\n", phases_per_token(eng.times(), decode));
+  fmt::print("decode ms/{}: {}\n", seqs == 1 ? "token" : "step", phases_per_token(eng.times(), decode));
   if (runtime)
     fmt::print("bytes staged during decode: {}; history below the pool {}\n", runtime->counters().bytes_staged - staged_before,
                runtime->explain(ctx).staged_in_place ? "read in place in the host pool" : "staged through the tiles");
@@ -376,8 +403,8 @@ int run(std::uint32_t context, std::uint32_t decode, std::uint32_t threads, std:
              "decode at {:.0f}% of the floor's speed\n",
              static_cast<double>(weight_bytes) / 1048576.0, gbps, floor_ms, 1e3 / floor_ms, 100.0 * floor_ms / (1e3 * decode_s / decode));
   created->reset();
-  figures.decode_tokens_per_s = decode / decode_s;
-  figures.decode_tokens_per_cpu_s = decode / decode_cpu;
+  figures.decode_tokens_per_s = decode * seqs / decode_s;
+  figures.decode_tokens_per_cpu_s = decode * seqs / decode_cpu;
   return 0;
 }
 
@@ -425,6 +452,8 @@ int main(int argc, char** argv) {
   app.add_option("--staging", staging, "how history below the pool reaches the kernel")
       ->check(CLI::IsMember({"auto", "copy", "in-place"}));
   app.add_option("--suffix", suffix, "H,S: one S-token step on an H-token history");
+  app.add_option("--sequences", bench_sequences, "contexts decoded together, one token each per step")
+      ->check(CLI::Range(1u, 64u));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -443,6 +472,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     sparse_layer_budget = true;
+  }
+  if (bench_sequences > 1 && (sparse_fraction > 0.0 || !suffix.empty())) {
+    fmt::print(stderr, "--sequences {} runs batched exact decode only: drop --sparse-fraction and --suffix, or use "
+               "--sequences 1\n", bench_sequences);
+    return 2;
   }
   if (!suffix.empty()) {
     if (!parse_suffix(suffix, max_context)) {

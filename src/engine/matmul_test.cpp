@@ -224,6 +224,64 @@ TEST(MatmulQ16, EveryPathGivesThePortableBitsAndEachOutputIsIndependentOfTheBatc
   }
 }
 
+// The legacy formats' f16 factors (d, and m where the format has one) of every class: normal, subnormal, ±0,
+// the largest finite, and, in the last two rows only, ±infinity and quiet and signalling NaN, in a group of 8
+// blocks and in the tail after the groups. The AVX2 path converts 8 factors at a time with F16C (exact) and
+// keeps the portable conversion from a group with an infinity or a NaN on: rows of finite factors give the
+// portable bits, and the others the same values, NaN where it gives NaN (a NaN's payload may follow operand order).
+TEST(MatmulQ16, EveryClassOfHalfFactorGivesThePortableResult) {
+  std::mt19937 rng(29);
+  const std::uint32_t rows = 8, cols = 576;  // 18 blocks: two groups of 8 and a tail of 2
+  const std::uint16_t finite[] = {0x3c00, 0xb555, 0x0001, 0x03ff, 0x8200, 0x0000, 0x8000, 0x7bff, 0x0400, 0x2e66};
+  const std::uint16_t special[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01};
+  const GgmlType legacy[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0};
+  for (GgmlType type : legacy) {
+    SCOPED_TRACE(gguf::ggml_type_traits(type).name);
+    std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng);
+    const MatrixView w{type, bytes.data(), cols, rows, quant_row_bytes(type, cols)};
+    const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
+    const bool has_min = type == GgmlType::q4_1 || type == GgmlType::q5_1;
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      for (std::uint32_t k = 0; k < cols / 32; ++k) {
+        std::uint8_t* block = bytes.data() + r * w.row_bytes + k * block_bytes;
+        for (int field = 0; field < (has_min ? 2 : 1); ++field) {
+          std::uint16_t h = finite[(r + 3 * k + 5 * field) % std::size(finite)];
+          // Rows 6 and 7: one special factor in the second group (block 9 or 12), another in the tail (block 17).
+          if (r >= 6 && (k == 17 || k == (r == 6 ? 9u : 12u)) && field == (k == 17 ? 0 : (has_min ? 1 : 0)))
+            h = special[(r - 6) * 2 + (k == 17 ? 1 : 0)];
+          std::memcpy(block + 2 * field, &h, 2);
+        }
+      }
+    }
+    const std::size_t batch = 5;
+    const std::vector<float> x = hidden_like(batch, cols, rng);
+    Q16Buffers xq(batch, cols);
+    quantize_rows_q16(Isa::portable, x.data(), cols, xq.rows, 0, batch);
+    std::vector<float> scratch(cols), expected(batch * rows);
+    matmul_rows_q16(Isa::portable, w, xq.rows, expected.data(), rows, 0, rows, scratch.data());
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::uint32_t r = 0; r < 6; ++r) ASSERT_TRUE(std::isfinite(expected[b * rows + r])) << "row " << r;
+      for (std::uint32_t r = 6; r < rows; ++r) ASSERT_FALSE(std::isfinite(expected[b * rows + r])) << "row " << r;
+    }
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+      if (!isa_available(isa)) continue;
+      SCOPED_TRACE(isa_name(isa));
+      std::vector<float> got(batch * rows, -5.0f);
+      matmul_rows_q16(isa, w, xq.rows, got.data(), rows, 0, rows, scratch.data());
+      for (std::size_t b = 0; b < batch; ++b) {
+        for (std::uint32_t r = 0; r < rows; ++r) {
+          const float e = expected[b * rows + r], g = got[b * rows + r];
+          if (std::isnan(e)) {
+            EXPECT_TRUE(std::isnan(g)) << "row " << r << " vector " << b;
+          } else {
+            EXPECT_EQ(0, std::memcmp(&e, &g, sizeof e)) << "row " << r << " vector " << b << ": " << e << " vs " << g;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Against a float64 product with the unquantised activations. Quantising a
 // block moves each x by at most d/2, so |error| ≤ Σ_blocks (d/2) Σ|w| plus
 // fp32 rounding (1e-5 of Σ|w·x|): the bound is derived, not fitted. The mean

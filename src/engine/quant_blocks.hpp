@@ -31,6 +31,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace activekv::engine::blocks {
 
 constexpr int qk = 32;     // elements per block of the 32-element types
@@ -104,8 +108,13 @@ static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
 static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
 static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block is 84 bytes");
 
-// IEEE half → float, exact (subnormals, infinities and NaN included).
+// IEEE half → float, exact (subnormals, infinities and NaN included). Where F16C is compiled in (the AVX2 and
+// AVX-512 files), finite values take its one-instruction conversion, which is exact too, so the bits are the
+// same on every path; infinities and NaN keep the code below (F16C would set a signalling NaN's quiet bit).
 static inline float half_to_float(std::uint16_t h) {
+#if defined(__F16C__)
+  if ((h & 0x7c00u) != 0x7c00u) return _cvtsh_ss(h);
+#endif
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu;
   std::uint32_t mantissa = h & 0x3ffu;

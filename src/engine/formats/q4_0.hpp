@@ -10,8 +10,8 @@ struct Q4_0 {
   static constexpr GgmlType type = GgmlType::q4_0;
   static constexpr bool has_min = false;
   using block_type = BlockQ4_0;
-  static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float*) {
-    for (std::size_t k = 0; k < nb; ++k) dw[k] = half_to_float(block_at<BlockQ4_0>(row, k).d);
+  static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float* mw) {
+    legacy_scales<BlockQ4_0, false>(row, nb, dw, mw);
   }
   static inline void weights(const std::uint8_t* row, std::size_t k, int* u) {
     const BlockQ4_0& b = block_at<BlockQ4_0>(row, k);

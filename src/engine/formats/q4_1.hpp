@@ -11,10 +11,7 @@ struct Q4_1 {
   static constexpr bool has_min = true;
   using block_type = BlockQ4_1;
   static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float* mw) {
-    for (std::size_t k = 0; k < nb; ++k) {
-      dw[k] = half_to_float(block_at<BlockQ4_1>(row, k).d);
-      mw[k] = half_to_float(block_at<BlockQ4_1>(row, k).m);
-    }
+    legacy_scales<BlockQ4_1, true>(row, nb, dw, mw);
   }
   static inline void weights(const std::uint8_t* row, std::size_t k, int* u) {
     const BlockQ4_1& b = block_at<BlockQ4_1>(row, k);

@@ -21,10 +21,7 @@ struct Q5Legacy {
     return bits;
   }
   static inline void scales(const std::uint8_t* row, std::size_t nb, float* dw, float* mw) {
-    for (std::size_t k = 0; k < nb; ++k) {
-      dw[k] = half_to_float(block_at<Block>(row, k).d);
-      if constexpr (HasMin) mw[k] = half_to_float(block_at<Block>(row, k).m);
-    }
+    legacy_scales<Block, HasMin>(row, nb, dw, mw);
   }
   static inline void weights(const std::uint8_t* row, std::size_t k, int* u) {
     const Block& b = block_at<Block>(row, k);
