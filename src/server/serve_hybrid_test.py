@@ -102,6 +102,32 @@ def check_refusals(binary, model, tmp):
           f"run: a tier with a hybrid model is refused in one line naming kv_tier ({p.stderr.strip()[:200]})")
 
 
+def check_cache_run(binary, model, tmp):
+    """The same trace with no retained histories and a host prefix cache: the follow-up and the stranger adopt
+    from the cache, cut back to a cached state checkpoint, and the run report counts the cuts."""
+    trace = os.path.join(tmp, "trace.jsonl")
+    config = os.path.join(tmp, "cache-run.json")
+    with open(config, "w") as f:
+        json.dump({**CONFIG, "retained_histories": 0, "prefix_cache": "16MiB"}, f)
+    outputs = {}
+    for name, extra in (("on", []), ("off", ["--no-prefix-reuse"])):
+        out = os.path.join(tmp, "cache-report-" + name)
+        p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace, "--report", out,
+                            *extra], capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"run with a prefix cache ({name}) exits 0: {p.stderr.strip()[-300:]}")
+        if p.returncode != 0:
+            return
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+        outputs[name] = {r["id"]: r["output_text"] for r in report["request_list"]}
+        if name == "on":
+            cache = report["prefix_cache"]
+            check(cache["hit_tokens"] > 0 and cache["state_cuts"] > 0 and cache["state_cut_pages"] >= cache["state_cuts"]
+                  and cache["ring_cuts"] == 0,
+                  f"run: adoptions from the prefix cache, cut back to cached states, counted in the report ({cache})")
+    check(outputs["on"] == outputs["off"], "run: with the prefix cache every output equals no reuse")
+
+
 def chat(server, messages, max_tokens):
     status, _, payload = server.request("POST", "/v1/chat/completions",
                                         {"messages": messages, "max_tokens": max_tokens, "temperature": 0})
@@ -128,6 +154,11 @@ def check_serve(binary, model, tmp):
             cached = two.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0)
             answers[name] = (one["choices"][0]["message"]["content"], two["choices"][0]["message"]["content"], cached)
             if name == "on":
+                status, _, payload = server.request("GET", "/metrics")
+                text = payload.decode() if isinstance(payload, bytes) else payload
+                check(status == 200 and all(f"activekv_prefix_cache_{k}_total " in text
+                                            for k in ("ring_cuts", "ring_cut_pages", "state_cuts", "state_cut_pages")),
+                      "serve: /metrics shows the prefix cache's ring and state cuts")
                 check_explain(server, turn + [{"role": "assistant", "content": two["choices"][0]["message"]["content"]},
                                               {"role": "user", "content": "And the walls?"}])
         finally:
@@ -175,6 +206,7 @@ def main():
             print("make_arch_model.py failed:", made.stderr)
             return 1
         check_run(binary, model, tmp)
+        check_cache_run(binary, model, tmp)
         check_refusals(binary, model, tmp)
         check_serve(binary, model, tmp)
     if failures:
