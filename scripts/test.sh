@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: install what is missing, build, run every suite.
-#   1. release      every unit, property, conformance, end-to-end and model test (ctest),
-#                   the quick swarm (label swarm) and the slow budget-invariance run included
-#   2. asan+ubsan   the same suites under AddressSanitizer and UndefinedBehaviorSanitizer with
-#                   expensive assertions, except the tests labelled slow or model (which the asan
-#                   preset leaves out of its build too; docs/TESTING.md)
+#   1. release      every program built optimised, and the tests labelled slow, model or peer run
+#                   on it (the model end-to-end runs, the slow budget-invariance run, the
+#                   comparisons with llama.cpp where it is installed)
+#   2. asan+ubsan   every other test (unit, property, conformance, end-to-end, the quick swarm)
+#                   under AddressSanitizer and UndefinedBehaviorSanitizer with expensive
+#                   assertions: each test runs once, in the stage that checks it hardest
+#                   (docs/TESTING.md, "Stages")
 #   3. tsan         the backend and runtime tests under ThreadSanitizer
 #   4. fuzz         each libFuzzer target briefly from its committed corpus (scripts/fuzz-quick.sh)
 # The sanitizer and fuzz presets compile at -O1 -g1 (line tables only): about a third of
@@ -24,23 +26,23 @@ for s in $STAGES; do
     release)
       stage "release: build and test"
       cmake --preset release >/dev/null
-      cmake --build --preset release -- -j"$JOBS"
-      ctest --preset release -j"$JOBS"
+      cmake --build --preset release -- -j"$JOBS" programs tests_slow tests_model
+      ctest --preset release -j"$JOBS" -L "slow|model|peer"
       ;;
     asan)
-      stage "asan+ubsan: build and test (not slow, not model)"
+      stage "asan+ubsan: build and test (every test not labelled slow, model or peer)"
       cmake --preset asan >/dev/null
       cmake --build --preset asan -- -j"$JOBS"
       # The asan test preset sets ASAN_OPTIONS=intercept_tls_get_addr=0 (docs/TESTING.md,
       # "LeakSanitizer and PoCL's dynamic TLS").
-      ctest --preset asan -j"$JOBS" -LE "slow|model"
+      ctest --preset asan -j"$JOBS" -LE "slow|model|peer"
       ;;
     tsan)
       stage "tsan: backend and runtime tests"
       cmake --preset tsan >/dev/null
       cmake --build --preset tsan -- -j"$JOBS" tests_backend tests_runtime
-      # portable_kernel: the portable inner loops again, below the same thread split (release and
-      # asan run them; docs/TESTING.md).
+      # portable_kernel: the portable inner loops again, below the same thread split (the asan
+      # stage runs them; docs/TESTING.md).
       TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" ctest --preset tsan -j"$JOBS" -L "backend|runtime" -LE "cuda|portable_kernel"
       ;;
     fuzz)

@@ -374,6 +374,10 @@ EngineCounters EngineStepEngine::counters() const {
   c.prefix_cache_hit_tokens = k.prefix_cache_hit_tokens;
   c.prefix_cache_evictions = k.prefix_cache_evictions;
   c.prefix_cache_pages_shared = k.prefix_cache_pages_shared;
+  c.prefix_cache_ring_cuts = k.prefix_cache_ring_cuts;
+  c.prefix_cache_ring_cut_pages = k.prefix_cache_ring_cut_pages;
+  c.prefix_cache_state_cuts = k.prefix_cache_state_cuts;
+  c.prefix_cache_state_cut_pages = k.prefix_cache_state_cut_pages;
   c.prefix_device_pages_promoted = k.prefix_device_pages_promoted;
   c.h2d_bytes_adopting = k.h2d_bytes_adopting;
   return c;

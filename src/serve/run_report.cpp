@@ -165,7 +165,11 @@ json summarize(const ReportInputs& in) {
                              {"hits", c.prefix_cache_hits},
                              {"hit_tokens", c.prefix_cache_hit_tokens},
                              {"evictions", c.prefix_cache_evictions},
-                             {"pages_shared", c.prefix_cache_pages_shared}};
+                             {"pages_shared", c.prefix_cache_pages_shared},
+                             {"ring_cuts", c.prefix_cache_ring_cuts},
+                             {"ring_cut_pages", c.prefix_cache_ring_cut_pages},
+                             {"state_cuts", c.prefix_cache_state_cuts},
+                             {"state_cut_pages", c.prefix_cache_state_cut_pages}};
   figures["allocations_after_warmup"] = {{"device", c.device_allocations_after_warmup},
                                          {"heap", in.heap_allocations_after_warmup}};
   if (!in.heap_counter_linked) figures["allocations_after_warmup"]["heap_measured"] = false;

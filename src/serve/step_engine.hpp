@@ -133,6 +133,10 @@ struct EngineCounters {
   std::uint64_t prefix_cache_hit_tokens = 0;  // prompt tokens copied from it instead of prefilled
   std::uint64_t prefix_cache_evictions = 0;   // pages evicted (least recently used leaves first)
   std::uint64_t prefix_cache_pages_shared = 0;  // pages finished histories found already stored
+  std::uint64_t prefix_cache_ring_cuts = 0;     // adoptions cut back: window rows missing (window-layer models)
+  std::uint64_t prefix_cache_ring_cut_pages = 0;   // matched pages those cuts prefilled instead
+  std::uint64_t prefix_cache_state_cuts = 0;    // adoptions cut back to a cached state checkpoint (hybrids)
+  std::uint64_t prefix_cache_state_cut_pages = 0;  // matched pages those cuts prefilled instead
 };
 
 // What the memory plan promised; the report sets peaks against it.

@@ -77,6 +77,16 @@ std::string render_metrics(const MetricsSnapshot& m) {
         d(c.prefix_cache_hit_tokens), "counter");
   gauge(out, "prefix_cache_evictions_total", "Host prefix cache pages evicted (least recently used leaves first)",
         d(c.prefix_cache_evictions), "counter");
+  gauge(out, "prefix_cache_ring_cuts_total",
+        "Admissions whose host prefix cache match was cut back: window layers' rows missing (the rest prefilled)",
+        d(c.prefix_cache_ring_cuts), "counter");
+  gauge(out, "prefix_cache_ring_cut_pages_total", "Matched host prefix cache pages those cuts prefilled instead",
+        d(c.prefix_cache_ring_cut_pages), "counter");
+  gauge(out, "prefix_cache_state_cuts_total",
+        "Admissions whose host prefix cache match was cut back to the last cached state checkpoint (hybrid models)",
+        d(c.prefix_cache_state_cuts), "counter");
+  gauge(out, "prefix_cache_state_cut_pages_total", "Matched host prefix cache pages those cuts prefilled instead",
+        d(c.prefix_cache_state_cut_pages), "counter");
   gauge(out, "tier_hits_total", "KV tier blocks read and accepted", d(c.tier_hits), "counter");
   gauge(out, "tier_misses_total", "KV tier lookups that stopped short (absent, refused or failed)", d(c.tier_misses), "counter");
   gauge(out, "tier_errors_total", "KV tier connection, timeout and protocol failures", d(c.tier_errors), "counter");

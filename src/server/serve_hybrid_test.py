@@ -103,6 +103,39 @@ def check_refusals(binary, model, tmp):
           f"run: a hybrid model runs with a KV tier, a tier that is down being a miss ({p.stderr.strip()[:200]})")
 
 
+def check_cache_run(binary, model, tmp):
+    """No retained histories, one request at a time and a host prefix cache: a later request adopts the shared stem
+    from the cache (at a page with a cached state), every output equals no reuse, and the run report carries the
+    cache's ring and state cut counters (none on this model: no window layers; the cut itself is tested in
+    runtime_prefix_reuse_test and engine_hybrid_reuse_test)."""
+    trace = os.path.join(tmp, "cache-trace.jsonl")
+    with open(trace, "w") as f:
+        for i, prompt in enumerate([HISTORY + "Tell me about the bridges.", HISTORY + "Tell me about the walls.",
+                                    HISTORY[:200] + "And the markets?", HISTORY + "And the harbour?"]):
+            f.write(json.dumps({"id": f"c{i}", "arrival_s": 0, "prompt": prompt, "max_tokens": 8}) + "\n")
+    config = os.path.join(tmp, "cache-run.json")
+    with open(config, "w") as f:
+        json.dump({**CONFIG, "retained_histories": 0, "max_seqs": 1, "prefix_cache": "16MiB"}, f)
+    outputs = {}
+    for name, extra in (("on", []), ("off", ["--no-prefix-reuse"])):
+        out = os.path.join(tmp, "cache-report-" + name)
+        p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace, "--report", out,
+                            *extra], capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"run with a prefix cache ({name}) exits 0: {p.stderr.strip()[-300:]}")
+        if p.returncode != 0:
+            return
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+        outputs[name] = {r["id"]: r["output_text"] for r in report["request_list"]}
+        if name == "on":
+            cache = report["prefix_cache"]
+            check(cache["hits"] >= 1 and cache["hit_tokens"] > 0 and cache["hit_tokens"] % 16 == 0
+                  and cache["state_cut_pages"] >= cache["state_cuts"] and cache["ring_cuts"] == 0
+                  and cache["ring_cut_pages"] == 0,
+                  f"run: an adoption from the prefix cache; the report counts its ring and state cuts ({cache})")
+    check(outputs["on"] == outputs["off"], "run: with the prefix cache every output equals no reuse")
+
+
 def chat(server, messages, max_tokens):
     status, _, payload = server.request("POST", "/v1/chat/completions",
                                         {"messages": messages, "max_tokens": max_tokens, "temperature": 0})
@@ -129,6 +162,11 @@ def check_serve(binary, model, tmp):
             cached = two.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0)
             answers[name] = (one["choices"][0]["message"]["content"], two["choices"][0]["message"]["content"], cached)
             if name == "on":
+                status, _, payload = server.request("GET", "/metrics")
+                text = payload.decode() if isinstance(payload, bytes) else payload
+                check(status == 200 and all(f"activekv_prefix_cache_{k}_total " in text
+                                            for k in ("ring_cuts", "ring_cut_pages", "state_cuts", "state_cut_pages")),
+                      "serve: /metrics shows the prefix cache's ring and state cuts")
                 check_explain(server, turn + [{"role": "assistant", "content": two["choices"][0]["message"]["content"]},
                                               {"role": "user", "content": "And the walls?"}])
         finally:
@@ -176,6 +214,7 @@ def main():
             print("make_arch_model.py failed:", made.stderr)
             return 1
         check_run(binary, model, tmp)
+        check_cache_run(binary, model, tmp)
         check_refusals(binary, model, tmp)
         check_serve(binary, model, tmp)
     if failures:
