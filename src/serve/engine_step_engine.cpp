@@ -97,6 +97,21 @@ Result<std::unique_ptr<EngineStepEngine>> EngineStepEngine::create(const EngineS
   // histories then stay empty).
   memory.retained_histories = c.retained_histories;
   memory.state_checkpoint_pages = c.state_checkpoint_pages;
+  const bool hybrid = memory.geometry.recurrent_state_bytes != 0;
+  if (hybrid && !c.kv_tier.empty()) {
+    // A hybrid's tier blocks carry the recurrent state at their end, which only a checkpoint there provides
+    // (docs/TIER.md): prefix reuse keeps the checkpoints, and unless the configuration spaces them itself, one
+    // falls at every block's end.
+    if (!c.prefix_reuse) {
+      return make_error(ErrorCode::invalid_argument, "kv_tier (--kv-tier)",
+                        fmt::format("{} is a hybrid model: its tier blocks carry recurrent-state checkpoints, which "
+                                    "prefix reuse keeps; turn prefix reuse on or remove kv_tier",
+                                    s.model_path));
+    }
+    if (c.state_checkpoint_pages == 0 && c.page_tokens != 0 && c.kv_tier_block_tokens % c.page_tokens == 0) {
+      memory.state_checkpoint_pages = c.kv_tier_block_tokens / c.page_tokens;
+    }
+  }
   memory.prefix_cache_bytes = c.prefix_reuse ? c.prefix_cache_bytes : 0;  // the cache serves prefix reuse only
   if (memory.max_context_tokens > mc.context_tokens) {
     return make_error(ErrorCode::invalid_argument, "max_context",

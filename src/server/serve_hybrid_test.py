@@ -101,6 +101,18 @@ def check_refusals(binary, model, tmp):
                         "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=300)
     check(p.returncode == 0,
           f"run: a hybrid model runs with a KV tier, a tier that is down being a miss ({p.stderr.strip()[:200]})")
+    unspaced = os.path.join(tmp, "unspaced.json")
+    with open(unspaced, "w") as f:
+        json.dump({k: v for k, v in CONFIG.items() if k != "state_checkpoint_pages"}, f)
+    p = subprocess.run([binary, "run", "--config", unspaced, "--model", model, "--trace", trace, "--kv-tier",
+                        "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0 and "(K 16 × page_tokens 16)" in p.stdout,
+          "run: with a tier and no state_checkpoint_pages, a hybrid checkpoints at every 256-token block's end")
+    p = subprocess.run([binary, "run", "--config", config, "--model", model, "--trace", trace, "--kv-tier",
+                        "redis://127.0.0.1:1", "--no-prefix-reuse"], capture_output=True, text=True, timeout=300)
+    check(p.returncode != 0 and "kv_tier" in p.stderr and "prefix reuse" in p.stderr
+          and len(p.stderr.strip().splitlines()) == 1,
+          f"run: a tier with a hybrid and no prefix reuse is refused in one line naming kv_tier ({p.stderr.strip()[:200]})")
 
 
 def check_cache_run(binary, model, tmp):

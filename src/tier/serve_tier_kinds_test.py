@@ -112,8 +112,11 @@ def run_arch(binary, arch, vocab, tmp, port):
     plain, tiered = os.path.join(tmp, arch + "-plain.json"), os.path.join(tmp, arch + "-tier.json")
     with open(plain, "w") as f:
         json.dump(base, f)
+    # The tiered servers leave state_checkpoint_pages unset: a hybrid then checkpoints at every block's end.
+    tier_base = {k: v for k, v in base.items() if k != "state_checkpoint_pages"}
     with open(tiered, "w") as f:
-        json.dump({**base, "kv_tier": {"url": f"redis://127.0.0.1:{port}", "block_tokens": 32, "timeout_ms": 500}}, f)
+        json.dump({**tier_base, "kv_tier": {"url": f"redis://127.0.0.1:{port}", "block_tokens": 32, "timeout_ms": 500}},
+                  f)
     redis_cli(port, "FLUSHALL")
     servers = []
     try:
