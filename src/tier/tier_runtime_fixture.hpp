@@ -59,26 +59,32 @@ struct Server {
   std::uint32_t q_heads = 2;
 };
 
+// A server on the shared Redis at `url` (tier and prefix reuse on), or, with an empty url, a runtime without
+// either (the no-reuse reference).
 // cache_pages: a host prefix cache of that many pages (one page index of every layer) beside the histories.
+// checkpoint_pages: a hybrid's state checkpoint every that many pages (besides the newest and the prompt's);
+// the host pool and the device arena make room for the states of a hybrid geometry.
 inline Server make_server(const std::string& url, std::uint32_t histories = 2, const Geometry& g = geometry(),
-                          std::uint32_t cache_pages = 0) {
+                          std::uint32_t cache_pages = 0, std::uint32_t checkpoint_pages = 0) {
   Server s;
   s.g = g;
   s.q_heads = 2 * g.kv_heads;
-  tier::RedisTierSettings ts;
-  auto store = tier::parse_tier_url(url, "--kv-tier");
-  EXPECT_TRUE(store.ok());
-  ts.store = store.value();
-  ts.store.command_timeout_ms = 200;
-  ts.store.backoff_ms_min = 50;
-  ts.block_tokens = kBlock;
-  ts.page_tokens = kPage;
-  ts.max_context_tokens = kMaxContext;
-  ts.model_identity = 77;
-  ts.geometry = s.g;
-  auto t = tier::RedisTier::create(ts);
-  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().describe());
-  s.tier = std::move(t).value();
+  if (!url.empty()) {
+    tier::RedisTierSettings ts;
+    auto store = tier::parse_tier_url(url, "--kv-tier");
+    EXPECT_TRUE(store.ok());
+    ts.store = store.value();
+    ts.store.command_timeout_ms = 200;
+    ts.store.backoff_ms_min = 50;
+    ts.block_tokens = kBlock;
+    ts.page_tokens = kPage;
+    ts.max_context_tokens = kMaxContext;
+    ts.model_identity = 77;
+    ts.geometry = s.g;
+    auto t = tier::RedisTier::create(ts);
+    EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().describe());
+    s.tier = std::move(t).value();
+  }
 
   KvRuntimeSettings settings;
   MemorySettings& m = settings.memory;
@@ -89,15 +95,21 @@ inline Server make_server(const std::string& url, std::uint32_t histories = 2, c
   m.max_context_tokens = kMaxContext;
   m.max_seqs = histories;
   m.chunk_tokens = 2 * kPage;
-  m.host_pool_bytes = std::uint64_t{histories} * s.g.dense_layers * kMaxContext * s.g.row_bytes();
+  m.state_checkpoint_pages = checkpoint_pages;
+  // Whole segments for every layer and room for every checkpoint a hybrid can hold: `histories` fit.
+  m.host_pool_bytes = std::uint64_t{histories} * (std::uint64_t{s.g.dense_layers} * kMaxContext * s.g.row_bytes() +
+                                                  (2 + kMaxContext / kBlock) * s.g.recurrent_state_bytes);
   m.prefix_cache_bytes = std::uint64_t{cache_pages} * kPage * s.g.row_bytes() * s.g.dense_layers;
   m.host_pool_bytes += m.prefix_cache_bytes;
   const std::uint64_t floor_pages = std::uint64_t{s.g.dense_layers} * (1 + pages_spanned_max(m.chunk_tokens, kPage));
   const std::uint64_t pages = floor_pages * histories + 8;
   m.device_pool_bytes = 4 * arena_alignment_bytes + std::uint64_t{m.tiles} * m.tile_tokens * s.g.row_bytes() +
                         pages * kPage * s.g.row_bytes();
+  if (s.g.recurrent_state_bytes != 0) {
+    m.device_pool_bytes += std::uint64_t{histories} * (s.g.recurrent_state_bytes + arena_alignment_bytes);
+  }
   settings.q_heads = s.q_heads;
-  settings.prefix_reuse = true;
+  settings.prefix_reuse = !url.empty();
   settings.tier = s.tier.get();
   BackendOptions options;
   options.deterministic = true;
