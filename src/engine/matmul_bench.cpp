@@ -12,6 +12,7 @@
 
 #include "engine/matmul.hpp"
 #include "engine/matmul_q16.hpp"
+#include "engine/matmul_q8.hpp"
 
 namespace activekv::engine {
 namespace {
@@ -94,6 +95,42 @@ void BM_matmul_q16(benchmark::State& state, GgmlType type, Isa isa) {
   state.counters["flop/s"] = benchmark::Counter(2.0 * cols * rows * batch * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+// The 8-bit-activation K-quant path (matmul_q8.hpp): the product alone, on the random-weight benchmark file's
+// ffn_up shape (2816 rows × 1024 columns); the activations quantised once, outside the loop.
+void BM_matmul_q8(benchmark::State& state, GgmlType type, Isa isa) {
+  if (!isa_available(isa)) {
+    state.SkipWithError("instruction set not available");
+    return;
+  }
+  const std::uint32_t cols = 1024, rows = 2816;
+  const std::size_t batch = static_cast<std::size_t>(state.range(0));
+  const std::size_t row_bytes = quant_row_bytes(type, cols);
+  std::vector<std::uint8_t> w(rows * row_bytes);
+  std::mt19937 rng(1);
+  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
+  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
+  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
+    for (const std::size_t offset : scale_offsets(type)) {
+      const std::uint16_t half_one = 0x3c00;
+      std::memcpy(&w[k + offset], &half_one, 2);
+    }
+  }
+  const MatrixView m{type, w.data(), cols, rows, row_bytes};
+  std::vector<float> x(batch * cols), y(batch * rows);
+  for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+  std::vector<std::int8_t> q(batch * cols);
+  std::vector<float> d(batch * cols / q8_block);
+  std::vector<std::int16_t> bsum(batch * cols / q8_group);
+  const Q8Rows xq{q.data(), d.data(), bsum.data(), cols, batch};
+  quantize_rows_q8(isa, x.data(), cols, xq, 0, batch);
+  for (auto _ : state) {
+    matmul_rows_q8(isa, m, xq, y.data(), rows, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight_bytes/s"] = benchmark::Counter(static_cast<double>(w.size()) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["flop/s"] = benchmark::Counter(2.0 * cols * rows * batch * state.iterations(), benchmark::Counter::kIsRate);
+}
+
 void BM_quantize_q16(benchmark::State& state, Isa isa) {
   if (!isa_available(isa)) {
     state.SkipWithError("instruction set not available");
@@ -123,6 +160,8 @@ BENCHMARK_CAPTURE(BM_matmul_q16, q5_k_avx2, GgmlType::q5_k, Isa::avx2)->Arg(1)->
 BENCHMARK_CAPTURE(BM_matmul_q16, q6_k_avx2, GgmlType::q6_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_portable, GgmlType::q4_k, Isa::portable)->Arg(1);
 BENCHMARK_CAPTURE(BM_matmul_q16, q2_k_avx2, GgmlType::q2_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q8, q4_k_avx2, GgmlType::q4_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q8, q6_k_avx2, GgmlType::q6_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_quantize_q16, avx2, Isa::avx2);
 BENCHMARK_CAPTURE(BM_quantize_q16, portable, Isa::portable);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(64);

@@ -17,14 +17,14 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
-#include "engine/formats/k_super.hpp"
+#include "engine/quant_blocks.hpp"
 #include "engine/matmul_q8.hpp"
 
 namespace activekv::engine::detail {
 namespace {
 
-using formats::KScales;
 using gguf::GgmlType;
 
 static inline float hsum(__m256 v) {
@@ -33,29 +33,114 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// Chunk c's 32 unsigned integers u of super-block `sb`, one per byte.
+// A super-block's factors, decoded once per weight row and super-block: the integer scales as int16 (Q4_K and
+// Q5_K: the 8 per-32 scales in elements 0..7; Q6_K: the 16 per-16 scales), the block sums' factors mk per 16
+// (int16, one aligned vector) and the fp32 factors.
+struct alignas(32) Prep {
+  std::int16_t mk[16];
+  std::int16_t sc[16];
+  float d;
+  float dmin;  // 0 for Q6_K
+};
+
+// Q4_K/Q5_K's 12 scale bytes as two 64-bit words of 8 bytes each: the 6-bit scales, the 6-bit minimums
+// (q4_k_scale_min: j < 4 from the low 6 bits of bytes j and j + 4; j ≥ 4 from the nibbles of bytes j + 4
+// and the top 2 bits of bytes j − 4 and j).
+static inline __m128i k4_scale_bytes(const std::uint8_t* q) {
+  std::uint32_t u0, u1, u2;
+  std::memcpy(&u0, q, 4);
+  std::memcpy(&u1, q + 4, 4);
+  std::memcpy(&u2, q + 8, 4);
+  const std::uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
+  const std::uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+  const std::uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+  return _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo), static_cast<int>(sc_hi),
+                       static_cast<int>(sc_lo));
+}
+
 template <GgmlType T>
-static inline __m256i chunk(const std::uint8_t* sb, int c) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+static inline void prep(const std::uint8_t* sb, Prep* p) {
   if constexpr (T == GgmlType::q6_k) {
     const auto& b = *reinterpret_cast<const blocks::BlockQ6_K*>(sb);
-    const int n = c / 4, t = c % 4;
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * n + 32 * (t % 2)));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * n));
-    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (t / 2))), low4);
-    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), _mm256_set1_epi8(0x03));
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63; the −32 goes through the block sums
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(p->sc), sc);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(p->mk), _mm256_slli_epi16(sc, 5));  // 32 × sc
+    p->d = _cvtsh_ss(b.d);
+    p->dmin = 0.0f;
   } else {
     using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
     const auto& b = *reinterpret_cast<const Block*>(sb);
-    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (c / 2)));
-    __m256i q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c % 2))), low4);
+    const __m256i v = _mm256_cvtepu8_epi16(k4_scale_bytes(b.scales));  // scales 0..7 | minimums 0..7
+    _mm256_store_si256(reinterpret_cast<__m256i*>(p->sc), v);
+    const __m128i mn = _mm256_extracti128_si256(v, 1);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(p->mk),
+                       _mm256_setr_m128i(_mm_unpacklo_epi16(mn, mn), _mm_unpackhi_epi16(mn, mn)));
+    p->d = _cvtsh_ss(b.d);
+    p->dmin = _cvtsh_ss(b.dmin);
+  }
+}
+
+// vpshufb controls that spread one int16 of a 128-bit half over the half: chunk c's scale vector.
+// Q4_K/Q5_K: element c in both halves; Q6_K: element 2c mod 8 in the low half, 2c + 1 mod 8 in the high half
+// (of the 8 scales 8 (c / 4) .. 8 (c / 4) + 7, broadcast to both halves).
+struct ScaleMasks {
+  alignas(32) std::uint8_t k4[8][32];
+  alignas(32) std::uint8_t k6[8][32];
+  constexpr ScaleMasks() : k4{}, k6{} {
+    for (int c = 0; c < 8; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const int e6 = l < 16 ? (2 * c) % 8 : (2 * c + 1) % 8;
+        k4[c][l] = static_cast<std::uint8_t>(2 * c + l % 2);
+        k6[c][l] = static_cast<std::uint8_t>(2 * e6 + l % 2);
+      }
+  }
+};
+constexpr ScaleMasks scale_masks{};
+
+template <GgmlType T>
+static inline __m256i scale_vector(const Prep& p, int c) {
+  if constexpr (T == GgmlType::q6_k) {
+    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc + 8 * (c / 4))));
+    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k6[c])));
+  } else {
+    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc)));
+    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4[c])));
+  }
+}
+
+// The chunks one load step yields: Q4_K/Q5_K 2 (the low and high nibbles of 32 bytes), Q6_K 4 (ql's two
+// 32-byte halves at shifts 0 and 4, with qh's four 2-bit fields).
+template <GgmlType T>
+constexpr int step_chunks = T == GgmlType::q6_k ? 4 : 2;
+
+// Step k's chunks of super-block `sb` as unsigned bytes u (chunk step_chunks × k + j in w[j]).
+template <GgmlType T>
+static inline void unpack(const std::uint8_t* sb, int k, __m256i* w) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  if constexpr (T == GgmlType::q6_k) {
+    const auto& b = *reinterpret_cast<const blocks::BlockQ6_K*>(sb);
+    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * k));
+    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * k + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * k));
+    const __m256i high2 = _mm256_set1_epi8(0x30);
+    w[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), high2));
+    w[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), high2));
+    w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, high2));
+    w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), high2));
+  } else {
+    using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
+    const auto& b = *reinterpret_cast<const Block*>(sb);
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * k));
+    w[0] = _mm256_and_si256(qs, low4);
+    w[1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), low4);
     if constexpr (T == GgmlType::q5_k) {
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-      const __m256i h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(0x01));
-      q = _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
+      const __m256i qh = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)),
+                                          _mm_cvtsi32_si128(2 * k));
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+      w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
     }
-    return q;
   }
 }
 
@@ -66,13 +151,14 @@ static inline std::size_t super_bytes() {
   else return sizeof(blocks::BlockQ6_K);
 }
 
-// Rows r0..r0+R of w against activation rows b0..b0+V. s: the rows' decoded scales, R × nb.
+// Rows r0..r0+R of w against activation rows b0..b0+V. pr: the rows' decoded factors, R × nb, or null: then
+// each super-block's are decoded here (decode steps, where each weight row meets one activation row).
 template <GgmlType T, int R, int V>
-static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::size_t b0, const KScales* sr,
+static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::size_t b0, const Prep* pr,
                         float* y, std::size_t y_stride) {
   constexpr bool has_min = T != GgmlType::q6_k;
-  constexpr int chunks = static_cast<int>(q8_block / q8_chunk);
   constexpr int groups = static_cast<int>(q8_block / q8_group);
+  constexpr int steps = static_cast<int>(q8_block / q8_chunk) / step_chunks<T>;
   const std::size_t nb = w.cols / q8_block;
   const std::uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = w.data + (r0 + r) * w.row_bytes;
@@ -86,29 +172,34 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
       mins[r][v] = 0.0f;
     }
   for (std::size_t i = 0; i < nb; ++i) {
-    const KScales* s[R];
-    for (int r = 0; r < R; ++r) s[r] = sr + r * nb + i;
+    Prep local[R];
+    const Prep* s[R];
+    for (int r = 0; r < R; ++r) {
+      if (pr != nullptr) {
+        s[r] = pr + r * nb + i;
+      } else {
+        prep<T>(rows[r] + i * super_bytes<T>(), &local[r]);
+        s[r] = &local[r];
+      }
+    }
     __m256i isum[R][V];
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) isum[r][v] = _mm256_setzero_si256();
-    // Not unrolled further: fully unrolled, the compiler keeps every chunk's unpacked weights live at once and
-    // spills them (measured: a third of the kernel's time in stack stores).
-#pragma GCC unroll 2
-    for (int c = 0; c < chunks; ++c) {
-      __m256i wv[R], sc[R];
-      for (int r = 0; r < R; ++r) {
-        wv[r] = chunk<T>(rows[r] + i * super_bytes<T>(), c);
-        if constexpr (T == GgmlType::q6_k)
-          sc[r] = _mm256_setr_m128i(_mm_set1_epi16(s[r]->sc[2 * c]), _mm_set1_epi16(s[r]->sc[2 * c + 1]));
-        else
-          sc[r] = _mm256_set1_epi16(s[r]->sc[2 * c]);  // one scale per 32: a single broadcast
-      }
-      for (int v = 0; v < V; ++v) {
-        const __m256i xv = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(x.q + (b0 + v) * x.cols + i * q8_block + c * q8_chunk));
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_maddubs_epi16(wv[r], xv);
-          isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(p, sc[r]));
+    const std::int8_t* xq = x.q + b0 * x.cols + i * q8_block;
+#pragma GCC unroll 1
+    for (int k = 0; k < steps; ++k) {
+      __m256i wv[R][step_chunks<T>];
+      for (int r = 0; r < R; ++r) unpack<T>(rows[r] + i * super_bytes<T>(), k, wv[r]);
+      for (int j = 0; j < step_chunks<T>; ++j) {
+        const int c = step_chunks<T> * k + j;
+        __m256i sc[R];
+        for (int r = 0; r < R; ++r) sc[r] = scale_vector<T>(*s[r], c);
+        for (int v = 0; v < V; ++v) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + v * x.cols + c * q8_chunk));
+          for (int r = 0; r < R; ++r) {
+            const __m256i p = _mm256_maddubs_epi16(wv[r][j], xv);
+            isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(p, sc[r]));
+          }
         }
       }
     }
@@ -153,25 +244,22 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
 template <GgmlType T, int TR, int TV>
 static void run_tiles(const Q8Args& a);
 
-// The R rows' scales are decoded once (q8_supported bounds nb by q8_super_blocks_max) and serve every
-// activation row.
+// Batches of 4 or more (prefill): the R rows' factors are decoded once (q8_supported bounds nb by
+// q8_super_blocks_max) and serve every activation row.
 template <GgmlType T, int R, int V>
 static inline void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::size_t b_begin,
                             std::size_t b_end, float* y, std::size_t y_stride) {
   const std::size_t nb = w.cols / q8_block;
-  KScales s[R * q8_super_blocks_max];
+  Prep s[R * q8_super_blocks_max];
   for (int r = 0; r < R; ++r)
-    for (std::size_t i = 0; i < nb; ++i) formats::k_scales(T, w.data + (r0 + r) * w.row_bytes, i, &s[r * nb + i]);
+    for (std::size_t i = 0; i < nb; ++i) prep<T>(w.data + (r0 + r) * w.row_bytes + i * super_bytes<T>(), &s[r * nb + i]);
   std::size_t b = b_begin;
   for (; b + V <= b_end; b += V) tile<T, R, V>(w, x, r0, b, s, y, y_stride);
   for (; b < b_end; ++b) tile<T, R, 1>(w, x, r0, b, s, y, y_stride);
 }
 
-// Batches of 4 or more (prefill): tiles of 1 row × 4 activation rows; measured on the development VM
-// (1 thread, a 256-token Q4_K prefill, CPU seconds): 1 × 4 and 2 × 2 best, 2 × 4, 1 × 8 and 2 × 6 7 % slower,
-// 3 × 4 and 4 × 2 10 % slower (with the chunk loop fully unrolled); once it was not, 1 × 4 and 2 × 4 equal
-// (152 tokens per CPU second, the 16-bit path 95). Decode (batch 1 to 3): 2 rows at a time, two
-// independent chains.
+// Batches of 4 or more (prefill): tiles of 1 row × 4 activation rows. Decode (batch 1 to 3): R rows at a time
+// against each activation row, each super-block's factors decoded where they are used.
 template <GgmlType T>
 static void matmul(const Q8Args& a) {
   const Q8Rows& x = *a.x;
@@ -179,7 +267,12 @@ static void matmul(const Q8Args& a) {
     run_tiles<T, 1, 4>(a);
     return;
   }
-  run_tiles<T, 2, 1>(a);
+  constexpr int R = 2;
+  for (std::size_t b = 0; b < x.batch; ++b) {
+    std::uint32_t r = a.row_begin;
+    for (; r + R <= a.row_end; r += R) tile<T, R, 1>(*a.w, x, r, b, nullptr, a.y, a.y_stride);
+    for (; r < a.row_end; ++r) tile<T, 1, 1>(*a.w, x, r, b, nullptr, a.y, a.y_stride);
+  }
 }
 
 template <GgmlType T, int TR, int TV>
