@@ -80,31 +80,35 @@ static inline void prep(const std::uint8_t* sb, Prep* p) {
   }
 }
 
-// vpshufb controls that spread one int16 of a 128-bit half over the half: chunk c's scale vector.
-// Q4_K/Q5_K: element c in both halves; Q6_K: element 2c mod 8 in the low half, 2c + 1 mod 8 in the high half
-// (of the 8 scales 8 (c / 4) .. 8 (c / 4) + 7, broadcast to both halves).
+// vpshufb controls that build a chunk pair's scale vector: 32-bit lane j holds the int16 scales of lane j in
+// chunks c and c + 1 (c even), the factors of the packed 4-product sums (see tile()). Q4_K/Q5_K: elements c,
+// c + 1 of the 8 per-32 scales in every lane; Q6_K: of the 8 per-16 scales 8 (c / 4) .. 8 (c / 4) + 7
+// (broadcast to both halves), elements 2c, 2c + 2 mod 8 in the low half (lanes 0..3: elements 0..15 of a
+// chunk) and 2c + 1, 2c + 3 mod 8 in the high half.
 struct ScaleMasks {
-  alignas(32) std::uint8_t k4[8][32];
-  alignas(32) std::uint8_t k6[8][32];
+  alignas(32) std::uint8_t k4[4][32];
+  alignas(32) std::uint8_t k6[4][32];
   constexpr ScaleMasks() : k4{}, k6{} {
-    for (int c = 0; c < 8; ++c)
+    for (int h = 0; h < 4; ++h)
       for (int l = 0; l < 32; ++l) {
-        const int e6 = l < 16 ? (2 * c) % 8 : (2 * c + 1) % 8;
-        k4[c][l] = static_cast<std::uint8_t>(2 * c + l % 2);
-        k6[c][l] = static_cast<std::uint8_t>(2 * e6 + l % 2);
+        const int c = 2 * h + (l % 4) / 2;  // the lane's first int16 from chunk 2h, its second from 2h + 1
+        const int e6 = (2 * c + (l < 16 ? 0 : 1)) % 8;
+        k4[h][l] = static_cast<std::uint8_t>(2 * c + l % 2);
+        k6[h][l] = static_cast<std::uint8_t>(2 * e6 + l % 2);
       }
   }
 };
 constexpr ScaleMasks scale_masks{};
 
+// The scale vector of chunks 2h and 2h + 1.
 template <GgmlType T>
-static inline __m256i scale_vector(const Prep& p, int c) {
+static inline __m256i pair_scales(const Prep& p, int h) {
   if constexpr (T == GgmlType::q6_k) {
-    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc + 8 * (c / 4))));
-    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k6[c])));
+    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc + 8 * (h / 2))));
+    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k6[h])));
   } else {
     const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc)));
-    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4[c])));
+    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4[h])));
   }
 }
 
@@ -190,15 +194,24 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
     for (int k = 0; k < steps; ++k) {
       __m256i wv[R][step_chunks<T>];
       for (int r = 0; r < R; ++r) unpack<T>(rows[r] + i * super_bytes<T>(), k, wv[r]);
-      for (int j = 0; j < step_chunks<T>; ++j) {
-        const int c = step_chunks<T> * k + j;
+      for (int j = 0; j < step_chunks<T>; j += 2) {
+        const int c = step_chunks<T> * k + j;  // the pair c, c + 1
         __m256i sc[R];
-        for (int r = 0; r < R; ++r) sc[r] = scale_vector<T>(*s[r], c);
+        for (int r = 0; r < R; ++r) sc[r] = pair_scales<T>(*s[r], c / 2);
         for (int v = 0; v < V; ++v) {
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + v * x.cols + c * q8_chunk));
+          const std::int8_t* xc = xq + v * x.cols + c * q8_chunk;
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + q8_chunk));
           for (int r = 0; r < R; ++r) {
-            const __m256i p = _mm256_maddubs_epi16(wv[r][j], xv);
-            isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(p, sc[r]));
+            // vpmaddubsw leaves two int16 pair sums in each 32-bit lane; the lane's 4-product sum (|·| ≤ 4 × 63 ×
+            // 127 < 2^15) goes to its low int16 for chunk c and its high int16 for chunk c + 1, and one vpmaddwd
+            // applies both chunks' scales: lane j gains sc_c × S_c,j + sc_c+1 × S_c+1,j, the same integer as two
+            // vpmaddwd of the pair sums would give, with one multiply instead of two.
+            __m256i a = _mm256_maddubs_epi16(wv[r][j], x0);
+            __m256i b = _mm256_maddubs_epi16(wv[r][j + 1], x1);
+            a = _mm256_add_epi16(a, _mm256_srli_epi32(a, 16));
+            b = _mm256_add_epi16(b, _mm256_slli_epi32(b, 16));
+            isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(_mm256_blend_epi16(a, b, 0xAA), sc[r]));
           }
         }
       }
