@@ -34,10 +34,10 @@ static inline float hsum(__m256 v) {
 }
 
 // A super-block's factors, decoded once per weight row and super-block: the integer scales as int16 (Q4_K and
-// Q5_K: the 8 per-32 scales in elements 0..7; Q6_K: the 16 per-16 scales), the block sums' factors mk per 16
-// (int16, one aligned vector) and the fp32 factors.
+// Q5_K: the 8 per-32 scales in elements 0..7 and the 8 minimums in 8..15; Q6_K: the 16 per-16 scales), Q6_K's
+// block sums' factors mk = 32 × sc per 16 (int16, one aligned vector) and the fp32 factors.
 struct alignas(32) Prep {
-  std::int16_t mk[16];
+  std::int16_t mk[16];  // Q6_K only
   std::int16_t sc[16];
   float d;
   float dmin;  // 0 for Q6_K
@@ -70,11 +70,8 @@ static inline void prep(const std::uint8_t* sb, Prep* p) {
   } else {
     using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
     const auto& b = *reinterpret_cast<const Block*>(sb);
-    const __m256i v = _mm256_cvtepu8_epi16(k4_scale_bytes(b.scales));  // scales 0..7 | minimums 0..7
-    _mm256_store_si256(reinterpret_cast<__m256i*>(p->sc), v);
-    const __m128i mn = _mm256_extracti128_si256(v, 1);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(p->mk),
-                       _mm256_setr_m128i(_mm_unpacklo_epi16(mn, mn), _mm_unpackhi_epi16(mn, mn)));
+    // Scales 0..7 | minimums 0..7 (the epilogue reads the minimums with the activation's sums per 32; mk unused)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(p->sc), _mm256_cvtepu8_epi16(k4_scale_bytes(b.scales)));
     p->d = _cvtsh_ss(b.d);
     p->dmin = _cvtsh_ss(b.dmin);
   }
@@ -219,14 +216,16 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
     for (int v = 0; v < V; ++v) {
       const float dx = x.d[(b0 + v) * nb + i];
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + ((b0 + v) * nb + i) * groups));
+      // Q4_K/Q5_K: the sums per 32, b32[j] = bsum[2j] + bsum[2j+1] (|·| ≤ 32 × 127), as 8 int16; with mk[2j] =
+      // mk[2j+1] = m[j], lane k of vpmaddwd(b32, m) is m[2k] b32[2k] + m[2k+1] b32[2k+1] = M_2k + M_2k+1.
+      __m128i b32 = _mm_setzero_si128();
+      if constexpr (has_min)
+        b32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
       for (int r = 0; r < R; ++r) {
-        const __m256i m = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(s[r]->mk)));
         const __m256 scale = _mm256_set1_ps(s[r]->d * dx);
         if constexpr (has_min) {
           acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), scale, acc[r][v]);
-          // Lanes k = M_2k + M_2k+1: the pairwise sums' low halves, lanes 0, 1 and 4, 5 of vphaddd.
-          const __m256i pairs = _mm256_hadd_epi32(m, m);
-          const __m128i m4 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(pairs, 0x08));
+          const __m128i m4 = _mm_madd_epi16(b32, _mm_load_si128(reinterpret_cast<const __m128i*>(s[r]->sc + 8)));
           const float scale_min = -(s[r]->dmin * dx);
           if constexpr (T == GgmlType::q4_k) {
             mins4[r][v] = _mm_fmadd_ps(_mm_cvtepi32_ps(m4), _mm_set1_ps(scale_min), mins4[r][v]);
@@ -236,6 +235,7 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
             mins[r][v] = std::fma(scale_min, static_cast<float>(_mm_cvtsi128_si32(t)), mins[r][v]);
           }
         } else {
+          const __m256i m = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(s[r]->mk)));
           acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r][v], m)), scale, acc[r][v]);
         }
       }
