@@ -82,16 +82,26 @@ static inline void prep(const std::uint8_t* sb, Prep* p) {
 // c + 1 of the 8 per-32 scales in every lane; Q6_K: of the 8 per-16 scales 8 (c / 4) .. 8 (c / 4) + 7
 // (broadcast to both halves), elements 2c, 2c + 2 mod 8 in the low half (lanes 0..3: elements 0..15 of a
 // chunk) and 2c + 1, 2c + 3 mod 8 in the high half.
+// The controls of one chunk's scale vector (every int16 of a lane the chunk's scale of that lane) are the
+// same with c in place of both chunks of the pair.
 struct ScaleMasks {
   alignas(32) std::uint8_t k4[4][32];
   alignas(32) std::uint8_t k6[4][32];
-  constexpr ScaleMasks() : k4{}, k6{} {
+  alignas(32) std::uint8_t k4_one[8][32];
+  alignas(32) std::uint8_t k6_one[8][32];
+  constexpr ScaleMasks() : k4{}, k6{}, k4_one{}, k6_one{} {
     for (int h = 0; h < 4; ++h)
       for (int l = 0; l < 32; ++l) {
         const int c = 2 * h + (l % 4) / 2;  // the lane's first int16 from chunk 2h, its second from 2h + 1
         const int e6 = (2 * c + (l < 16 ? 0 : 1)) % 8;
         k4[h][l] = static_cast<std::uint8_t>(2 * c + l % 2);
         k6[h][l] = static_cast<std::uint8_t>(2 * e6 + l % 2);
+      }
+    for (int c = 0; c < 8; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const int e6 = (2 * c + (l < 16 ? 0 : 1)) % 8;
+        k4_one[c][l] = static_cast<std::uint8_t>(2 * c + l % 2);
+        k6_one[c][l] = static_cast<std::uint8_t>(2 * e6 + l % 2);
       }
   }
 };
@@ -106,6 +116,18 @@ static inline __m256i pair_scales(const Prep& p, int h) {
   } else {
     const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc)));
     return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4[h])));
+  }
+}
+
+// The scale vector of chunk c alone.
+template <GgmlType T>
+static inline __m256i chunk_scales(const Prep& p, int c) {
+  if constexpr (T == GgmlType::q6_k) {
+    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc + 8 * (c / 4))));
+    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k6_one[c])));
+  } else {
+    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc)));
+    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4_one[c])));
   }
 }
 
@@ -160,6 +182,10 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
   constexpr bool has_min = T != GgmlType::q6_k;
   constexpr int groups = static_cast<int>(q8_block / q8_group);
   constexpr int steps = static_cast<int>(q8_block / q8_chunk) / step_chunks<T>;
+  // Tiles of several activation rows (prefill) pack two chunks' sums into one vpmaddwd (fewer multiplies, where
+  // the multiplier is what limits); one activation row (decode) multiplies each chunk's pair sums by its scale
+  // (fewer instructions in all).
+  constexpr bool packed = V > 1;
   const std::size_t nb = w.cols / q8_block;
   const std::uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = w.data + (r0 + r) * w.row_bytes;
@@ -191,6 +217,19 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
     for (int k = 0; k < steps; ++k) {
       __m256i wv[R][step_chunks<T>];
       for (int r = 0; r < R; ++r) unpack<T>(rows[r] + i * super_bytes<T>(), k, wv[r]);
+      if constexpr (!packed) {
+        for (int j = 0; j < step_chunks<T>; ++j) {
+          const int c = step_chunks<T> * k + j;
+          __m256i sc[R];
+          for (int r = 0; r < R; ++r) sc[r] = chunk_scales<T>(*s[r], c);
+          for (int v = 0; v < V; ++v) {
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + v * x.cols + c * q8_chunk));
+            for (int r = 0; r < R; ++r)
+              isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r][j], xv), sc[r]));
+          }
+        }
+        continue;
+      }
       for (int j = 0; j < step_chunks<T>; j += 2) {
         const int c = step_chunks<T> * k + j;  // the pair c, c + 1
         __m256i sc[R];
