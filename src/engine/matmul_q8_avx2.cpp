@@ -312,8 +312,9 @@ static inline void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t 
 
 // Batches of 4 or more (prefill): tiles of 1 row × V activation rows, V = 8 for Q6_K (its unpacking costs more,
 // so it pays to share it; 4 % faster than 4 rows) and 4 for Q4_K/Q5_K (2 % faster than 8), on the development
-// VM (engine_matmul_bench BM_matmul_q8, batch 64, CPU time). Decode (batch 1 to 3): R rows at a time against
-// each activation row, each super-block's factors decoded where they are used.
+// VM (engine_matmul_bench BM_matmul_q8, batch 64, CPU time). Decode (batch 1 to 3): one weight row at a time
+// against each activation row, each super-block's factors decoded where they are used (measured the same way at
+// batch 1: 2 rows at a time 7–14 % slower, 3 rows 10–40 %).
 template <GgmlType T>
 static void matmul(const Q8Args& a) {
   const Q8Rows& x = *a.x;
@@ -321,12 +322,8 @@ static void matmul(const Q8Args& a) {
     run_tiles<T, 1, T == GgmlType::q6_k ? 8 : 4>(a);
     return;
   }
-  constexpr int R = 2;
-  for (std::size_t b = 0; b < x.batch; ++b) {
-    std::uint32_t r = a.row_begin;
-    for (; r + R <= a.row_end; r += R) tile<T, R, 1>(*a.w, x, r, b, nullptr, a.y, a.y_stride);
-    for (; r < a.row_end; ++r) tile<T, 1, 1>(*a.w, x, r, b, nullptr, a.y, a.y_stride);
-  }
+  for (std::size_t b = 0; b < x.batch; ++b)
+    for (std::uint32_t r = a.row_begin; r < a.row_end; ++r) tile<T, 1, 1>(*a.w, x, r, b, nullptr, a.y, a.y_stride);
 }
 
 template <GgmlType T, int TR, int TV>
