@@ -3,17 +3,27 @@
 // The order of every fp32 operation is the one matmul_q8.hpp states, so the
 // bits equal the portable path's.
 //
-// Kernel: a tile of R weight rows × V activation rows. For each super-block the
-// R rows' scales are decoded once; then for each chunk of 32 elements the R
-// weight chunks are unpacked once into 32 bytes each and every one of the V
-// activation chunks (32 int8, one load) is multiplied with them: vpmaddubsw
-// (unsigned weight byte × signed activation byte, pairs into int16: at most
-// 2 × 32 × 127, no saturation), vpmaddwd with the group scales (pairs into
-// int32), one add — 3 operations per 32 multiply-adds where the 16-bit path
-// needs 5 per 32 and twice the activation bytes. Q6_K's values go in unsigned
-// (0..63) and their −32 offset comes off through the activation's block sums
-// (one vpmaddwd per super-block). Once per super-block the 8 integer lanes become fp32 (exactly)
-// and meet dw × dx in one FMA. Internal linkage only.
+// Kernel: a tile of R weight rows × V activation rows (prefill: 1 × 4, Q6_K 1 × 8;
+// decode: 1 × 1). A super-block's factors (the 6-bit Q4_K/Q5_K scales and
+// minimums unpacked with four 32-bit mask-and-shift steps, Q6_K's by one
+// sign extension; d and dmin by vcvtph2ps) are decoded with vector operations,
+// once per row for a whole prefill tile pass, where they are used in decode.
+// The weights are unpacked a load at a time with constant shifts (Q4_K/Q5_K:
+// 32 bytes give two chunks of 32 elements; Q6_K: ql's two halves and qh give
+// four), each chunk's scale vector is one vpshufb of the scales, and every
+// activation chunk (32 int8, one load) meets the unpacked weights in
+// vpmaddubsw (unsigned weight byte × signed activation byte, pairs into int16:
+// at most 2 × 63 × 127, no saturation). Decode then applies the chunk's scales
+// with one vpmaddwd (pairs into int32) and one add. The Zen-class VMs this runs
+// on issue both multiplies on one pipe, so prefill, which the multiplier
+// limits, packs two chunks' 4-product sums into the two int16 halves of each
+// lane (a vpaddw of the pair sums with themselves shifted, one vpblendw) and
+// applies both chunks' scales in one vpmaddwd: 3 multiplies per 64 products
+// instead of 4, the same integers. Q6_K's values go in unsigned (0..63) and
+// their −32 offset comes off through the activation's block sums (one
+// vpmaddwd per super-block); Q4_K/Q5_K's minimums meet the sums per 32 in one
+// 128-bit vpmaddwd. Once per super-block the 8 integer lanes become fp32
+// (exactly) and meet dw × dx in one FMA. Internal linkage only.
 #include <immintrin.h>
 
 #include <cmath>
