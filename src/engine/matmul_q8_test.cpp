@@ -238,6 +238,54 @@ TEST(MatmulQ8, ExtremeBlocksAreExact) {
   }
 }
 
+// The prefill tiles (several activation rows) pack two chunks' 4-product sums into the int16 halves of one lane
+// before the scales apply: at the largest values each format holds (Q6_K: 6-bit 63 against ±127, a sum of
+// 4 × 63 × 127 = 32,004, the int16 limit's neighbourhood) the packed sums must not wrap. Rows of +127 and −127
+// alternate in a batch of 9 (one tile of 8 and one of 4 with a remainder, whichever the format takes).
+TEST(MatmulQ8, ExtremeBlocksAreExactInPrefillTiles) {
+  const std::uint32_t cols = 512;
+  const std::size_t batch = 9;
+  std::vector<float> x(batch * cols);
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::uint32_t i = 0; i < cols; ++i) x[b * cols + i] = b % 2 == 0 ? 3.0f : -3.0f;  // q = ±127
+  Q8Buffers xq(batch, cols);
+  quantize_rows_q8(Isa::portable, x.data(), cols, xq.rows, 0, batch);
+  ASSERT_EQ(xq.q[0], 127);
+  ASSERT_EQ(xq.q[cols], -127);
+  const std::uint16_t one = 0x3C00;  // 1.0 as a half
+  for (GgmlType type : kQ8Types) {
+    SCOPED_TRACE(gguf::ggml_type_traits(type).name);
+    const std::size_t row_bytes = quant_row_bytes(type, cols);
+    std::vector<std::uint8_t> bytes(2 * row_bytes, 0xFF);  // two rows, every stored bit set
+    double per_element = 0.0;                              // w for every element
+    for (std::size_t k = 0; k < bytes.size(); k += gguf::ggml_type_traits(type).block_bytes) {
+      if (type == GgmlType::q6_k) {
+        auto& b = *reinterpret_cast<blocks::BlockQ6_K*>(bytes.data() + k);
+        for (auto& s : b.scales) s = -128;  // u = 63 everywhere: w = −128 × (63 − 32)
+        b.d = one;
+        per_element = -128.0 * 31.0;
+      } else {
+        auto& b = *reinterpret_cast<blocks::BlockQ4_K*>(bytes.data() + k);  // Q5_K shares the leading fields
+        b.d = one;
+        b.dmin = 0;  // every 6-bit scale 63, u = 15 (Q4_K) or 31 (Q5_K)
+        per_element = 63.0 * (type == GgmlType::q4_k ? 15.0 : 31.0);
+      }
+    }
+    const MatrixView w{type, bytes.data(), cols, 2, row_bytes};
+    std::vector<float> want(batch * 2), got(batch * 2);
+    matmul_rows_q8(Isa::portable, w, xq.rows, want.data(), 2, 0, 2);
+    for (std::size_t b = 0; b < batch; ++b) {
+      const double expected = per_element * (b % 2 == 0 ? 127.0 : -127.0) * cols * static_cast<double>(xq.d[b * 2]);
+      for (int r = 0; r < 2; ++r) EXPECT_NEAR(want[b * 2 + r], expected, 1e-6 * std::fabs(expected)) << b;
+    }
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+      if (!isa_available(isa)) continue;
+      matmul_rows_q8(isa, w, xq.rows, got.data(), 2, 0, 2);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << isa_name(isa);
+    }
+  }
+}
+
 TEST(MatmulQ8, NoHeapAllocation) {
   std::mt19937 rng(3);
   const std::vector<std::uint8_t> bytes = random_matrix(GgmlType::q4_k, 8, 256, rng);
