@@ -223,7 +223,7 @@ static inline void tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, 
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) isum[r][v] = _mm256_setzero_si256();
     const std::int8_t* xq = x.q + b0 * x.cols + i * q8_block;
-  // Unrolled whole (2 or 4 load steps): 1–7 % faster than one step at a time (engine_matmul_bench BM_matmul_q8).
+    // Unrolled whole (2 or 4 load steps): 1–7 % faster than one step at a time (engine_matmul_bench BM_matmul_q8).
 #pragma GCC unroll 4
     for (int k = 0; k < steps; ++k) {
       __m256i wv[R][step_chunks<T>];
