@@ -2,7 +2,8 @@
 // one Q4_1 and one Q8_0 matrix of the default model's shapes, batch 1 (decode),
 // 4 (decode of four sequences; Q4_1 and Q8_0 on the 16-bit path) and 64 (prefill
 // chunk), every available instruction set, one thread; the 16-bit-activation path
-// (matmul_q16.hpp) for every format it reads, and its quantisation likewise.
+// (matmul_q16.hpp) for every format it reads, and its quantisation likewise; the
+// 8-bit K-quant path (matmul_q8.hpp, Q4_K and Q6_K) at batch 1 and 64.
 // Counters: weight bytes/s (the decode limit is memory) and GFLOP/s.
 #include <benchmark/benchmark.h>
 
