@@ -6,8 +6,8 @@
 #                             [--device-pool 1536MiB] [--build-dir build/release]
 #
 # Per context C: `activekv eval --passkey --model G --context C --depths D --trials 1
-# --sparse-fraction 1 --json --dump-prompt DUMP` (exact is the first setting; the one sparse
-# setting reads every page, so the eval runs the fewest settings), then `scripts/peer-passkey.sh
+# --exact-only --json --dump-prompt DUMP` (exact attention alone: the eval refuses sparse settings
+# for a model with window layers), then `scripts/peer-passkey.sh
 # passkey DUMP` (libllama, f16 KV, the dump's ids, greedy, at most 8 tokens). One line per depth:
 # the key, ActiveKV's exact answer, llama.cpp's, each side's verdict, and whether llama.cpp's own
 # tokenization of the prompt text gives the same ids. The pools are explicit: the host pool is the
@@ -42,7 +42,7 @@ for c in "${clist[@]}"; do
   echo "== context $c (load $(cut -d' ' -f1 /proc/loadavg))"
   start=$(date +%s)
   if ! "$build_dir/src/cli/activekv" eval --passkey --model "$model" --context "$c" --depths "$depths" --trials 1 \
-       --sparse-fraction 1 --threads "$threads" --device-pool "$device_pool" --json --quiet --dump-prompt "$dump" \
+       --exact-only --threads "$threads" --device-pool "$device_pool" --json --quiet --dump-prompt "$dump" \
        >"$work/ours-$c.json" 2>"$work/ours-$c.err"; then
     echo "ActiveKV refused context $c: $(tail -n 3 "$work/ours-$c.err")"
     continue

@@ -349,6 +349,7 @@ struct KvCounters {
   // The shared KV tier (docs/TIER.md):
   std::uint64_t tier_restores = 0;            // admissions that restored blocks from the tier
   std::uint64_t tier_leases = 0;              // finished histories held while the tier's writer read them
+  std::uint64_t tier_running_offers = 0;      // calls of offer_running() that gave the writer blocks (window layers)
   std::uint64_t tier_restored_tokens = 0;     // prompt tokens restored from the tier instead of prefilled
   std::uint64_t tier_reservations = 0;        // histories reserved for a lookup's reader to write into
   std::uint64_t tier_reservations_lost = 0;   // ready lookups not adopted: their history was taken meanwhile
@@ -433,6 +434,14 @@ class KvRuntime {
   // while it runs"). Called once its prompt is prefilled. No effect without a cache, or for a
   // history that is quarantined or faulted. Between steps only.
   virtual void offer_prefix(ContextId context, std::span<const std::int32_t> tokens) = 0;
+  // The shared KV tier, window-layer models (docs/TIER.md, "Written while running"): the tier
+  // blocks whose ends this running context's history reached since it was admitted or last
+  // offered are written behind now, while its window layers' rings still hold their rows (a caller
+  // that ends its chunks where tokens_to_checkpoint() says offers every block whole). `tokens` are
+  // the context's tokens so far. O(1) when no block end was crossed; no effect without a tier, for
+  // a model without window layers (their blocks go at finish, whole), or for a history that is
+  // quarantined or faulted. Between steps only; no allocation.
+  virtual void offer_running(ContextId context, std::span<const std::int32_t> tokens) = 0;
   // As finish, but allowed during a step: deferred until the step's fences resolved.
   virtual void cancel(ContextId context) = 0;
   virtual bool running(ContextId context) const = 0;
@@ -503,7 +512,9 @@ class KvRuntime {
   // state (the prompt's checkpoint, every K pages): a caller that cuts its chunk there lets a step
   // end exactly on it, and the runtime takes the checkpoint at that step's end. UINT32_MAX when no
   // checkpoint lies ahead or the model has no recurrent state. Decode steps end on every page
-  // boundary by themselves (the newest page boundary is always checkpointed).
+  // boundary by themselves (the newest page boundary is always checkpointed). A window-layer
+  // model with a shared KV tier also ends a chunk at every tier block's end, where offer_running()
+  // writes the block while the rings hold its rows.
   virtual std::uint32_t tokens_to_checkpoint(ContextId context) const = 0;
 
   // Invariants 1 and 2 (pages conserved, floors and bursts kept) and the lease

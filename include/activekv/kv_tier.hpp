@@ -19,6 +19,10 @@
 //               background writer that reads the history's rows itself, under
 //               a lease (the history): the runtime keeps that history off its
 //               free list while lease_held() says the writer still reads it.
+//   running     offer_running(): a running context's blocks from first_block on, when its history
+//               has just reached their ends (window-layer models: the rings still hold the rows
+//               those blocks need); the writer copies the ring rows at once and reads the full
+//               layers' rows (final below the length) under the same lease.
 //
 // A block is block_tokens tokens (a whole number of pages) starting at a
 // multiple of block_tokens; block b's rows of a full layer l are
@@ -96,6 +100,12 @@ class KvTierPort {
   virtual void offer(std::span<const std::int32_t> tokens, std::uint32_t length,
                      std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
                      std::uint32_t lease) = 0;
+  // As offer(), for a history still running, `length` tokens long: only the whole blocks from
+  // first_block on. The window layers' rows are copied before this returns (the rings move on);
+  // the rest is read under `lease` as offer()'s.
+  virtual void offer_running(std::span<const std::int32_t> tokens, std::uint32_t length, std::uint32_t first_block,
+                             std::span<const std::span<const std::byte>> layer_segments,
+                             std::span<const TierState> states, std::uint32_t lease) = 0;
   virtual bool lease_held(std::uint32_t lease) const = 0;
   // Waits up to timeout_ms for a reader to end its read or copy, or a write to finish (a waiting
   // admission with nothing else to step); true if one did.

@@ -123,6 +123,7 @@ KvRuntimeImpl::KvRuntimeImpl(const KvRuntimeSettings& settings, const MemoryPlan
   tier_csegments_.resize(g.dense_layers);
   tier_generation_.assign(budgets_.slots(), 0);
   tier_states_.resize(plan_.state.checkpoints);
+  tier_offered_blocks_.assign(budgets_.slots(), 0);
   init_state();
   if (settings.prefix_reuse) {
     std::uint64_t identity = settings.model_identity;

@@ -51,6 +51,8 @@ Result<AdmitResult> KvRuntimeImpl::open_context(std::uint64_t request_id, std::u
     const std::uint32_t local_tokens = reused_tokens;
     if (cache_ != nullptr) reused_tokens = restore_from_cache(result.handle.slot, prompt, reused_tokens);
     if (tier_ != nullptr) reused_tokens = restore_from_tier(result.handle.slot, prompt, reused_tokens, tier_slot);
+    // Blocks below the adopted length are another history's (they were, or will be, offered there).
+    if (tier_ != nullptr) tier_offered_blocks_[result.handle.slot] = reused_tokens / tier_->block_tokens();
     // Pages from the cache or the tier came with the state at their end, put into this history's checkpoints.
     const std::uint32_t state_from = reused_tokens != local_tokens ? result.handle.slot : match.slot;
     if (cache_ != nullptr) reused_tokens = adopt_partial_page(result.handle, prompt, reused_tokens);
@@ -118,6 +120,7 @@ std::uint32_t KvRuntimeImpl::take_admitted(std::span<AdmitResult> out) {
   for (std::uint32_t i = 0; i < n; ++i) {
     slot_faulted_[out[i].handle.slot] = 0;
     adoption_[out[i].handle.slot] = Adoption{};  // admitted from the queue: adopts nothing
+    tier_offered_blocks_[out[i].handle.slot] = 0;
     bind_state(out[i].handle);
     drop_checkpoints(out[i].handle.slot, 0);
   }
@@ -240,16 +243,7 @@ void KvRuntimeImpl::finish_retaining(ContextId context, std::span<const std::int
   const std::uint32_t length = budgets_.context(slot).length_tokens;
   const std::size_t usable = std::min<std::size_t>(tokens.size(), length);
   if (tier_ != nullptr && !history_quarantined(slot) && slot_faulted_[slot] == 0) {
-    const std::span<const std::byte> host = backend_.host_pool();
-    for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
-      tier_csegments_[l] = host.subspan(plan_.host.segment_offset(slot, l), plan_.host.layer_bytes(l));
-    }
-    // A hybrid's checkpoints (every position names bytes that arrived): a block ending at one carries it.
-    std::uint32_t states = 0;
-    for (std::uint32_t i = 0; i < plan_.state.checkpoints; ++i) {
-      const std::uint32_t p = checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints + i];
-      if (p != UINT32_MAX && p != 0) tier_states_[states++] = TierState{p, host.data() + plan_.state.checkpoint_offset(slot, i)};
-    }
+    const std::uint32_t states = tier_history_views(slot);
     tier_->offer(tokens.first(usable), length, tier_csegments_, std::span<const TierState>(tier_states_.data(), states), slot);
     // The writer reads these rows after this returns: the history stays off the free list until
     // it has (release_tier_leases), so no admission can write into it meanwhile.
@@ -299,6 +293,12 @@ void KvRuntimeImpl::cancel(ContextId context) {
 }
 
 void KvRuntimeImpl::leave(ContextId context, bool finished) noexcept {
+  // Blocks offered while it ran may still be read by the tier's writer: the history stays off the
+  // free list until they are written (release_tier_leases).
+  if (tier_ != nullptr && !budgets_.history_held(context.slot) && tier_->lease_held(context.slot)) {
+    budgets_.hold_history(context.slot);
+    ++counters_.tier_leases;
+  }
   policy_->forget(context.slot);
   // Without finish_retaining() the history is emptied: a prefix it held in place goes too.
   drop_retained(context.slot, Reason::retained_cancelled);

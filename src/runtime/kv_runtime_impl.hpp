@@ -180,6 +180,7 @@ class KvRuntimeImpl final : public KvRuntime {
   void finish(ContextId context) override;
   void finish_retaining(ContextId context, std::span<const std::int32_t> tokens) override;
   void offer_prefix(ContextId context, std::span<const std::int32_t> tokens) override;
+  void offer_running(ContextId context, std::span<const std::int32_t> tokens) override;
   void cancel(ContextId context) override;
   bool running(ContextId context) const override { return budgets_.current(context); }
   std::uint32_t length(ContextId context) const override;
@@ -538,12 +539,16 @@ class KvRuntimeImpl final : public KvRuntime {
   std::vector<std::span<const std::byte>> tier_csegments_;  // [dense layers] the same, read-only
   std::vector<std::uint32_t> tier_generation_;              // per slot: the generation when reserved for a lookup
   std::vector<TierState> tier_states_;                      // [checkpoints] scratch: a finished history's states
+  std::vector<std::uint32_t> tier_offered_blocks_;          // per slot: blocks below this were adopted or offered while running
   // Admission: the history a ready lookup wrote this prompt's blocks into, while it is still free and
   // untouched since (kv_runtime_tier.cpp); UINT32_MAX when there is none.
   std::uint32_t tier_ready_history(std::span<const std::int32_t> prompt, std::uint32_t reused) noexcept;
   std::uint32_t restore_from_tier(std::uint32_t slot, std::span<const std::int32_t> prompt, std::uint32_t reused,
                                   std::uint32_t tier_slot) noexcept;
   void note_tier_cuts(std::uint32_t slot, const TierAdoptCut& cut, std::uint32_t reused) noexcept;
+  // The history's segments (rings for window layers) into tier_csegments_ and its state checkpoints
+  // into tier_states_; returns how many states.
+  std::uint32_t tier_history_views(std::uint32_t slot) noexcept;
   // The prompt's whole blocks [first, end) the tier may give past `reused` local tokens; false: none.
   bool tier_blocks(std::span<const std::int32_t> prompt, std::uint32_t reused, std::uint32_t& first,
                    std::uint32_t& end) const noexcept;

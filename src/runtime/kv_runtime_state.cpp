@@ -230,10 +230,17 @@ void KvRuntimeImpl::note_prompt(ContextId context, std::uint32_t prompt_tokens) 
 }
 
 std::uint32_t KvRuntimeImpl::tokens_to_checkpoint(ContextId context) const {
-  if (!plan_.state.enabled() || !budgets_.current(context)) return UINT32_MAX;
+  if (!budgets_.current(context)) return UINT32_MAX;
   const std::uint32_t length = budgets_.context(context.slot).length_tokens;
   std::uint32_t next = UINT32_MAX;
-  if (prompt_checkpoint_[context.slot] > length) next = prompt_checkpoint_[context.slot];
+  // A window-layer model with a shared tier: a chunk ends at each tier block's end, where
+  // offer_running() writes the block while the rings still hold its rows (kv_runtime_tier.cpp).
+  if (tier_ != nullptr && plan_.host.ring_tokens != 0) {
+    const std::uint64_t at = (std::uint64_t{length} / tier_->block_tokens() + 1) * tier_->block_tokens();
+    if (at <= plan_.host.max_context_tokens) next = static_cast<std::uint32_t>(at);
+  }
+  if (!plan_.state.enabled()) return next == UINT32_MAX ? UINT32_MAX : next - length;
+  if (prompt_checkpoint_[context.slot] > length && prompt_checkpoint_[context.slot] < next) next = prompt_checkpoint_[context.slot];
   const std::uint64_t every = std::uint64_t{plan_.state.checkpoint_pages} * plan_.state.page_tokens;
   if (every != 0) {
     const std::uint64_t at = (length / every + 1) * every;

@@ -20,7 +20,12 @@
 //     (note_tier_cuts); the window rows land in the rings at adoption, after admission's own ring
 //     copies, and the state at the end becomes the history's only checkpoint, restored into the
 //     context's recurrent slot by open_context. The lookup starts past the local prefix admission
-//     will adopt (adoptable_prefix: rings and checkpoints applied), so admission finds it.
+//     will adopt (adoptable_prefix: rings and checkpoints applied), so admission finds it;
+//   - written while running (window-layer models, offer_running): a block goes to the writer when
+//     the history's length has just reached its end, between steps, so every row of it is final on
+//     the host and its rings still hold the rows; the writer copies the ring rows before the call
+//     returns and reads the full layers' rows under the history's lease, which leave() turns into
+//     a held history if the context goes first. tier_offered_blocks_ says which blocks are done.
 #include "runtime/kv_runtime_impl.hpp"
 
 namespace activekv::runtime_impl {
@@ -33,6 +38,44 @@ bool KvRuntimeImpl::tier_blocks(std::span<const std::int32_t> prompt, std::uint3
   end = static_cast<std::uint32_t>(std::min<std::size_t>((prompt.size() - 1) / B, plan_.host.max_context_tokens / B));
   first = reused / B;
   return end > first && std::uint64_t{end} * B > reused;
+}
+
+std::uint32_t KvRuntimeImpl::tier_history_views(std::uint32_t slot) noexcept {
+  const std::span<const std::byte> host = backend_.host_pool();
+  for (std::uint32_t l = 0; l < plan_.geometry.dense_layers; ++l) {
+    tier_csegments_[l] = host.subspan(plan_.host.segment_offset(slot, l), plan_.host.layer_bytes(l));  // a ring for a window layer
+  }
+  // A hybrid's checkpoints (every position names bytes that arrived): a block ending at one carries it.
+  std::uint32_t states = 0;
+  for (std::uint32_t i = 0; i < plan_.state.checkpoints; ++i) {
+    const std::uint32_t p = checkpoint_pos_[std::size_t{slot} * plan_.state.checkpoints + i];
+    if (p != UINT32_MAX && p != 0) tier_states_[states++] = TierState{p, host.data() + plan_.state.checkpoint_offset(slot, i)};
+  }
+  return states;
+}
+
+// Window-layer models: the blocks whose ends the history crossed since admission or the last call
+// go to the writer now, while the rings hold their rows (docs/TIER.md, "Written while running").
+// A model without window layers writes whole blocks at finish, so it offers nothing here; a hybrid's
+// blocks carry the states of its K-page checkpoints, which stay until the history is reused.
+void KvRuntimeImpl::offer_running(ContextId context, std::span<const std::int32_t> tokens) {
+  AK_ASSERT(!step_open_, "kv runtime: offer_running() during a step");
+  AK_ASSERT(budgets_.current(context), "kv runtime: offer_running() of a context that is not running");
+  if (tier_ == nullptr || plan_.host.ring_tokens == 0) return;
+  const std::uint32_t slot = context.slot;
+  const std::uint32_t B = tier_->block_tokens();
+  // Rows below the length are final on the host once the step that wrote them ended.
+  const std::uint32_t length = budgets_.context(slot).length_tokens;
+  const auto usable = static_cast<std::uint32_t>(std::min<std::size_t>(tokens.size(), length));
+  const std::uint32_t blocks = usable / B;
+  if (blocks <= tier_offered_blocks_[slot]) return;
+  const std::uint32_t first = tier_offered_blocks_[slot];
+  tier_offered_blocks_[slot] = blocks;
+  if (history_quarantined(slot) || slot_faulted_[slot] != 0) return;
+  const std::uint32_t states = tier_history_views(slot);
+  tier_->offer_running(tokens.first(std::size_t{blocks} * B), length, first, tier_csegments_,
+                       std::span<const TierState>(tier_states_.data(), states), slot);
+  ++counters_.tier_running_offers;
 }
 
 std::uint32_t KvRuntimeImpl::release_tier_leases() {

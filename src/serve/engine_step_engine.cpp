@@ -304,6 +304,13 @@ Status EngineStepEngine::step(std::span<const BatchEntry> batch, std::span<std::
   if (!status) return status;
   // The tokens each context now holds rows for (after the step: a failed step's are never retained).
   for (std::size_t e = 0; e < batch.size(); ++e) p.record(batch[e].context.index, batch[e].tokens);
+  // Window-layer models with a KV tier: the blocks whose ends a context just reached are written
+  // now, while the rings hold their rows (the scheduler ends chunks there: tokens_to_checkpoint).
+  for (std::size_t e = 0; e < batch.size(); ++e) {
+    const std::uint32_t slot = batch[e].context.index;
+    p.runtime->offer_running(to_runtime(batch[e].context),
+                             std::span<const std::int32_t>(p.slot_tokens).subspan(std::size_t{slot} * p.max_context, p.slot_length[slot]));
+  }
   // A context's first token ends its prompt: the prompt's full pages go into the host prefix cache
   // now, so the same prompt arriving while this one decodes adopts them (docs/PREFIX_CACHE.md).
   for (std::size_t e = 0; e < batch.size(); ++e) {
@@ -376,6 +383,7 @@ EngineCounters EngineStepEngine::counters() const {
     c.tier_bytes_read = tc.bytes_read.load(std::memory_order_relaxed);
     c.tier_bytes_written = tc.bytes_written.load(std::memory_order_relaxed);
     c.tier_dropped_writes = tc.dropped_writes.load(std::memory_order_relaxed);
+    c.tier_kept_writes = tc.kept_writes.load(std::memory_order_relaxed);
   }
   c.retained_device_pages_adopted = k.retained_device_pages_adopted;
   c.retained_device_pages_reclaimed = k.retained_device_pages_reclaimed;

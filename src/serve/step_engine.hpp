@@ -118,6 +118,7 @@ struct EngineCounters {
   std::uint64_t tier_bytes_read = 0;
   std::uint64_t tier_bytes_written = 0;
   std::uint64_t tier_dropped_writes = 0;  // blocks not written: the queue was full or the store failed
+  std::uint64_t tier_kept_writes = 0;     // less complete blocks not written: the key held one (SET NX)
   std::uint64_t retained_device_pages_adopted = 0;    // device pages handed over in place to adopting contexts
   std::uint64_t retained_device_pages_reclaimed = 0;  // retained device pages freed (reclaimed first, dropped)
   std::uint64_t retained_device_pages = 0;            // a level: device pages retained histories hold now

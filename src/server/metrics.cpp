@@ -95,6 +95,9 @@ std::string render_metrics(const MetricsSnapshot& m) {
   gauge(out, "tier_bytes_written_total", "Bytes written to the KV tier", d(c.tier_bytes_written), "counter");
   gauge(out, "tier_dropped_writes_total", "KV tier blocks not written (queue full or store failed)", d(c.tier_dropped_writes),
         "counter");
+  gauge(out, "tier_kept_writes_total",
+        "KV tier blocks lacking window rows or a state not written: their key held a block already (SET NX)",
+        d(c.tier_kept_writes), "counter");
   gauge(out, "tier_restored_tokens_total", "Prompt tokens restored from the KV tier instead of prefilled",
         d(c.tier_restored_tokens), "counter");
   gauge(out, "tier_ring_cuts_total", "KV tier restores cut back: the blocks lacked window rows the window needs",

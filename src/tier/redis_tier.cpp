@@ -39,9 +39,11 @@ Result<std::unique_ptr<RedisTier>> RedisTier::create(const RedisTierSettings& se
     rule.ring_tokens = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(settings.max_context_tokens, (window_pages + 1) * settings.page_tokens));
   }
+  // Each job's copy of a running history's ring rows: a block's rows of every window layer.
   auto writer = WriteBehind::create(settings.store, &tier->counters_, settings.write_queue_blocks,
                                     tier_block_bytes_max(settings.geometry, settings.block_tokens),
-                                    settings.geometry.dense_layers);
+                                    settings.geometry.dense_layers,
+                                    std::uint64_t{g.window_layers()} * settings.block_tokens * g.row_bytes());
   if (!writer.ok()) return writer.error();
   tier->writer_ = std::move(writer).value();
   tier->chain_.resize(settings.max_context_tokens / settings.block_tokens);
@@ -200,9 +202,22 @@ void RedisTier::drain() {
 void RedisTier::offer(std::span<const std::int32_t> tokens, std::uint32_t length,
                       std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
                       std::uint32_t lease) {
+  offer_blocks(tokens, length, 0, layer_segments, states, lease, /*running=*/false);
+}
+
+void RedisTier::offer_running(std::span<const std::int32_t> tokens, std::uint32_t length, std::uint32_t first_block,
+                              std::span<const std::span<const std::byte>> layer_segments,
+                              std::span<const TierState> states, std::uint32_t lease) {
+  offer_blocks(tokens, length, first_block, layer_segments, states, lease, /*running=*/true);
+}
+
+void RedisTier::offer_blocks(std::span<const std::int32_t> tokens, std::uint32_t length, std::uint32_t first_block,
+                             std::span<const std::span<const std::byte>> layer_segments,
+                             std::span<const TierState> states, std::uint32_t lease, bool running) {
   const std::uint32_t B = settings_.block_tokens;
   const Geometry& g = settings_.geometry;
   AK_ASSERT(layer_segments.size() == g.dense_layers, "redis tier: one segment per dense layer");
+  AK_ASSERT(tokens.size() <= length, "redis tier: offered tokens have rows");
   const std::uint32_t blocks = tier_block_chain(tokens, settings_.page_tokens, B, settings_.model_identity, chain_);
   for (std::uint32_t l = 0; l < g.dense_layers; ++l) {
     const bool ring = g.kinds.is_window(l);
@@ -212,7 +227,7 @@ void RedisTier::offer(std::span<const std::int32_t> tokens, std::uint32_t length
   }
   // A ring holds the last ring_tokens rows written: tokens from `held` on.
   const std::uint32_t held = rule_.ring_tokens != 0 && length > rule_.ring_tokens ? length - rule_.ring_tokens : 0;
-  for (std::uint32_t b = 0; b < blocks; ++b) {
+  for (std::uint32_t b = first_block; b < blocks; ++b) {
     if (known(chain_[b])) continue;
     TierBlockContent content;
     content.window_from = std::min(B, held > b * B ? held - b * B : 0);
@@ -224,10 +239,12 @@ void RedisTier::offer(std::span<const std::int32_t> tokens, std::uint32_t length
     const TierBlockIdentity id{settings_.model_identity, g, B, b, chain_[b]};
     std::array<char, kTierKeyBytes> key;  // no allocation on the engine thread
     const std::size_t n = tier_block_key_to(key, settings_.model_identity, g, chain_[b]);
-    const bool queued = writer_->submit(std::string_view(key.data(), n), id, block_layers_, content, state, lease);
-    // A block written without some of what a restore needs (window rows, its state) is not
-    // remembered: a later offer that has them writes it again, whole.
+    // Whole: every window row and (hybrids) the state. A block that is not is written only where the
+    // key holds nothing (SET NX), so it never replaces a whole one another server or turn wrote, and
+    // is not remembered: a later offer that has what it lacks writes it again (SET), whole.
     const bool whole = (rule_.window_tokens == 0 || content.window_from == 0) && (!rule_.state || content.state);
+    const bool queued = writer_->submit(std::string_view(key.data(), n), id, block_layers_, content, state, lease,
+                                        /*if_absent=*/!whole, /*copy_rings=*/running && rule_.ring_tokens != 0);
     if (queued && whole) remember(chain_[b]);
   }
 }

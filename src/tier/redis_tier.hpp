@@ -12,7 +12,11 @@
 // history's rows under the caller's lease, encodes and SETs them.
 // "Known to be in the tier" is a direct-mapped table of recent chain hashes
 // (written or restored here), so a conversation's prefix is not written again
-// every turn; a forgotten entry only costs one redundant SET.
+// every turn; a forgotten entry only costs one redundant SET. offer_running()
+// writes a running history's blocks as it crosses their ends (window-layer
+// models), copying their ring rows at once. A block missing window rows or its
+// state is written with SET NX: it never replaces a block already stored under
+// its key, which is at least as complete (docs/TIER.md, "Written while running").
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,9 @@ class RedisTier final : public KvTierPort {
   void offer(std::span<const std::int32_t> tokens, std::uint32_t length,
              std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
              std::uint32_t lease) override;
+  void offer_running(std::span<const std::int32_t> tokens, std::uint32_t length, std::uint32_t first_block,
+                     std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
+                     std::uint32_t lease) override;
   // A window layer's host ring (memory_plan.hpp's formula; 0 without window layers).
   std::uint32_t ring_tokens() const noexcept { return rule_.ring_tokens; }
   bool lease_held(std::uint32_t lease) const override { return writer_->lease_held(lease); }
@@ -81,6 +88,9 @@ class RedisTier final : public KvTierPort {
   std::uint32_t chain_of(std::span<const std::int32_t> prompt, std::uint32_t blocks_end);
   // The lookup (not idle) of the chain in chain_ ending at blocks_end; lookups_.size() when none.
   std::size_t find(std::uint32_t blocks_end) const noexcept;
+  void offer_blocks(std::span<const std::int32_t> tokens, std::uint32_t length, std::uint32_t first_block,
+                    std::span<const std::span<const std::byte>> layer_segments, std::span<const TierState> states,
+                    std::uint32_t lease, bool running);
 
   RedisTierSettings settings_;
   TierCounters counters_;

@@ -17,6 +17,7 @@
 
 #include "activekv/decision_log.hpp"
 
+#include "testing/alloc_counter.hpp"
 #include "tier/tier_runtime_fixture.hpp"
 #include "tier/tier_block.hpp"
 #include "tier/tier_store.hpp"
@@ -62,14 +63,17 @@ struct Output {
   std::vector<std::byte> state;
 };
 
-// Feeds tokens [from, to) of s to c in chunks of 2 pages (the chunking starts at `from`).
-Output run(Server& sv, ContextId c, const Sequence& s, std::uint32_t from, std::uint32_t to) {
+// Feeds tokens [from, to) of s to c in chunks of at most `chunk` tokens (the chunking starts at
+// `from`). With `offer`, as the serving engine does: each chunk also ends where tokens_to_checkpoint()
+// says (a window-layer model's tier block ends), and offer_running() follows every step.
+Output run(Server& sv, ContextId c, const Sequence& s, std::uint32_t from, std::uint32_t to, bool offer = false,
+           std::uint32_t chunk = 2 * kPage) {
   Output o;
   const std::size_t row_floats = std::size_t{sv.g.kv_heads} * sv.g.head_dim;
   const std::size_t qe = std::size_t{sv.q_heads} * sv.g.head_dim;
   std::vector<float> k, v;
   for (std::uint32_t at = from; at < to;) {
-    const std::uint32_t n = std::min(2 * kPage, to - at);
+    const std::uint32_t n = std::min({chunk, to - at, offer ? sv.rt->tokens_to_checkpoint(c) : UINT32_MAX});
     const StepEntry e{c, n};
     EXPECT_TRUE(sv.rt->begin_step({&e, 1}).ok());
     std::vector<float> q(n * qe), out(n * qe);
@@ -88,6 +92,11 @@ Output run(Server& sv, ContextId c, const Sequence& s, std::uint32_t from, std::
     }
     EXPECT_TRUE(sv.rt->end_step().ok());
     at += n;
+    if (offer) {
+      const std::uint64_t before = testing::heap_allocations_outside_io();
+      sv.rt->offer_running(c, std::span(s.tokens).first(at));  // copies ring rows: no allocation
+      EXPECT_EQ(testing::heap_allocations_outside_io(), before) << "offer_running allocated";
+    }
   }
   return o;
 }
@@ -351,6 +360,153 @@ TEST_F(TierKinds, ACorruptedOrShortBlockIsAMissAndTheRestoreEndsBeforeIt) {
     second.rt->finish(b->handle);
     expect_equal(got, without_reuse(hybrid_geometry(), conversation, 8, 30), shorten ? "short block" : "corrupted block");
     EXPECT_EQ(second.rt->check(), nullptr);
+  }
+}
+
+// Written while running (docs/TIER.md): a 48-token history fed 6 tokens a step, each chunk ending at
+// a block end where tokens_to_checkpoint() says, and offer_running() after every step, writes each of
+// its six blocks whole (every window row) when it reaches the block's end. The writer is paused
+// meanwhile, so the ring (12 rows) is rewritten many times before it encodes a block: the blocks'
+// window rows must be the copies taken at the offer. The context then leaves without retention while
+// the writes wait: its history is held until they end. A prompt on a second server sharing only the
+// first 16 tokens restores blocks 0 and 1 (no ring cut) and equals no reuse byte for byte. Without
+// the offers while running (the same history written at finish only) the same prompt restores nothing.
+TEST_F(TierKinds, AnEarlyBlockWrittenWhileALongHistoryRunsIsRestoredForAPromptSharingOnlyThatPart) {
+  const Sequence conversation = sequence_of(48, 41);
+  Sequence other;
+  for (std::uint32_t t = 0; t < 16; ++t) other.push(conversation.tokens[t]);
+  for (std::int32_t t : sequence_of(14, 42).tokens) other.push(t);
+  for (const bool while_running : {true, false}) {
+    ASSERT_NE(redis.command("FLUSHALL"), "");
+    Server first = make_kinds_server(redis.url(), window_geometry());
+    Server second = make_kinds_server(redis.url(), window_geometry());
+    ASSERT_NE(first.rt, nullptr);
+    std::uint32_t reused = 99;
+    auto a = open_ready(first, 1, conversation.tokens, reused);
+    ASSERT_TRUE(a.ok());
+    ASSERT_EQ(reused, 0u);
+    if (while_running) {
+      EXPECT_EQ(first.rt->tokens_to_checkpoint(a->handle), kBlock) << "a chunk ends at the first block's end";
+      first.tier->writer().pause(true);
+      run(first, a->handle, conversation, 0, 48, /*offer=*/true, /*chunk=*/6);
+      EXPECT_EQ(first.rt->counters().tier_running_offers, 6u);
+      EXPECT_EQ(first.tier->writer().queued(), 6u);
+      const std::uint32_t free_before = first.rt->histories_free();
+      first.rt->finish(a->handle);  // no retention, no offer at finish: the queued writes still read its rows
+      EXPECT_EQ(first.rt->histories_free(), free_before) << "the history stays held while the writer reads it";
+      first.tier->writer().pause(false);
+      first.tier->drain();
+      first.rt->release_tier_leases();
+      EXPECT_EQ(first.rt->histories_free(), free_before + 1);
+      EXPECT_EQ(first.tier->counters().writes.load(), 6u);
+      EXPECT_EQ(first.tier->counters().bytes_written.load(), 6 * tier::tier_block_bytes(first.g, kBlock, {0, false}))
+          << "every block carries every window row";
+    } else {
+      run(first, a->handle, conversation, 0, 48);
+      first.rt->finish_retaining(a->handle, conversation.tokens);
+      first.tier->drain();
+      EXPECT_EQ(first.rt->counters().tier_running_offers, 0u);
+    }
+    EXPECT_EQ(first.rt->counters().heap_allocations_in_steps, 0u);
+
+    reused = 99;
+    auto b = open_ready(second, 2, other.tokens, reused);
+    ASSERT_TRUE(b.ok());
+    ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+    EXPECT_EQ(second.tier->counters().hits.load(), 2u) << "blocks 0 and 1 are in the tier either way";
+    if (while_running) {
+      EXPECT_EQ(reused, 16u);
+      EXPECT_EQ(second.rt->counters().tier_restored_tokens, 16u);
+      EXPECT_EQ(second.rt->counters().tier_ring_cuts, 0u);
+    } else {
+      EXPECT_EQ(reused, 0u) << "written at finish, blocks 0 and 1 carry no window rows: cut";
+      EXPECT_EQ(second.rt->counters().tier_ring_cuts, 1u);
+    }
+    const Output got = run(second, b->handle, other, reused, 30);
+    second.rt->finish(b->handle);
+    expect_equal(got, without_reuse(window_geometry(), other, reused, 30),
+                 while_running ? "restored from blocks written while running" : "cut");
+    EXPECT_EQ(second.rt->counters().heap_allocations_in_steps, 0u);
+    EXPECT_EQ(first.rt->check(), nullptr);
+    EXPECT_EQ(second.rt->check(), nullptr);
+  }
+}
+
+// The rule under one key (docs/TIER.md, "Written while running"): a block lacking window rows is
+// written with SET NX. A history that computed the same 24 tokens itself (no tier lookup) and wrote
+// them at finish has blocks 0 and 1 without all their window rows: where a running history already
+// stored them whole, they are kept (counted), and the stored values stay whole; in the other order
+// the whole blocks replace the partial ones. Either way a follow-up restores 16 tokens.
+TEST_F(TierKinds, ALessCompleteBlockNeverReplacesAWholeOneUnderTheSameKey) {
+  const Sequence conversation = sequence_of(24, 43);
+  std::uint64_t chain[3];
+  ASSERT_EQ(tier::tier_block_chain(conversation.tokens, kPage, kBlock, 77, chain), 3u);
+  const std::string keys[3] = {tier::tier_block_key(77, window_geometry(), chain[0]),
+                               tier::tier_block_key(77, window_geometry(), chain[1]),
+                               tier::tier_block_key(77, window_geometry(), chain[2])};
+  const std::uint64_t whole = tier::tier_block_bytes(window_geometry(), kBlock, {0, false});
+  auto stored_sizes = [&] {
+    tier::TierCounters counters;
+    tier::TierStore store(tier::parse_tier_url(redis.url(), "test").value(), &counters);
+    std::vector<std::string> values;
+    EXPECT_EQ(store.get_chain(keys, values), 3u);
+    std::vector<std::uint64_t> sizes;
+    for (std::size_t i = 0; i < 3 && i < values.size(); ++i) sizes.push_back(values[i].size());
+    return sizes;
+  };
+  // Running: every block whole, written as the history reaches its end.
+  auto write_running = [&](Server& sv) {
+    std::uint32_t reused = 99;
+    auto c = sv.rt->open_context(1, kMaxContext, conversation.tokens, reused);  // no lookup: computes every row
+    ASSERT_TRUE(c.ok());
+    ASSERT_EQ(reused, 0u);
+    run(sv, c->handle, conversation, 0, 24, /*offer=*/true);
+    sv.rt->finish_retaining(c->handle, conversation.tokens);
+    sv.tier->drain();
+  };
+  // At finish only: the ring holds tokens 12..23, so block 0 carries no window row, block 1 rows 12..15.
+  auto write_at_finish = [&](Server& sv) {
+    std::uint32_t reused = 99;
+    auto c = sv.rt->open_context(2, kMaxContext, conversation.tokens, reused);
+    ASSERT_TRUE(c.ok());
+    ASSERT_EQ(reused, 0u);
+    run(sv, c->handle, conversation, 0, 24);
+    sv.rt->finish_retaining(c->handle, conversation.tokens);
+    sv.tier->drain();
+  };
+  for (const bool whole_first : {true, false}) {
+    ASSERT_NE(redis.command("FLUSHALL"), "");
+    Server running = make_kinds_server(redis.url(), window_geometry());
+    Server finishing = make_kinds_server(redis.url(), window_geometry());
+    if (whole_first) {
+      write_running(running);
+      EXPECT_EQ(running.tier->counters().writes.load(), 3u);
+      write_at_finish(finishing);
+      EXPECT_EQ(finishing.tier->counters().kept_writes.load(), 2u) << "blocks 0 and 1: the whole ones stay";
+      EXPECT_EQ(finishing.tier->counters().writes.load(), 1u) << "block 2 is whole here too (SET)";
+    } else {
+      write_at_finish(finishing);
+      EXPECT_EQ(finishing.tier->counters().writes.load(), 3u) << "nothing under the keys yet";
+      EXPECT_LT(stored_sizes()[0], whole);
+      write_running(running);
+      EXPECT_EQ(running.tier->counters().writes.load(), 3u) << "whole blocks replace the partial ones";
+      EXPECT_EQ(running.tier->counters().kept_writes.load(), 0u);
+    }
+    const std::vector<std::uint64_t> sizes = stored_sizes();
+    ASSERT_EQ(sizes.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(sizes[i], whole) << "block " << i << (whole_first ? "" : ", partial first");
+
+    Server second = make_kinds_server(redis.url(), window_geometry());
+    Sequence other;
+    for (std::uint32_t t = 0; t < 16; ++t) other.push(conversation.tokens[t]);
+    for (std::int32_t t : sequence_of(6, 44).tokens) other.push(t);
+    std::uint32_t reused = 99;
+    auto b = open_ready(second, 3, other.tokens, reused);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(reused, 16u);
+    const Output got = run(second, b->handle, other, reused, 22);
+    second.rt->finish(b->handle);
+    expect_equal(got, without_reuse(window_geometry(), other, reused, 22), "after both writers");
   }
 }
 

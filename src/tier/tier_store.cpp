@@ -115,23 +115,27 @@ std::size_t TierStore::get_chain(std::span<const std::string> keys, std::vector<
   return leading;
 }
 
-bool TierStore::put(std::string_view key, std::span<const std::byte> value) {
-  if (!ensure_connected()) return false;
-  void* raw = redisCommand(context_, "SET %b %b", key.data(), key.size(), value.data(), value.size());
+TierStore::Put TierStore::put(std::string_view key, std::span<const std::byte> value, bool if_absent) {
+  if (!ensure_connected()) return Put::failed;
+  void* raw = if_absent ? redisCommand(context_, "SET %b %b NX", key.data(), key.size(), value.data(), value.size())
+                        : redisCommand(context_, "SET %b %b", key.data(), key.size(), value.data(), value.size());
   if (raw == nullptr) {
     fail("set");
-    return false;
+    return Put::failed;
   }
   auto* reply = static_cast<redisReply*>(raw);
+  // SET answers OK; SET NX answers nil when the key held a value (RESP2; RESP3's null).
   const bool ok = reply->type == REDIS_REPLY_STATUS;
+  const bool kept = if_absent && (reply->type == REDIS_REPLY_NIL);
   freeReplyObject(reply);
-  if (!ok) {
+  if (!ok && !kept) {
     counters_->errors.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return Put::failed;
   }
-  counters_->bytes_written.fetch_add(value.size(), std::memory_order_relaxed);
   backoff_ms_ = config_.backoff_ms_min;
-  return true;
+  if (kept) return Put::kept;
+  counters_->bytes_written.fetch_add(value.size(), std::memory_order_relaxed);
+  return Put::stored;
 }
 
 }  // namespace activekv::tier

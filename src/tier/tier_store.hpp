@@ -10,7 +10,8 @@
 //
 // get_chain() sends every GET of a key chain in one pipeline (one round trip)
 // and keeps the leading values up to the first miss: a block is useful only if
-// every block before it is there too. put() is one SET.
+// every block before it is there too. put() is one SET; with `if_absent`, SET NX,
+// which the store applies atomically: a value already under the key stays.
 //
 // A TierStore is used from one thread; the counters (TierCounters) may be
 // shared by several stores and read from any thread.
@@ -53,6 +54,7 @@ struct TierCounters {
   std::atomic<std::uint64_t> bytes_written{0};
   std::atomic<std::uint64_t> writes{0};          // blocks stored
   std::atomic<std::uint64_t> dropped_writes{0};  // blocks not stored: queue full or the store failed
+  std::atomic<std::uint64_t> kept_writes{0};     // less complete blocks not stored: the key held a block already
   std::atomic<std::uint64_t> reconnects{0};      // connections opened after a failure
 };
 
@@ -68,8 +70,11 @@ class TierStore {
   // Counts bytes read and errors; hits and misses are the caller's (it decodes).
   std::size_t get_chain(std::span<const std::string> keys, std::vector<std::string>& values);
 
-  // SET key value; false on any failure (counted as an error).
-  bool put(std::string_view key, std::span<const std::byte> value);
+  enum class Put : std::uint8_t { stored, kept, failed };
+  // SET key value; failed on any failure (counted as an error). With `if_absent`, SET NX: kept when
+  // the key already held a value (left as it was; bytes not counted as written).
+  Put put(std::string_view key, std::span<const std::byte> value, bool if_absent);
+  bool put(std::string_view key, std::span<const std::byte> value) { return put(key, value, false) == Put::stored; }
 
   // True while a connection is open (after a success, before a failure).
   bool connected() const noexcept { return context_ != nullptr; }

@@ -1,6 +1,8 @@
 // write_behind.cpp — see write_behind.hpp.
 #include "tier/write_behind.hpp"
 
+#include <cstring>
+
 #include "activekv/assert.hpp"
 #include "testing/alloc_counter.hpp"
 
@@ -8,7 +10,7 @@ namespace activekv::tier {
 
 Result<std::unique_ptr<WriteBehind>> WriteBehind::create(TierStoreConfig config, TierCounters* counters,
                                                          std::uint32_t slots, std::uint64_t value_bytes,
-                                                         std::uint32_t layers) {
+                                                         std::uint32_t layers, std::uint64_t copy_bytes) {
   if (slots == 0) return make_error(ErrorCode::invalid_argument, "kv_tier.write_queue", "the write queue needs at least one block");
   if (value_bytes == 0) return make_error(ErrorCode::invalid_argument, "kv_tier.block_tokens", "a tier block holds at least one token");
   std::unique_ptr<WriteBehind> w(new WriteBehind(std::move(config), counters));
@@ -16,6 +18,7 @@ Result<std::unique_ptr<WriteBehind>> WriteBehind::create(TierStoreConfig config,
   for (Job& job : w->jobs_) {
     job.key.reserve(64);
     job.layers.reserve(layers);
+    job.copy.resize(copy_bytes);
   }
   w->value_.resize(value_bytes);
   w->scratch_.resize(layers);
@@ -47,11 +50,16 @@ bool WriteBehind::submit(std::string_view key, const TierBlockIdentity& id,
 }
 
 bool WriteBehind::submit(std::string_view key, const TierBlockIdentity& id, std::span<const TierRowSource> layers,
-                         TierBlockContent content, const std::byte* state, std::uint32_t lease) {
+                         TierBlockContent content, const std::byte* state, std::uint32_t lease, bool if_absent,
+                         bool copy_rings) {
+  const std::uint64_t row = id.geometry.row_bytes();
+  const std::uint32_t B = id.token_count;
+  std::uint64_t copied = 0;  // ring rows the job copies
+  for (const TierRowSource& src : layers) copied += copy_rings && src.ring_tokens != 0 ? std::uint64_t{B} * row : 0;
   {
     std::lock_guard lock(mutex_);
     if (free_.empty() || stop_ || layers.size() > jobs_[0].layers.capacity() ||
-        tier_block_bytes(id.geometry, id.token_count, content) > value_.size()) {
+        tier_block_bytes(id.geometry, id.token_count, content) > value_.size() || copied > jobs_[0].copy.size()) {
       counters_->dropped_writes.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -64,12 +72,36 @@ bool WriteBehind::submit(std::string_view key, const TierBlockIdentity& id, std:
     job.content = content;
     job.state = state;
     job.lease = lease;
+    job.if_absent = if_absent;
     job.busy = true;
+    if (copied != 0) copy_ring_rows(job, std::min(content.window_from, B));
     queue_[(head_ + count_) % queue_.size()] = slot;
     ++count_;
   }
   wake_.notify_one();
   return true;
+}
+
+// The job's ring sources become segments in its own buffer: window layer w's rows of the block's
+// tokens [window_from, B) at copy + (w × B + t) × row bytes (t block-relative), copied now, while
+// the caller holds the rows (between steps); the worker reads only the copy.
+void WriteBehind::copy_ring_rows(Job& job, std::uint32_t window_from) noexcept {
+  const std::uint64_t row = job.id.geometry.row_bytes();
+  const std::uint32_t B = job.id.token_count;
+  const std::uint64_t first = std::uint64_t{job.id.block_index} * B;
+  std::uint32_t w = 0;
+  for (TierRowSource& src : job.layers) {
+    if (src.ring_tokens == 0) continue;
+    std::byte* dst = job.copy.data() + std::uint64_t{w++} * B * row;
+    AK_ASSERT(std::uint64_t{w} * B * row <= job.copy.size(), "write-behind: the ring rows fit the job's copy buffer");
+    for (std::uint64_t t = first + window_from; t < first + B;) {
+      const std::uint64_t slot = t % src.ring_tokens;
+      const std::uint64_t run = std::min(first + B - t, src.ring_tokens - slot);
+      std::memcpy(dst + (t - first) * row, src.base + slot * row, run * row);
+      t += run;
+    }
+    src = TierRowSource{dst, 0, static_cast<std::uint32_t>(first)};
+  }
 }
 
 bool WriteBehind::lease_held(std::uint32_t lease) const {
@@ -107,8 +139,11 @@ void WriteBehind::run() {
     // Reads the history's rows under the job's lease: the history stays off the free list until
     // the job is free again, so nothing writes these rows meanwhile.
     const std::size_t bytes = encode_tier_block(job.id, job.layers, job.content, job.state, value_);
-    const bool stored = store_.put(job.key, std::span<const std::byte>(value_).first(bytes));
-    (stored ? counters_->writes : counters_->dropped_writes).fetch_add(1, std::memory_order_relaxed);
+    switch (store_.put(job.key, std::span<const std::byte>(value_).first(bytes), job.if_absent)) {
+      case TierStore::Put::stored: counters_->writes.fetch_add(1, std::memory_order_relaxed); break;
+      case TierStore::Put::kept: counters_->kept_writes.fetch_add(1, std::memory_order_relaxed); break;
+      case TierStore::Put::failed: counters_->dropped_writes.fetch_add(1, std::memory_order_relaxed); break;
+    }
     lock.lock();
     writing_ = false;
     job.busy = false;
