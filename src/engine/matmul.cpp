@@ -1,5 +1,6 @@
 // matmul.cpp — kernel choice and the portable path (see matmul.hpp).
 #include "engine/matmul.hpp"
+#include "core/cpu_features.hpp"
 
 #include "activekv/assert.hpp"
 #include "engine/matmul_isa.hpp"
@@ -20,7 +21,7 @@ bool isa_available(Isa isa) noexcept {
     case Isa::portable: return true;
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && activekv::cpu_has_f16c();
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");

@@ -22,7 +22,7 @@ TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
 
 TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
   std::vector<float> logits(100);
-  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37)) * 2.0f;
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(static_cast<double>(i) * 0.37)) * 2.0f;
   auto draw = [&](std::uint64_t seed) {
     Sampler s(SamplerSettings{seed, 1.0f, 1.0f}, 100);
     std::vector<std::uint32_t> out;
@@ -35,7 +35,7 @@ TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
 
 TEST(Sampler, ResetDrawsAsAFreshSamplerAndAllocatesNothing) {
   std::vector<float> logits(100);
-  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::cos(i * 0.21)) * 3.0f;
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::cos(static_cast<double>(i) * 0.21)) * 3.0f;
   Sampler fresh(SamplerSettings{99, 0.8f, 0.9f}, 100);
   Sampler reused(SamplerSettings{1, 1.5f, 0.5f}, 100);
   for (int i = 0; i < 7; ++i) reused.sample(logits);  // a previous occupant's draws

@@ -1,5 +1,6 @@
 // element_codec.cpp — bit-exact fp32 ⇄ f16 / bf16 conversions (round to nearest even).
 #include "runtime/element_codec.hpp"
+#include "core/cpu_features.hpp"
 
 #include <bit>
 #include <cstring>
@@ -16,7 +17,7 @@ namespace {
 // F16C converts 8 lanes at a time with the same rounding (nearest even) and the
 // same NaN rule (quiet bit set, payload truncated) as the scalar code; the tail
 // goes through the scalar code. Chosen at run time where the CPU has it.
-const bool cpu_has_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+const bool cpu_has_f16c = activekv::cpu_has_f16c() && __builtin_cpu_supports("avx");
 
 __attribute__((target("avx,f16c"))) void encode_f16_f16c(const float* src, std::size_t count,
                                                           std::uint16_t* out) noexcept {

@@ -1,5 +1,6 @@
 // sparse_selection.cpp — see sparse_selection.hpp.
 #include "runtime/sparse_selection.hpp"
+#include "core/cpu_features.hpp"
 
 #include <immintrin.h>
 
@@ -270,7 +271,7 @@ __attribute__((target("avx2,f16c"))) void page_bounds_avx2(const float* positive
   }
 }
 
-const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+const bool has_avx2 = __builtin_cpu_supports("avx2") && activekv::cpu_has_f16c();
 
 }  // namespace
 

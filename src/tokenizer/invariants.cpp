@@ -40,8 +40,6 @@ const char* mode_name(Special s) {
   return "?";
 }
 
-constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
-
 bool is_special(const Tokenizer& t, TokenId id) {
   const TokenType type = t.token_type(id);
   return type == TokenType::control || type == TokenType::user_defined;

@@ -35,6 +35,9 @@
 
 namespace activekv::tokenizer {
 
+// U+2581 in UTF-8: SentencePiece's space, which stands for " " in its vocabularies.
+inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
+
 struct SpmScratch {
   struct Symbol {
     std::uint32_t begin;  // byte offset in the text

@@ -12,13 +12,12 @@
 #include <unordered_map>
 
 #include "tokenizer/byte_level.hpp"
+#include "tokenizer/spm.hpp"
 #include "tokenizer/unicode_class.hpp"
 
 namespace activekv::tokenizer {
 
 namespace {
-
-constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // One accepted tokenizer.ggml.pre value and what llama.cpp does for it.
 struct PreTokenizerName {

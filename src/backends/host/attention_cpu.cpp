@@ -6,6 +6,7 @@
 // fixed order, so results are reproducible on one machine; the two builds
 // differ from each other only by rounding.
 #include "backends/host/attention_cpu.hpp"
+#include "core/cpu_features.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -22,7 +23,7 @@ namespace {
 bool detect_avx2() noexcept {
 #if defined(ACTIVEKV_HAVE_AVX2_KERNEL)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && activekv::cpu_has_f16c();
 #else
   return false;
 #endif
