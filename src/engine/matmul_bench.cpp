@@ -30,6 +30,21 @@ std::vector<std::size_t> scale_offsets(GgmlType type) {
   }
 }
 
+// Random weight bytes for rows × row_bytes of `type`, every block's f16 factors set to 1.0 so that
+// no block holds a NaN or an infinity; rng continues from the bytes for the caller's own draws.
+std::vector<std::uint8_t> random_weights(GgmlType type, std::uint32_t rows, std::size_t row_bytes, std::mt19937& rng) {
+  std::vector<std::uint8_t> w(rows * row_bytes);
+  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
+  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
+  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
+    for (const std::size_t offset : scale_offsets(type)) {
+      const std::uint16_t half_one = 0x3c00;
+      std::memcpy(&w[k + offset], &half_one, 2);
+    }
+  }
+  return w;
+}
+
 void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
   if (!isa_available(isa)) {
     state.SkipWithError("instruction set not available");
@@ -39,16 +54,8 @@ void BM_matmul(benchmark::State& state, GgmlType type, Isa isa) {
   const std::uint32_t cols = k_type ? 1536 : 576, rows = k_type ? 576 : 1536;
   const std::size_t batch = static_cast<std::size_t>(state.range(0));
   const std::size_t row_bytes = quant_row_bytes(type, cols);
-  std::vector<std::uint8_t> w(rows * row_bytes);
   std::mt19937 rng(1);
-  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
-  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
-  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
-    for (const std::size_t offset : scale_offsets(type)) {
-      const std::uint16_t half_one = 0x3c00;  // scales of 1.0: finite values
-      std::memcpy(&w[k + offset], &half_one, 2);
-    }
-  }
+  const std::vector<std::uint8_t> w = random_weights(type, rows, row_bytes, rng);
   const MatrixView m{type, w.data(), cols, rows, row_bytes};
   std::vector<float> x(batch * cols, 0.5f), y(batch * rows), scratch(cols);
   for (auto _ : state) {
@@ -72,16 +79,8 @@ void BM_matmul_q16(benchmark::State& state, GgmlType type, Isa isa) {
   const std::uint32_t cols = k_type ? 1536 : 576, rows = k_type ? 576 : 1536;
   const std::size_t batch = static_cast<std::size_t>(state.range(0));
   const std::size_t row_bytes = quant_row_bytes(type, cols);
-  std::vector<std::uint8_t> w(rows * row_bytes);
   std::mt19937 rng(1);
-  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
-  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
-  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
-    for (const std::size_t offset : scale_offsets(type)) {
-      const std::uint16_t half_one = 0x3c00;
-      std::memcpy(&w[k + offset], &half_one, 2);
-    }
-  }
+  const std::vector<std::uint8_t> w = random_weights(type, rows, row_bytes, rng);
   const MatrixView m{type, w.data(), cols, rows, row_bytes};
   std::vector<float> x(batch * cols, 0.5f), y(batch * rows), scratch(cols);
   std::vector<std::int16_t> q(batch * cols);
@@ -106,16 +105,8 @@ void BM_matmul_q8(benchmark::State& state, GgmlType type, Isa isa) {
   const std::uint32_t cols = 1024, rows = 2816;
   const std::size_t batch = static_cast<std::size_t>(state.range(0));
   const std::size_t row_bytes = quant_row_bytes(type, cols);
-  std::vector<std::uint8_t> w(rows * row_bytes);
   std::mt19937 rng(1);
-  for (auto& b : w) b = static_cast<std::uint8_t>(rng());
-  const std::size_t block_bytes = gguf::ggml_type_traits(type).block_bytes;
-  for (std::size_t k = 0; k < w.size(); k += block_bytes) {
-    for (const std::size_t offset : scale_offsets(type)) {
-      const std::uint16_t half_one = 0x3c00;
-      std::memcpy(&w[k + offset], &half_one, 2);
-    }
-  }
+  const std::vector<std::uint8_t> w = random_weights(type, rows, row_bytes, rng);
   const MatrixView m{type, w.data(), cols, rows, row_bytes};
   std::vector<float> x(batch * cols), y(batch * rows);
   for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
