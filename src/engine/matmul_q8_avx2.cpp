@@ -117,28 +117,24 @@ struct ScaleMasks {
 };
 constexpr ScaleMasks scale_masks{};
 
+// The 8 16-bit scales at `sc`, broadcast to both lanes and placed by one of scale_masks' shuffles.
+static inline __m256i shuffled_scales(const std::int16_t* sc, const std::uint8_t* mask) {
+  const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+  return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(mask)));
+}
+
 // The scale vector of chunks 2h and 2h + 1.
 template <GgmlType T>
 static inline __m256i pair_scales(const Prep& p, int h) {
-  if constexpr (T == GgmlType::q6_k) {
-    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc + 8 * (h / 2))));
-    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k6[h])));
-  } else {
-    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc)));
-    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4[h])));
-  }
+  if constexpr (T == GgmlType::q6_k) return shuffled_scales(p.sc + 8 * (h / 2), scale_masks.k6[h]);
+  else return shuffled_scales(p.sc, scale_masks.k4[h]);
 }
 
 // The scale vector of chunk c alone.
 template <GgmlType T>
 static inline __m256i chunk_scales(const Prep& p, int c) {
-  if constexpr (T == GgmlType::q6_k) {
-    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc + 8 * (c / 4))));
-    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k6_one[c])));
-  } else {
-    const __m256i src = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p.sc)));
-    return _mm256_shuffle_epi8(src, _mm256_load_si256(reinterpret_cast<const __m256i*>(scale_masks.k4_one[c])));
-  }
+  if constexpr (T == GgmlType::q6_k) return shuffled_scales(p.sc + 8 * (c / 4), scale_masks.k6_one[c]);
+  else return shuffled_scales(p.sc, scale_masks.k4_one[c]);
 }
 
 // The chunks one load step yields: Q4_K/Q5_K 2 (the low and high nibbles of 32 bytes), Q6_K 4 (ql's two
