@@ -526,11 +526,15 @@ class KvRuntime {
   // Pages a failed or unknown fence took out of use for good.
   virtual std::uint32_t pages_quarantined() const = 0;
   virtual std::uint32_t histories_free() const = 0;
-  // A free history and room below the concurrency: with a retained-history allowance a history
-  // may be free while the concurrency's worth of contexts run (docs/PREFIX.md). A caller that
-  // wants its request to adopt a retained prefix submits only then: a request queued inside
-  // the runtime is admitted later without adopting.
+  // A request opened now would be admitted at once: nothing queued ahead, a free history, room
+  // below the concurrency (with a retained-history allowance a history may be free while the
+  // concurrency's worth of contexts run, docs/PREFIX.md) and room in the arena for its floor. A
+  // caller that wants its request to adopt a prefix (retained, cached or from the tier) submits
+  // only then: a request queued inside the runtime is admitted later without adopting.
   virtual bool may_admit_now() const = 0;
+  // Why a request opened now would wait (queue_not_empty, no_free_history, floor_does_not_fit), or
+  // floor_fits when may_admit_now().
+  virtual Reason admission_wait() const = 0;
   // Host histories retired for good: a failed copy quarantined part of their host range.
   // histories_free() + running contexts + histories_retired() + histories held by the tier's
   // writer (release_tier_leases) = the plan's history_slots (concurrency + retained_histories).

@@ -211,9 +211,8 @@ class KvRuntimeImpl final : public KvRuntime {
   std::uint32_t pages_total() const override { return arena_.pages().pages_total(); }
   std::uint32_t pages_quarantined() const override { return arena_.pages().pages_quarantined(); }
   std::uint32_t histories_free() const override { return budgets_.histories_free(); }
-  bool may_admit_now() const override {
-    return budgets_.histories_free() > 0 && budgets_.running() < budgets_.running_max();
-  }
+  bool may_admit_now() const override { return budgets_.admits_now(); }
+  Reason admission_wait() const override { return budgets_.admission_wait(); }
   bool prepare_tier(std::span<const std::int32_t> prompt) override;
   bool prefetch_tier(std::span<const std::int32_t> prompt) override;
   void drop_tier(std::span<const std::int32_t> prompt) override;

@@ -538,6 +538,48 @@ TEST(PrefixReuse, AdmissionDropsTheLeastRecentlyUsedRetainedHistoryAndLogsIt) {
   sm.rt->finish(e->handle);
 }
 
+// may_admit_now() also asks for room for the floor: 2 histories and a concurrency of 2, but an arena
+// of one floor and a half. While one context runs a history is free and the concurrency has room,
+// yet a request opened now would wait inside the runtime (floor_does_not_fit) and later be admitted
+// from its queue adopting nothing; a caller that waits for may_admit_now() instead adopts.
+TEST(PrefixReuse, MayAdmitNowWaitsForRoomForTheFloorSoAWaitingFollowUpStillAdopts) {
+  if (!backend_built("host")) GTEST_SKIP() << "the host backend is not built";
+  Small sm = make_small(2, true, 1, 4, 1, 8, 2, true, /*pool_pages=*/12);
+  ASSERT_NE(sm.rt, nullptr);
+  KvRuntime& rt = *sm.rt;
+  const std::uint64_t floor = rt.plan().budget.floor_pages;
+  ASSERT_GE(rt.pages_total(), floor);
+  ASSERT_LT(rt.pages_total(), 2 * floor) << "the arena holds one floor";
+  EXPECT_EQ(rt.plan().host.concurrency, 2u);
+  std::uint32_t reused = 0;
+  Sequence s1 = sequence_of(12, 71), s2 = sequence_of(12, 72);
+  auto a = rt.open_context(1, 64, s1.tokens, reused);
+  ASSERT_EQ(a->outcome, AdmitOutcome::admitted);
+  prefill(sm, a->handle, s1, 0, 12);
+  rt.finish_retaining(a->handle, s1.tokens);
+  auto b = rt.open_context(2, 64, s2.tokens, reused);
+  ASSERT_EQ(b->outcome, AdmitOutcome::admitted);
+  EXPECT_NE(b->handle.slot, a->handle.slot) << "the stranger takes the empty history";
+  // s1's follow-up: a history is free (s1's own) and one context runs of two, but no floor fits.
+  EXPECT_EQ(rt.histories_free(), 1u);
+  EXPECT_EQ(rt.admission_wait(), Reason::floor_does_not_fit);
+  EXPECT_FALSE(rt.may_admit_now()) << "a free history and room in the concurrency, but not in the arena";
+  prefill(sm, b->handle, s2, 0, 12);
+  rt.finish(b->handle);
+  EXPECT_EQ(rt.admission_wait(), Reason::floor_fits);
+  ASSERT_TRUE(rt.may_admit_now());
+  Sequence f1 = s1;
+  f1.push(9);
+  auto c = rt.open_context(3, 64, f1.tokens, reused);
+  ASSERT_EQ(c->outcome, AdmitOutcome::admitted);
+  EXPECT_EQ(reused, 12u) << "admitted when may_admit_now() said so, it adopts s1's history";
+  expect_rows(sm, c->handle, f1, 12, "adopted after waiting for the floor");
+  EXPECT_EQ(rt.check(), nullptr);
+  rt.finish(c->handle);
+  rt.release_retained();
+  EXPECT_EQ(rt.pages_free(), rt.pages_total());
+}
+
 // The retained-history allowance: 2 running contexts, 1 extra history that only keeps a
 // retained prefix. A follow-up keeps its history while two strangers run; a third stranger waits
 // for the concurrency, not on a retained history; more conversations than histories still drop,

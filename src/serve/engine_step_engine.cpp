@@ -246,9 +246,13 @@ Admission EngineStepEngine::admit(std::span<const std::int32_t> prompt, std::uin
       return {AdmitOutcome::tier_pending, {}, 0};
     }
   }
-  // A free history is not enough with a retained-history allowance: the concurrency must have room
-  // too, or the request would queue inside the runtime and later be admitted without adopting.
-  if (!p.runtime->may_admit_now()) return {AdmitOutcome::no_free_history, {}, 0};
+  // A free history is not enough: the concurrency (below a retained-history allowance) and the
+  // arena (the floor) must have room too, or the request would queue inside the runtime and later
+  // be admitted without adopting its prefix. It waits in the scheduler instead and is tried again
+  // after the next step.
+  if (const Reason wait = p.runtime->admission_wait(); wait != Reason::floor_fits) {
+    return {wait == Reason::floor_does_not_fit ? AdmitOutcome::floor_does_not_fit : AdmitOutcome::no_free_history, {}, 0};
+  }
   const std::uint64_t id = p.next_request_id++;
   std::uint32_t reused = 0;
   auto result = p.runtime->open_context(id, tokens_max, prompt, reused);

@@ -173,48 +173,44 @@ TEST(ModelRun, ConversationsWithReuseMatchWithout) {
               static_cast<unsigned long long>(reused));
 }
 
-// The engine's admission fix on the real model: more requests than the concurrency, and the
-// follow-up still adopts its retained history. The host pool holds 2 histories, one of them kept
-// only for retained prefixes (retained_histories 1), so one context runs while max_seqs 3 lets the
-// scheduler ask for more. a1 runs while x1 waits; a1 finishes and is retained, a2 (its follow-up)
-// queues behind x1; x1 takes the empty history; a2 is admitted when x1 ends. The engine offers a
-// request to the runtime only when it may admit it now (KvRuntime::may_admit_now), so a2 is admitted
-// through the path that adopts, not later from the runtime's own queue (which adopts nothing).
-// Every output equals reuse off byte for byte.
-TEST(ModelRun, AFollowUpQueuedBeyondTheConcurrencyStillAdoptsItsHistory) {
+// A follow-up that waits for admission must still adopt its history: the engine offers a request
+// to the runtime only when the runtime would admit it now (KvRuntime::may_admit_now), so it is
+// admitted through the path that adopts, never later from the runtime's own queue (which adopts
+// nothing). The trace: a1 runs while x1 and a2 (a1's follow-up) wait, FIFO; a1 finishes and is
+// retained; x1 takes the empty history; a2 is admitted when x1 ends and adopts every full page a1
+// held. Every output equals reuse off byte for byte. Returns the run with reuse.
+Outcome expect_a_waiting_follow_up_adopts(const RunConfig& cfg_on) {
   auto model = engine::find_default_model();
-  ASSERT_TRUE(model) << model.error().describe();
+  EXPECT_TRUE(model) << model.error().describe();
   std::istringstream in(
       "{\"id\": \"a1\", \"arrival_s\": 0, \"prompt\": \"The capital of France is Paris. The capital of Germany is "
       "Berlin. The capital of Italy is\", \"max_tokens\": 4, \"session\": \"a\"}\n"
       "{\"id\": \"x1\", \"arrival_s\": 0, \"prompt\": \"One, two, three, four,\", \"max_tokens\": 4}\n"
       "{\"id\": \"a2\", \"arrival_s\": 0, \"prompt\": \" The capital of Spain is\", \"max_tokens\": 4, \"session\": \"a\"}\n");
   auto requests = read_trace(in, "admission");
-  ASSERT_TRUE(requests) << requests.error().describe();
-  RunConfig cfg_on = config("24MiB", true);
-  cfg_on.retained_histories = 1;
+  EXPECT_TRUE(requests) << requests.error().describe();
+  if (!model || !requests) return {};
   RunConfig cfg_off = cfg_on;
   cfg_off.prefix_reuse = false;
   Outcome on = run(*requests, *model, cfg_on);
   Outcome off = run(*requests, *model, cfg_off);
-  ASSERT_NE(on.result.scheduler, nullptr);
-  ASSERT_NE(off.result.scheduler, nullptr);
+  EXPECT_NE(on.result.scheduler, nullptr);
+  EXPECT_NE(off.result.scheduler, nullptr);
+  if (on.result.scheduler == nullptr || off.result.scheduler == nullptr) return on;
   const Scheduler& a = *on.result.scheduler;
   const Scheduler& b = *off.result.scheduler;
-  EXPECT_EQ(on.engine->plan().concurrency, 1u) << on.printed;
-  EXPECT_EQ(a.running_max(), 1u);
   for (std::size_t i = 0; i < requests->size(); ++i) {
     const RequestRecord& x = a.requests()[i];
     const RequestRecord& y = b.requests()[i];
     SCOPED_TRACE(x.id);
-    ASSERT_EQ(x.state, RequestState::finished);
-    ASSERT_EQ(y.state, RequestState::finished);
+    EXPECT_EQ(x.state, RequestState::finished);
+    EXPECT_EQ(y.state, RequestState::finished);
     EXPECT_EQ(x.tokens, y.tokens) << "the output with reuse differs from the output without";
   }
+  const RequestRecord& a1 = a.requests()[0];
   const RequestRecord& x1 = a.requests()[1];
   const RequestRecord& a2 = a.requests()[2];
-  const RequestRecord& a1 = a.requests()[0];
-  EXPECT_TRUE(x1.waited && a2.waited) << "both wait for the concurrency";
+  EXPECT_TRUE(x1.waited && a2.waited) << "both wait: one context runs at a time";
   EXPECT_GE(a2.admitted_s, x1.ended_s) << "a2 is admitted after x1 (FIFO, one runs at a time)";
   const std::uint32_t held = a1.prompt_tokens + a1.output_tokens - 1;  // rows a1 holds (its last token never fed)
   EXPECT_EQ(a2.reused_tokens, held / 16 * 16) << "a2 adopts every full page of a1's history";
@@ -223,6 +219,38 @@ TEST(ModelRun, AFollowUpQueuedBeyondTheConcurrencyStillAdoptsItsHistory) {
   EXPECT_TRUE(on.result.figures["all_returned"].get<bool>());
   std::printf("admission: a2 reused %u of %u prompt tokens after waiting behind x1\n", a2.reused_tokens,
               a2.prompt_tokens);
+  return on;
+}
+
+// Waiting for the concurrency: the host pool holds 2 histories, one kept only for retained
+// prefixes (retained_histories 1), so one context runs while max_seqs 3 lets the scheduler ask for
+// more.
+TEST(ModelRun, AFollowUpQueuedBeyondTheConcurrencyStillAdoptsItsHistory) {
+  RunConfig cfg = config("24MiB", true);
+  cfg.retained_histories = 1;
+  const Outcome on = expect_a_waiting_follow_up_adopts(cfg);
+  ASSERT_NE(on.engine, nullptr);
+  EXPECT_EQ(on.engine->plan().concurrency, 1u) << on.printed;
+  ASSERT_NE(on.result.scheduler, nullptr);
+  EXPECT_EQ(on.result.scheduler->running_max(), 1u);
+}
+
+// Waiting for the device arena: 2 host histories (so a host concurrency of 2), but a 2.5 MiB device
+// pool holds one context's floor (120 pages of 12 KiB for a 32-token chunk), so while a context runs
+// the next waits on floor_does_not_fit with a history free. Offered to the runtime then (the
+// scheduler asks up to max_seqs), a2 was queued there and later admitted adopting nothing.
+TEST(ModelRun, AFollowUpWaitingForRoomForItsFloorStillAdoptsItsHistory) {
+  RunConfig cfg = config("24MiB", true);
+  cfg.retained_histories = 0;
+  cfg.device_pool_bytes = 2560 * 1024;
+  const Outcome on = expect_a_waiting_follow_up_adopts(cfg);
+  ASSERT_NE(on.engine, nullptr);
+  EXPECT_EQ(on.engine->plan().histories, 2u) << on.printed;
+  EXPECT_EQ(on.engine->plan().concurrency, 1u) << "the floors that fit lower it: " << on.printed;
+  ASSERT_NE(on.result.scheduler, nullptr);
+  const RequestRecord& a2 = on.result.scheduler->requests()[2];
+  EXPECT_GT(a2.wait_steps[static_cast<std::size_t>(WaitReason::floor_does_not_fit)], 0u)
+      << "a2 waits for room for its floor, with a history free";
 }
 
 }  // namespace
