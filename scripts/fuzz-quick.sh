@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan,
 # coverage) into build/fuzz and runs each one briefly from its committed corpus.
 #   FUZZ_SECONDS   seconds per fuzzer (default 20)
-#   JOBS           build parallelism (default 2)
+#   JOBS           build parallelism and fuzzers run at once (default 2)
 # New inputs go to build/fuzz/corpus/<target>/ (the repository's corpus is only
 # read); a crash leaves its input in build/fuzz/artifacts/ and fails the script.
 set -euo pipefail
@@ -20,12 +20,33 @@ declare -A CORPUS=([fuzz_gguf]=gguf [fuzz_tokenizer]=tokenizer [fuzz_model]=mode
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -- -j"$JOBS" "${TARGETS[@]}"
 
-mkdir -p build/fuzz/artifacts
-for target in "${TARGETS[@]}"; do
-  work=build/fuzz/corpus/${CORPUS[$target]}
+# The fuzzers run JOBS at a time (each is one process on one core), each with its own log; a
+# fuzzer's crash, leak or sanitizer report exits non-zero and fails the script after all have run.
+mkdir -p build/fuzz/artifacts build/fuzz/logs
+run_one() {
+  local target=$1 work=build/fuzz/corpus/${CORPUS[$1]}
   mkdir -p "$work"
-  echo "== $target: ${SECONDS_EACH}s"
+  local rc=0
   build/fuzz/fuzz/"$target" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix=build/fuzz/artifacts/"$target"- "$work" fuzz/corpus/"${CORPUS[$target]}" 2>&1 | tail -n 12
+    -artifact_prefix=build/fuzz/artifacts/"$target"- "$work" fuzz/corpus/"${CORPUS[$target]}" \
+    >build/fuzz/logs/"$target".log 2>&1 || rc=$?
+  echo "$rc" >build/fuzz/logs/"$target".rc
+}
+rm -f build/fuzz/logs/*.rc
+for target in "${TARGETS[@]}"; do
+  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
+  run_one "$target" &
 done
+wait
+failed=()
+for target in "${TARGETS[@]}"; do
+  echo "== $target: ${SECONDS_EACH}s"
+  tail -n 12 build/fuzz/logs/"$target".log
+  rc=$(cat build/fuzz/logs/"$target".rc 2>/dev/null || echo missing)
+  [[ "$rc" == 0 ]] || failed+=("$target (exit $rc; build/fuzz/logs/$target.log)")
+done
+if (( ${#failed[@]} )); then
+  echo "fuzz-quick: failed: ${failed[*]}" >&2
+  exit 1
+fi
 echo "fuzz-quick: every fuzzer ran ${SECONDS_EACH}s with no crash, leak or sanitizer report"
