@@ -25,6 +25,15 @@ function(activekv_driver_options target)
     target_compile_options(${target} PRIVATE ${ACTIVEKV_DRIVER_OPT})
   endif()
 endfunction()
+# Library sources that parse or format text (JSON, reports, plans, HTTP) and sit on no hot path:
+# under the sanitizer presets they compile at ACTIVEKV_DRIVER_OPT like the drivers, since there the
+# optimiser is most of a JSON-heavy file's cost (serve/run_report.cpp under ASan + UBSan: 17 user s
+# at -O1, 9 at -O0). Elsewhere nothing changes. Call it in the directory that adds the library.
+function(activekv_formatting_sources)
+  if(ACTIVEKV_DRIVER_OPT)
+    set_source_files_properties(${ARGN} PROPERTIES COMPILE_OPTIONS ${ACTIVEKV_DRIVER_OPT})
+  endif()
+endfunction()
 function(_activekv_test_opt target)
   if(ACTIVEKV_DRIVER_OPT)
     activekv_driver_options(${target})
