@@ -277,11 +277,10 @@ class BudgetManager {
   std::uint32_t slots() const noexcept { return static_cast<std::uint32_t>(contexts_.size()); }  // = plan history_slots
   std::uint32_t running_max() const noexcept { return running_max_; }  // = plan host concurrency
   std::uint32_t histories_free() const noexcept { return free_slot_count_; }
-  // Whether submit() with the plan's budget would admit at once: no request queued ahead, a free history,
-  // room below the concurrency and room for the floor. A caller whose request should adopt a prefix
-  // submits only then, since a request admitted later from the queue adopts nothing.
-  // admission_wait(): why it would wait (queue_not_empty, no_free_history, floor_does_not_fit), or
-  // floor_fits when it would not.
+  // Why submit() with the plan's budget would queue now (queue_not_empty, no_free_history,
+  // floor_does_not_fit), or floor_fits when it would admit at once. A caller whose request should
+  // adopt a prefix submits only when admits_now(), since a request admitted later from the queue
+  // adopts nothing.
   Reason admission_wait() const noexcept {
     if (queue_size_ > 0) return Reason::queue_not_empty;
     if (free_slot_count_ == 0 || running_ >= running_max_) return Reason::no_free_history;
