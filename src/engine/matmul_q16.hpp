@@ -79,7 +79,7 @@ void quantize_rows_q16(Isa isa, const float* x, std::size_t x_stride, const Q16R
 
 // y[b × y_stride + r] = Σ_k (block k of weight row r) · (block k of activation row b), for every b < x.batch and
 // row_begin ≤ r < row_end, with the fixed order stated above. w.cols == x.cols; q16_supported(w.type, w.cols).
-// scratch: at least w.cols / 4 floats, private to the caller's thread.
+// scratch: at least w.cols / 2 floats, private to the caller's thread.
 void matmul_rows_q16(Isa isa, const MatrixView& w, const Q16Rows& x, float* y, std::size_t y_stride,
                     std::uint32_t row_begin, std::uint32_t row_end, float* scratch) noexcept;
 

@@ -20,9 +20,9 @@
 // result does not depend on which row shares its register, which tile it falls
 // in, or how many activation rows are processed together.
 //
-// Kernel: tiles of 2 row pairs × V activation rows (V = 4, and 1–3 for the
-// batch's remainder, so decode steps of 2 or 3 rows unpack each weight block
-// once). The legacy formats (Q4_0, Q4_1, Q8_0) widen a pair of blocks with one
+// Kernel: tiles of 2 row pairs × 4 activation rows, 1–3 for the batch's
+// remainder (so decode steps of 2 or 3 rows unpack each weight block once),
+// and 4 row pairs where the batch is 1–3. The legacy formats (Q4_0, Q4_1, Q8_0) widen a pair of blocks with one
 // 512-bit instruction; the others unpack each row as the AVX2 kernel does and
 // join the halves. A matrix with an odd row count runs its last row paired
 // with itself, storing one half. Internal linkage only.
@@ -206,20 +206,30 @@ static inline void row_tile(const MatrixView& w, const Q16Rows& x, std::uint32_t
   }
 }
 
-template <class T>
-static void matmul(const Q16Args& a) {
-  constexpr int TP = 2;  // row pairs per tile
-  constexpr int TV = 4;
+// Tiles of P row pairs × V activation rows over the whole range; the rows left after the last whole tile in
+// tiles of one pair.
+template <class T, int P, int V>
+static void matmul_tiles(const Q16Args& a) {
   const Q16Rows& x = *a.x;
   constexpr std::size_t vec_block = 64;
   for (std::size_t b0 = 0; b0 < x.batch; b0 += vec_block) {
     const std::size_t b1 = b0 + vec_block < x.batch ? b0 + vec_block : x.batch;
     std::uint32_t r = a.row_begin;
-    for (; r + 2 * TP <= a.row_end; r += 2 * TP) row_tile<T, TP, TV>(*a.w, x, r, 2 * TP, b0, b1, a.scratch, a.y, a.y_stride);
-    if (r < a.row_end) row_tile<T, 1, TV>(*a.w, x, r, static_cast<int>(std::min<std::uint32_t>(2, a.row_end - r)), b0, b1,
-                                          a.scratch, a.y, a.y_stride);
-    if (r + 2 < a.row_end)
-      row_tile<T, 1, TV>(*a.w, x, r + 2, static_cast<int>(a.row_end - r - 2), b0, b1, a.scratch, a.y, a.y_stride);
+    for (; r + 2 * P <= a.row_end; r += 2 * P) row_tile<T, P, V>(*a.w, x, r, 2 * P, b0, b1, a.scratch, a.y, a.y_stride);
+    for (; r < a.row_end; r += 2)
+      row_tile<T, 1, V>(*a.w, x, r, static_cast<int>(std::min<std::uint32_t>(2, a.row_end - r)), b0, b1, a.scratch,
+                        a.y, a.y_stride);
+  }
+}
+
+// Decode (batch 1-3): 4 row pairs per tile, so each activation block loaded is used 8 times and 4 to 12
+// accumulators keep the FMA latency covered. Larger batches: 2 pairs × 4 activation rows (8 accumulators).
+template <class T>
+static void matmul(const Q16Args& a) {
+  if (a.x->batch < 4) {
+    matmul_tiles<T, 4, 3>(a);
+  } else {
+    matmul_tiles<T, 2, 4>(a);
   }
 }
 

@@ -228,8 +228,8 @@ TEST(MatmulQ16, EveryPathGivesThePortableBitsAndEachOutputIsIndependentOfTheBatc
   }
 }
 
-// The AVX-512 kernels (two weight rows per register, tiles of 4 rows × 4 activation rows, remainders of 1-3
-// activation rows, a last odd row paired with itself) against the portable path by memcmp: every format, batch
+// The AVX-512 kernels (two weight rows per register, tiles of 8 rows at batch 1-3 and 4 rows × 4 activation
+// rows above, remainders of 1-3 activation rows, a last odd row paired with itself) against the portable path by memcmp: every format, batch
 // sizes 1..9, odd row counts and row ranges that start on an odd row, random and extreme blocks (the largest
 // integers of each format against activations at ±32767), within the scratch matmul_q16.hpp promises.
 TEST(MatmulQ16, Avx512KernelsGiveThePortableBitsForEveryBatchRowCountAndExtremeBlock) {
@@ -242,7 +242,7 @@ TEST(MatmulQ16, Avx512KernelsGiveThePortableBitsForEveryBatchRowCountAndExtremeB
     // 3 and 9 blocks (no whole group of 8 minimums, and one group with a tail); the K types: 1 and 2 super-blocks.
     for (std::uint32_t cols : k_type ? std::vector<std::uint32_t>{256u, 512u} : std::vector<std::uint32_t>{96u, 288u}) {
       for (int fill : fills) {
-        for (std::uint32_t rows : {1u, 3u, 5u, 7u, 9u}) {
+        for (std::uint32_t rows : {1u, 3u, 5u, 7u, 9u, 19u}) {
           SCOPED_TRACE(::testing::Message() << gguf::ggml_type_traits(type).name << " cols " << cols << " rows " << rows
                                             << " fill " << fill);
           const std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng, fill);
@@ -258,8 +258,8 @@ TEST(MatmulQ16, Avx512KernelsGiveThePortableBitsForEveryBatchRowCountAndExtremeB
             std::vector<float> expected(batch * rows, -1.0f);
             std::vector<float> scratch(cols);
             matmul_rows_q16(Isa::portable, w, xq.rows, expected.data(), rows, 0, rows, scratch.data());
-            // Exactly the promised scratch (w.cols / 4 floats), then sentinels the kernel must not touch.
-            const std::size_t promised = cols / 4;
+            // Exactly the promised scratch (w.cols / 2 floats), then sentinels the kernel must not touch.
+            const std::size_t promised = cols / 2;
             std::vector<float> tight(promised + 16, 12345.0f);
             std::vector<float> got(batch * rows, -7.0f);
             matmul_rows_q16(Isa::avx512, w, xq.rows, got.data(), rows, 0, rows, tight.data());
