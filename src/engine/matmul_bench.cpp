@@ -141,6 +141,12 @@ void BM_quantize_q16(benchmark::State& state, Isa isa) {
   state.counters["values/s"] = benchmark::Counter(static_cast<double>(batch * cols) * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+// Isa::avx512 runs matmul_q16_avx512.cpp where the CPU has AVX512_VNNI, else the AVX2 kernels (q16_kernel_isa).
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(4)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q8_0_avx512, GgmlType::q8_0, Isa::avx512)->Arg(1)->Arg(4)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_0_avx512, GgmlType::q4_0, Isa::avx512)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q5_1_avx512, GgmlType::q5_1, Isa::avx512)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_avx512, GgmlType::q4_k, Isa::avx512)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q4_1_avx2, GgmlType::q4_1, Isa::avx2)->Arg(1)->Arg(4)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q8_0_avx2, GgmlType::q8_0, Isa::avx2)->Arg(1)->Arg(4)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q16, q4_0_avx2, GgmlType::q4_0, Isa::avx2)->Arg(1)->Arg(64);

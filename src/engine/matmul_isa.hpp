@@ -29,7 +29,7 @@ void matmul_avx512(const MatmulArgs& args) noexcept;
 
 }  // namespace activekv::engine::detail
 
-// The 8-bit-activation path (matmul_q16.hpp): the same bits on every instruction set.
+// The 16-bit-activation path (matmul_q16.hpp): the same bits on every instruction set.
 namespace activekv::engine::detail {
 
 struct Q16Args {
@@ -45,5 +45,6 @@ struct Q16Args {
 void quantize_q16_avx2(const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept;
 void matmul_q16_avx2(const Q16Args& args) noexcept;
+void matmul_q16_avx512(const Q16Args& args) noexcept;  // needs AVX512_VNNI besides Isa::avx512
 
 }  // namespace activekv::engine::detail

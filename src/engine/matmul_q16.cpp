@@ -1,12 +1,13 @@
 // matmul_q16.cpp — the 16-bit-activation path's dispatch and its portable
 // version, written element by element in the fixed order matmul_q16.hpp states,
-// for every weight format of formats/all.hpp; the AVX2 file
-// (matmul_q16_avx2.cpp) must give the same bits.
+// for every weight format of formats/all.hpp; the AVX2 and AVX-512 files
+// (matmul_q16_avx2.cpp, matmul_q16_avx512.cpp) must give the same bits.
 #include "engine/matmul_q16.hpp"
 
 #include <cmath>
 
 #include "activekv/assert.hpp"
+#include "core/cpu_features.hpp"
 #include "engine/matmul_isa.hpp"
 #include "engine/formats/all.hpp"
 #include "engine/quant_blocks.hpp"
@@ -122,7 +123,13 @@ bool q16_supported(GgmlType type, std::uint32_t cols) noexcept {
   return on_path && cols > 0 && cols % gguf::ggml_type_traits(type).block_elements == 0;
 }
 
-// AVX-512 CPUs run the AVX2 kernels of this path (there is no AVX-512 version yet; the bits are the same).
+Isa q16_kernel_isa(Isa isa) noexcept {
+  // CPUID once (it traps to the hypervisor on a virtual machine); the CPU does not change.
+  static const bool vnni = isa_available(Isa::avx512) && activekv::cpu_has_avx512_vnni();
+  return isa == Isa::avx512 && !vnni ? Isa::avx2 : isa;
+}
+
+// The quantisation has no AVX-512 version: Isa::avx512 runs the AVX2 one (the bytes are the same).
 void quantize_rows_q16(Isa isa, const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept {
   AK_ASSERT(out.cols % q16_block == 0, "quantize_rows_q16: width not a multiple of 32");
@@ -146,7 +153,11 @@ void matmul_rows_q16(Isa isa, const MatrixView& w, const Q16Rows& x, float* y, s
   const detail::Q16Args args{&w, &x, y, y_stride, row_begin, row_end, scratch};
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
   if (x86_kernels(isa)) {
-    detail::matmul_q16_avx2(args);
+    if (q16_kernel_isa(isa) == Isa::avx512) {
+      detail::matmul_q16_avx512(args);
+    } else {
+      detail::matmul_q16_avx2(args);
+    }
     return;
   }
 #endif

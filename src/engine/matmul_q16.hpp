@@ -37,8 +37,12 @@
 //   - the minimums' Σ mw × s: lanes j over k = 8c + j for whole groups of 8 blocks
 //     (fma in order of c), added as above, then the remaining blocks one by
 //     one with fma; the result is added to the first sum.
-// So the portable path and the AVX2 path give the same bits (tested), and
+// So the portable, AVX2 and AVX-512 paths give the same bits (tested), and
 // every output depends only on its weight row and its activation row.
+//
+// Kernels: portable (matmul_q16.cpp), AVX2 (matmul_q16_avx2.cpp) and AVX-512
+// VNNI (matmul_q16_avx512.cpp, two weight rows per register); q16_kernel_isa
+// says which one an Isa runs.
 #pragma once
 
 #include <cstddef>
@@ -64,6 +68,10 @@ struct Q16Rows {
 // this width (a whole number of the type's blocks).
 bool q16_supported(GgmlType type, std::uint32_t cols) noexcept;
 
+// The kernels matmul_rows_q16(isa, ...) runs: avx512 where the CPU also has AVX512_VNNI, else avx2 for
+// Isa::avx512 (the bits are the same either way); isa itself otherwise. isa_available(isa).
+Isa q16_kernel_isa(Isa isa) noexcept;
+
 // Quantises rows [row_begin, row_end) of x (row b at x + b × x_stride, out.cols values) into out.
 // Every instruction set gives the same bytes.
 void quantize_rows_q16(Isa isa, const float* x, std::size_t x_stride, const Q16Rows& out, std::size_t row_begin,
@@ -71,7 +79,7 @@ void quantize_rows_q16(Isa isa, const float* x, std::size_t x_stride, const Q16R
 
 // y[b × y_stride + r] = Σ_k (block k of weight row r) · (block k of activation row b), for every b < x.batch and
 // row_begin ≤ r < row_end, with the fixed order stated above. w.cols == x.cols; q16_supported(w.type, w.cols).
-// scratch: at least w.cols / 8 floats, private to the caller's thread.
+// scratch: at least w.cols / 2 floats, private to the caller's thread.
 void matmul_rows_q16(Isa isa, const MatrixView& w, const Q16Rows& x, float* y, std::size_t y_stride,
                     std::uint32_t row_begin, std::uint32_t row_end, float* scratch) noexcept;
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -26,11 +27,14 @@ constexpr GgmlType kQ16Types[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0
 
 // Random bytes with every f16 scale field replaced by a small finite value, so
 // no block decodes to inf or NaN.
-std::vector<std::uint8_t> random_matrix(GgmlType type, std::uint32_t rows, std::uint32_t cols, std::mt19937& rng) {
+// fill ≥ 0: every byte but the f16 scale fields is `fill` instead (0x00, 0x7f, 0x80, 0xff: the extreme integers and
+// group scales of each format).
+std::vector<std::uint8_t> random_matrix(GgmlType type, std::uint32_t rows, std::uint32_t cols, std::mt19937& rng,
+                                        int fill = -1) {
   const std::size_t row_bytes = quant_row_bytes(type, cols);
   std::vector<std::uint8_t> bytes(rows * row_bytes);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : bytes) b = static_cast<std::uint8_t>(byte(rng));
+  for (auto& b : bytes) b = static_cast<std::uint8_t>(fill >= 0 ? fill : byte(rng));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const gguf::GgmlTypeTraits& traits = gguf::ggml_type_traits(type);
   auto put_half = [&](std::size_t offset, float value) {
@@ -218,6 +222,55 @@ TEST(MatmulQ16, EveryPathGivesThePortableBitsAndEachOutputIsIndependentOfTheBatc
           std::vector<float> y(rows, -3.0f);
           matmul_rows_q16(isa, w, one, y.data(), rows, 0, rows, scratch.data());
           ASSERT_EQ(0, std::memcmp(y.data(), expected.data() + b * rows, rows * sizeof(float))) << "row " << b;
+        }
+      }
+    }
+  }
+}
+
+// The AVX-512 kernels (two weight rows per register, tiles of 8 rows at batch 1-3 and 4 rows × 4 activation
+// rows above, remainders of 1-3 activation rows, a last odd row paired with itself) against the portable path by memcmp: every format, batch
+// sizes 1..9, odd row counts and row ranges that start on an odd row, random and extreme blocks (the largest
+// integers of each format against activations at ±32767), within the scratch matmul_q16.hpp promises.
+TEST(MatmulQ16, Avx512KernelsGiveThePortableBitsForEveryBatchRowCountAndExtremeBlock) {
+  if (q16_kernel_isa(Isa::avx512) != Isa::avx512)
+    GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL with VNNI: the AVX-512 kernels of matmul_q16 are not run here";
+  std::mt19937 rng(41);
+  const int fills[] = {-1, 0x00, 0x7f, 0x80, 0xff};
+  for (GgmlType type : kQ16Types) {
+    const bool k_type = gguf::ggml_type_traits(type).block_elements == 256;
+    // 3 and 9 blocks (no whole group of 8 minimums, and one group with a tail); the K types: 1 and 2 super-blocks.
+    for (std::uint32_t cols : k_type ? std::vector<std::uint32_t>{256u, 512u} : std::vector<std::uint32_t>{96u, 288u}) {
+      for (int fill : fills) {
+        for (std::uint32_t rows : {1u, 3u, 5u, 7u, 9u, 19u}) {
+          SCOPED_TRACE(::testing::Message() << gguf::ggml_type_traits(type).name << " cols " << cols << " rows " << rows
+                                            << " fill " << fill);
+          const std::vector<std::uint8_t> bytes = random_matrix(type, rows, cols, rng, fill);
+          const MatrixView w{type, bytes.data(), cols, rows, quant_row_bytes(type, cols)};
+          const std::size_t batch_max = 9;
+          // Random hidden-state rows, then (extreme blocks) every value at full scale: q = +32767, -32767, alternating.
+          std::vector<float> x = hidden_like(batch_max, cols, rng);
+          if (fill >= 0)
+            for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i / cols) % 3 == 0 ? 1.0f : ((i / cols) % 3 == 1 ? -1.0f : (i % 2 ? 1.0f : -1.0f));
+          for (std::size_t batch = 1; batch <= batch_max; ++batch) {
+            Q16Buffers xq(batch, cols);
+            quantize_rows_q16(Isa::portable, x.data(), cols, xq.rows, 0, batch);
+            std::vector<float> expected(batch * rows, -1.0f);
+            std::vector<float> scratch(cols);
+            matmul_rows_q16(Isa::portable, w, xq.rows, expected.data(), rows, 0, rows, scratch.data());
+            // Exactly the promised scratch (w.cols / 2 floats), then sentinels the kernel must not touch.
+            const std::size_t promised = cols / 2;
+            std::vector<float> tight(promised + 16, 12345.0f);
+            std::vector<float> got(batch * rows, -7.0f);
+            matmul_rows_q16(Isa::avx512, w, xq.rows, got.data(), rows, 0, rows, tight.data());
+            ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float))) << "batch " << batch;
+            for (std::size_t i = promised; i < tight.size(); ++i) ASSERT_EQ(tight[i], 12345.0f) << "scratch overrun";
+            // Row ranges from an odd row: [0, 1) alone, then the rest (their pairs shift by one).
+            std::fill(got.begin(), got.end(), -7.0f);
+            matmul_rows_q16(Isa::avx512, w, xq.rows, got.data(), rows, 0, 1, tight.data());
+            matmul_rows_q16(Isa::avx512, w, xq.rows, got.data(), rows, 1, rows, tight.data());
+            ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float))) << "batch " << batch << " split";
+          }
         }
       }
     }
