@@ -302,7 +302,7 @@ TEST(MatmulQ8, SupportedTypesAndNames) {
   for (GgmlType type : kQ8Types) EXPECT_TRUE(q8_supported(type, 512)) << gguf::ggml_type_traits(type).name;
   EXPECT_FALSE(q8_supported(GgmlType::q4_k, 576));  // not a whole number of super-blocks
   EXPECT_TRUE(q8_supported(GgmlType::q6_k, q8_block * q8_super_blocks_max));
-  EXPECT_FALSE(q8_supported(GgmlType::q6_k, q8_block * (q8_super_blocks_max + 1)));  // past the kernel's scale buffer
+  EXPECT_FALSE(q8_supported(GgmlType::q6_k, q8_block * (q8_super_blocks_max + 1)));  // past the path's bound
   EXPECT_FALSE(q8_supported(GgmlType::q4_0, 512));  // the legacy formats take matmul_q8_0.hpp's 32-value blocks
   EXPECT_FALSE(q8_supported(GgmlType::q8_0, 512));
   EXPECT_FALSE(q8_supported(GgmlType::f16, 512));
