@@ -207,12 +207,14 @@ static inline float dot_one(const MatrixView& w, const Q8Rows& x, std::uint32_t 
       const __m256i m = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(s.mk)));
       acc = std::fma(static_cast<float>(hsum_epi32(_mm256_sub_epi32(isum, m))), s.d * dx, acc);
     } else {
-      // With mk[2j] = mk[2j+1] = m[j]: M = Σ_j m[j] b32[j].
+      // With mk[2j] = mk[2j+1] = m[j]: M = Σ_j m[j] b32[j]; P and M summed in one tree, both exact.
       const __m128i m4 = _mm_madd_epi16(sums_per_32(bsum), _mm_load_si128(reinterpret_cast<const __m128i*>(s.sc + 8)));
-      __m128i t = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
-      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-      acc = std::fma(static_cast<float>(hsum_epi32(isum)), s.d * dx, acc);
-      mins = std::fma(static_cast<float>(_mm_cvtsi128_si32(t)), -(s.dmin * dx), mins);
+      const __m128i p4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+      __m128i pm = _mm_hadd_epi32(p4, m4);
+      pm = _mm_hadd_epi32(pm, pm);  // P, M, P, M
+      const __m128 pmf = _mm_cvtepi32_ps(pm);
+      acc = std::fma(_mm_cvtss_f32(pmf), s.d * dx, acc);
+      mins = std::fma(_mm_cvtss_f32(_mm_movehdup_ps(pmf)), -(s.dmin * dx), mins);
     }
   }
   return T == GgmlType::q6_k ? acc : acc + mins;
