@@ -28,63 +28,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/quant_blocks.hpp"
 #include "engine/matmul_q8.hpp"
+#include "engine/matmul_q8_x86.hpp"
 
 namespace activekv::engine::detail {
 namespace {
 
 using gguf::GgmlType;
-
-static inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-// A super-block's factors, decoded once per weight row and super-block: the integer scales as int16 (Q4_K and
-// Q5_K: the 8 per-32 scales in elements 0..7 and the 8 minimums in 8..15; Q6_K: the 16 per-16 scales), Q6_K's
-// block sums' factors mk = 32 × sc per 16 (int16, one aligned vector) and the fp32 factors.
-struct alignas(32) Prep {
-  std::int16_t mk[16];  // Q6_K only
-  std::int16_t sc[16];
-  float d;
-  float dmin;  // 0 for Q6_K
-};
-
-// Q4_K/Q5_K's 12 scale bytes as two 64-bit words of 8 bytes each: the 6-bit scales, the 6-bit minimums
-// (q4_k_scale_min: j < 4 from the low 6 bits of bytes j and j + 4; j ≥ 4 from the nibbles of bytes j + 4
-// and the top 2 bits of bytes j − 4 and j).
-static inline __m128i k4_scale_bytes(const std::uint8_t* q) {
-  std::uint32_t u0, u1, u2;
-  std::memcpy(&u0, q, 4);
-  std::memcpy(&u1, q + 4, 4);
-  std::memcpy(&u2, q + 8, 4);
-  const std::uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-  const std::uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
-  const std::uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
-  return _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo), static_cast<int>(sc_hi),
-                       static_cast<int>(sc_lo));
-}
-
-template <GgmlType T>
-static inline void prep(const std::uint8_t* sb, Prep* p) {
-  if constexpr (T == GgmlType::q6_k) {
-    const auto& b = *reinterpret_cast<const blocks::BlockQ6_K*>(sb);
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(p->sc), sc);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(p->mk), _mm256_slli_epi16(sc, 5));  // 32 × sc
-    p->d = _cvtsh_ss(b.d);
-    p->dmin = 0.0f;
-  } else {
-    using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
-    const auto& b = *reinterpret_cast<const Block*>(sb);
-    // Scales 0..7 | minimums 0..7 (the epilogue reads the minimums with the activation's sums per 32; mk unused)
-    _mm256_store_si256(reinterpret_cast<__m256i*>(p->sc), _mm256_cvtepu8_epi16(k4_scale_bytes(b.scales)));
-    p->d = _cvtsh_ss(b.d);
-    p->dmin = _cvtsh_ss(b.dmin);
-  }
-}
 
 // vpshufb controls that build chunk c's scale vector (decode): every int16 of 32-bit lane j the scale of
 // bytes 4j..4j+3 of the chunk. Q4_K/Q5_K: element c of the 8 per-32 scales; Q6_K: of the 8 per-16 scales
@@ -115,63 +65,6 @@ template <GgmlType T>
 static inline __m256i chunk_scales(const Prep& p, int c) {
   if constexpr (T == GgmlType::q6_k) return shuffled_scales(p.sc + 8 * (c / 4), scale_masks.k6_one[c]);
   else return shuffled_scales(p.sc, scale_masks.k4_one[c]);
-}
-
-// The chunks one load step yields: Q4_K/Q5_K 2 (the low and high nibbles of 32 bytes), Q6_K 4 (ql's two
-// 32-byte halves at shifts 0 and 4, with qh's four 2-bit fields).
-template <GgmlType T>
-constexpr int step_chunks = T == GgmlType::q6_k ? 4 : 2;
-
-// Step k's chunks of super-block `sb` as unsigned bytes u (chunk step_chunks × k + j in w[j]).
-template <GgmlType T>
-static inline void unpack(const std::uint8_t* sb, int k, __m256i* w) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  if constexpr (T == GgmlType::q6_k) {
-    const auto& b = *reinterpret_cast<const blocks::BlockQ6_K*>(sb);
-    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * k));
-    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * k + 32));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * k));
-    const __m256i high2 = _mm256_set1_epi8(0x30);
-    w[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), high2));
-    w[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), high2));
-    w[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, high2));
-    w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), high2));
-  } else {
-    using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
-    const auto& b = *reinterpret_cast<const Block*>(sb);
-    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * k));
-    w[0] = _mm256_and_si256(qs, low4);
-    w[1] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), low4);
-    if constexpr (T == GgmlType::q5_k) {
-      const __m256i qh = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)),
-                                          _mm_cvtsi32_si128(2 * k));
-      const __m256i bit4 = _mm256_set1_epi8(0x10);
-      w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
-      w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
-    }
-  }
-}
-
-template <GgmlType T>
-static inline std::size_t super_bytes() {
-  if constexpr (T == GgmlType::q4_k) return sizeof(blocks::BlockQ4_K);
-  else if constexpr (T == GgmlType::q5_k) return sizeof(blocks::BlockQ5_K);
-  else return sizeof(blocks::BlockQ6_K);
-}
-
-static inline std::int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-
-// Q4_K/Q5_K: the activation's sums per 32 of super-block i, b32[j] = bsum[2j] + bsum[2j+1] (|·| ≤ 32 × 127),
-// as 8 int16.
-static inline __m128i sums_per_32(const std::int16_t* bsum) {
-  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum));
-  return _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
 }
 
 // Decode: weight row r against activation row b, the row's super-blocks as stored. Chunk c's 32 products meet
@@ -220,69 +113,7 @@ static inline float dot_one(const MatrixView& w, const Q8Rows& x, std::uint32_t 
   return T == GgmlType::q6_k ? acc : acc + mins;
 }
 
-// Prefill: 8 weight rows interleaved, one row per 32-bit lane (the layout llama.cpp's repack.cpp builds at load;
-// here built per tile, on the stack, and shared by up to 64 activation rows). Super-block i of rows r0..r0+7:
-constexpr int tile_rows = 8;
-struct alignas(32) Interleaved {
-  // [chunk c][step k]: lane r holds row r's elements 32c + 4k .. 32c + 4k + 3: u (Q4_K/Q5_K), or u − 32 as a
-  // signed byte (Q6_K: its sign goes onto the activation byte with vpsignb, so the offset needs no block sums)
-  std::uint8_t u[8][8][32];
-  std::int16_t sc[16][16];  // [group g]: lane r holds (sc, sc) of row r, group g
-  std::int16_t mk[4][16];   // Q4_K/Q5_K, [t]: lane r holds row r's minimums (m[2t], m[2t+1])
-  float d[8];
-  float dmin[8];
-};
-
-// 8 rows of 8 dwords → 8 vectors of one dword from each row: out[k] lane r = in[r] lane k.
-static inline void transpose8(const __m256i* in, __m256i* out) {
-  __m256i t[8], u[8];
-  for (int h = 0; h < 2; ++h) {
-    t[4 * h + 0] = _mm256_unpacklo_epi32(in[4 * h + 0], in[4 * h + 1]);
-    t[4 * h + 1] = _mm256_unpackhi_epi32(in[4 * h + 0], in[4 * h + 1]);
-    t[4 * h + 2] = _mm256_unpacklo_epi32(in[4 * h + 2], in[4 * h + 3]);
-    t[4 * h + 3] = _mm256_unpackhi_epi32(in[4 * h + 2], in[4 * h + 3]);
-    u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);  // dwords 0 | 4 of rows 4h..4h+3
-    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);  // 1 | 5
-    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // 2 | 6
-    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // 3 | 7
-  }
-  for (int k = 0; k < 4; ++k) {
-    out[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
-    out[k + 4] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
-  }
-}
-
-// Super-block i of rows rows[0..7] into `out`.
-template <GgmlType T>
-static inline void interleave(const std::uint8_t* const* rows, std::size_t i, Interleaved* out) {
-  constexpr int steps = static_cast<int>(q8_block / q8_chunk) / step_chunks<T>;
-  alignas(32) __m256i chunks[8][tile_rows];  // [c][r]
-  for (int r = 0; r < tile_rows; ++r) {
-    const std::uint8_t* sb = rows[r] + i * super_bytes<T>();
-    for (int k = 0; k < steps; ++k) {
-      __m256i wv[step_chunks<T>];
-      unpack<T>(sb, k, wv);
-      for (int j = 0; j < step_chunks<T>; ++j) chunks[step_chunks<T> * k + j][r] = wv[j];
-    }
-    Prep p;
-    prep<T>(sb, &p);
-    for (int g = 0; g < 16; ++g)
-      out->sc[g][2 * r] = out->sc[g][2 * r + 1] = T == GgmlType::q6_k ? p.sc[g] : p.sc[g / 2];
-    for (int t = 0; t < 4; ++t) {
-      out->mk[t][2 * r] = p.sc[8 + 2 * t];
-      out->mk[t][2 * r + 1] = p.sc[8 + 2 * t + 1];
-    }
-    out->d[r] = p.d;
-    out->dmin[r] = p.dmin;
-  }
-  for (int c = 0; c < 8; ++c) {
-    __m256i t[8];
-    if constexpr (T == GgmlType::q6_k)
-      for (int r = 0; r < tile_rows; ++r) chunks[c][r] = _mm256_sub_epi8(chunks[c][r], _mm256_set1_epi8(32));
-    transpose8(chunks[c], t);
-    for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out->u[c][k]), t[k]);
-  }
-}
+constexpr int tile_rows = 8;  // weight rows interleaved per tile
 
 // Steps of a chunk whose vpmaddubsw pair sums add in int16 before vpmaddwd applies the scales: each pair sum is
 // at most 2 × umax × 127, so Q4_K (umax 15) takes all 8 steps (≤ 30,480), Q5_K (31) 4 (≤ 31,496), Q6_K
@@ -293,13 +124,13 @@ constexpr int int16_run = T == GgmlType::q4_k ? 8 : 4;
 // The interleaved rows of `t` (n super-blocks from i0) against activation rows b..b+V: acc and mins (8 lanes,
 // one per row) carried over the super-blocks in order.
 template <GgmlType T, int V>
-static inline void interleaved_tile(const Interleaved* t, std::size_t n, std::size_t i0, const Q8Rows& x,
+static inline void interleaved_tile(const Interleaved<tile_rows>* t, std::size_t n, std::size_t i0, const Q8Rows& x,
                                     std::size_t b, __m256* acc, __m256* mins) {
   constexpr int groups = static_cast<int>(q8_block / q8_group);
   constexpr int run = int16_run<T>;
   const std::size_t nb = x.cols / q8_block;
   for (std::size_t s = 0; s < n; ++s) {
-    const Interleaved& il = t[s];
+    const Interleaved<tile_rows>& il = t[s];
     const std::size_t i = i0 + s;
     __m256i isum[V];
     for (int v = 0; v < V; ++v) isum[v] = _mm256_setzero_si256();
@@ -361,10 +192,10 @@ static void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std
   __m256 acc[vec_block], mins[vec_block];
   const std::size_t nv = b_end - b_begin;
   for (std::size_t v = 0; v < nv; ++v) acc[v] = mins[v] = _mm256_setzero_ps();
-  Interleaved il[span_max];
+  Interleaved<tile_rows> il[span_max];
   for (std::size_t i0 = 0; i0 < nb; i0 += span_max) {
     const std::size_t n = nb - i0 < span_max ? nb - i0 : span_max;
-    for (std::size_t s = 0; s < n; ++s) interleave<T>(rows, i0 + s, &il[s]);
+    for (std::size_t s = 0; s < n; ++s) interleave<T, tile_rows, T == GgmlType::q6_k>(rows, i0 + s, &il[s]);
     std::size_t v = 0;
     for (; v + tile_acts <= nv; v += tile_acts)
       interleaved_tile<T, tile_acts>(il, n, i0, x, b_begin + v, acc + v, mins + v);
