@@ -108,7 +108,16 @@ bool q8_supported(GgmlType type, std::uint32_t cols) noexcept {
   return on_path && cols > 0 && cols % q8_block == 0 && cols / q8_block <= q8_super_blocks_max;
 }
 
-// AVX-512 CPUs run the AVX2 kernels of this path (the bits are the same).
+bool vnni_available() noexcept {
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  return __builtin_cpu_supports("avx512vnni") != 0;
+#else
+  return false;
+#endif
+}
+
+// AVX-512 CPUs quantise with the AVX2 kernel and, with VNNI, take the AVX-512 prefill kernel (the bits are the
+// same on every path).
 void quantize_rows_q8(Isa isa, const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept {
   AK_ASSERT(out.cols % q8_block == 0, "quantize_rows_q8: width not a multiple of 256");
@@ -132,7 +141,8 @@ void matmul_rows_q8(Isa isa, const MatrixView& w, const Q8Rows& x, float* y, std
   const detail::Q8Args args{&w, &x, y, y_stride, row_begin, row_end};
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
   if (x86_kernels(isa)) {
-    detail::matmul_q8_avx2(args);
+    if (isa == Isa::avx512 && vnni_available()) detail::matmul_q8_avx512(args);
+    else detail::matmul_q8_avx2(args);
     return;
   }
 #endif

@@ -88,6 +88,9 @@ bool q8_supported(GgmlType type, std::uint32_t cols) noexcept;
 void quantize_rows_q8(Isa isa, const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept;
 
+// Whether the CPU has AVX512-VNNI: Isa::avx512 then takes the VNNI prefill kernel (the same bits).
+bool vnni_available() noexcept;
+
 // y[b × y_stride + r] = the product above, for every b < x.batch and row_begin ≤ r < row_end.
 // w.cols == x.cols; q8_supported(w.type, w.cols). Allocates nothing.
 void matmul_rows_q8(Isa isa, const MatrixView& w, const Q8Rows& x, float* y, std::size_t y_stride,
@@ -105,6 +108,7 @@ struct Q8Args {
 void quantize_q8_avx2(const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept;
 void matmul_q8_avx2(const Q8Args& args) noexcept;
+void matmul_q8_avx512(const Q8Args& args) noexcept;  // AVX-512 with VNNI (vnni_available())
 }  // namespace detail
 
 }  // namespace activekv::engine

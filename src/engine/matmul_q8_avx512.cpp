@@ -1,0 +1,165 @@
+// matmul_q8_avx512.cpp — the 8-bit K-quant path's prefill on AVX-512 with VNNI
+// (compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni; called only where
+// isa_available(Isa::avx512) and the CPU has AVX512-VNNI; decode takes the AVX2
+// kernel). The order of every fp32 operation is the one matmul_q8.hpp states, so
+// the bits equal the portable path's.
+//
+// 16 weight rows interleaved, one per 32-bit lane of a 512-bit register (the
+// layout of matmul_q8_x86.hpp, built per tile on the stack and shared by up to 64
+// activation rows, 4 at a time). Each step is one vpdpbusd: 4 elements of all 16
+// rows (unsigned u) against the activation's 4 bytes broadcast, summed into the
+// int32 lanes with no int16 limit, so a group of 16 elements is 4 chained
+// vpdpbusd and the scale applies once per 32 (Q4_K/Q5_K) or per 16 (Q6_K) with
+// vpmulld. Q6_K's −32 offset starts each group's sum at −32 × the activation's
+// block sum. Per super-block the 16 rows' integers P become fp32 and meet
+// dw × dx in one FMA; Q4_K/Q5_K's minimums by 4 vpdpwssd of the activation's sums
+// per 32 and an FMA of their own. Internal linkage only.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/matmul_q8.hpp"
+#include "engine/matmul_q8_x86.hpp"
+
+namespace activekv::engine::detail {
+namespace {
+
+constexpr int tile_rows = 16;          // weight rows interleaved per tile
+constexpr std::size_t vec_block = 64;  // activation rows that stay in the L2 cache while the weight rows pass
+constexpr std::size_t span_max = 2;    // super-blocks interleaved at a time (11 KiB on the stack)
+constexpr int tile_acts = 4;           // activation rows per pass over an interleaved span
+
+static inline __m512i load512(const void* p) { return _mm512_load_si512(p); }
+
+// The interleaved rows of `t` (n super-blocks from i0) against activation rows b..b+V: acc and mins (16 lanes,
+// one per row) carried over the super-blocks in order.
+template <GgmlType T, int V>
+static inline void interleaved_tile(const Interleaved<tile_rows>* t, std::size_t n, std::size_t i0, const Q8Rows& x,
+                                    std::size_t b, __m512* acc, __m512* mins) {
+  constexpr int groups = static_cast<int>(q8_block / q8_group);
+  const std::size_t nb = x.cols / q8_block;
+  for (std::size_t s = 0; s < n; ++s) {
+    const Interleaved<tile_rows>& il = t[s];
+    const std::size_t i = i0 + s;
+    const std::int8_t* xq[V];
+    const std::int16_t* bsum[V];
+    for (int v = 0; v < V; ++v) {
+      xq[v] = x.q + (b + v) * x.cols + i * q8_block;
+      bsum[v] = x.bsum + ((b + v) * nb + i) * groups;
+    }
+    // Q6_K: each group's sum starts at −32 × its activation block sum.
+    alignas(64) std::int32_t start[V][groups];
+    if constexpr (T == GgmlType::q6_k)
+      for (int v = 0; v < V; ++v) {
+        const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum[v])));
+        _mm512_store_si512(start[v], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+      }
+    __m512i isum[V];
+    for (int v = 0; v < V; ++v) isum[v] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; ++c) {
+      __m512i g0[V], g1[V];  // the chunk's two groups of 16
+      for (int v = 0; v < V; ++v) {
+        if constexpr (T == GgmlType::q6_k) {
+          g0[v] = _mm512_set1_epi32(start[v][2 * c]);
+          g1[v] = _mm512_set1_epi32(start[v][2 * c + 1]);
+        } else {
+          g0[v] = g1[v] = _mm512_setzero_si512();
+        }
+      }
+      for (int k = 0; k < 4; ++k) {
+        const __m512i w0 = load512(il.u[c][k]);
+        const __m512i w1 = load512(il.u[c][k + 4]);
+        for (int v = 0; v < V; ++v) {
+          std::int32_t x0, x1;
+          std::memcpy(&x0, xq[v] + c * q8_chunk + 4 * k, 4);
+          std::memcpy(&x1, xq[v] + c * q8_chunk + 16 + 4 * k, 4);
+          g0[v] = _mm512_dpbusd_epi32(g0[v], w0, _mm512_set1_epi32(x0));
+          g1[v] = _mm512_dpbusd_epi32(g1[v], w1, _mm512_set1_epi32(x1));
+        }
+      }
+      // The scales: the high int16 of each (sc, sc) lane, sign-extended.
+      const __m512i sc0 = _mm512_srai_epi32(load512(il.sc[2 * c]), 16);
+      if constexpr (T == GgmlType::q6_k) {
+        const __m512i sc1 = _mm512_srai_epi32(load512(il.sc[2 * c + 1]), 16);
+        for (int v = 0; v < V; ++v)
+          isum[v] = _mm512_add_epi32(isum[v], _mm512_add_epi32(_mm512_mullo_epi32(g0[v], sc0),
+                                                               _mm512_mullo_epi32(g1[v], sc1)));
+      } else {
+        for (int v = 0; v < V; ++v)
+          isum[v] = _mm512_add_epi32(isum[v], _mm512_mullo_epi32(_mm512_add_epi32(g0[v], g1[v]), sc0));
+      }
+    }
+    const __m512 d = _mm512_load_ps(il.d);
+    for (int v = 0; v < V; ++v) {
+      const float dx = x.d[(b + v) * nb + i];
+      acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[v]);
+      if constexpr (T != GgmlType::q6_k) {
+        alignas(16) std::int32_t b32[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(b32), sums_per_32(bsum[v]));
+        __m512i m = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, load512(il.mk[p]), _mm512_set1_epi32(b32[p]));
+        const __m512 smin = _mm512_mul_ps(_mm512_load_ps(il.dmin), _mm512_set1_ps(dx));
+        mins[v] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), smin, mins[v]);  // fma(M, −(dmin × dx), mins)
+      }
+    }
+  }
+}
+
+// Rows r0..r0+15 (those past row_end repeat the last row; their lanes are not stored) against activation rows
+// [b_begin, b_end), at most vec_block of them.
+template <GgmlType T>
+static void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std::uint32_t row_end,
+                     std::size_t b_begin, std::size_t b_end, float* y, std::size_t y_stride) {
+  const std::size_t nb = w.cols / q8_block;
+  const std::uint8_t* rows[tile_rows];
+  for (int r = 0; r < tile_rows; ++r) {
+    const std::uint32_t rr = r0 + r < row_end ? r0 + r : row_end - 1;
+    rows[r] = w.data + rr * w.row_bytes;
+  }
+  __m512 acc[vec_block], mins[vec_block];
+  const std::size_t nv = b_end - b_begin;
+  for (std::size_t v = 0; v < nv; ++v) acc[v] = mins[v] = _mm512_setzero_ps();
+  Interleaved<tile_rows> il[span_max];
+  for (std::size_t i0 = 0; i0 < nb; i0 += span_max) {
+    const std::size_t n = nb - i0 < span_max ? nb - i0 : span_max;
+    for (std::size_t s = 0; s < n; ++s) interleave<T, tile_rows, false>(rows, i0 + s, &il[s]);
+    std::size_t v = 0;
+    for (; v + tile_acts <= nv; v += tile_acts)
+      interleaved_tile<T, tile_acts>(il, n, i0, x, b_begin + v, acc + v, mins + v);
+    for (; v < nv; ++v) interleaved_tile<T, 1>(il, n, i0, x, b_begin + v, acc + v, mins + v);
+  }
+  const std::uint32_t live = row_end - r0 < static_cast<std::uint32_t>(tile_rows) ? row_end - r0 : tile_rows;
+  const __mmask16 keep = static_cast<__mmask16>((1u << live) - 1u);
+  for (std::size_t v = 0; v < nv; ++v)
+    _mm512_mask_storeu_ps(y + (b_begin + v) * y_stride + r0, keep,
+                          T == GgmlType::q6_k ? acc[v] : _mm512_add_ps(acc[v], mins[v]));
+}
+
+template <GgmlType T>
+static void matmul(const Q8Args& a) {
+  const Q8Rows& x = *a.x;
+  for (std::size_t b0 = 0; b0 < x.batch; b0 += vec_block) {
+    const std::size_t b1 = b0 + vec_block < x.batch ? b0 + vec_block : x.batch;
+    for (std::uint32_t r = a.row_begin; r < a.row_end; r += tile_rows)
+      row_tile<T>(*a.w, x, r, a.row_end, b0, b1, a.y, a.y_stride);
+  }
+}
+
+}  // namespace
+
+// Batches of 4 or more; decode (1 to 3 rows, memory-bound) takes the AVX2 kernel, which reads the stored layout.
+void matmul_q8_avx512(const Q8Args& a) noexcept {
+  if (a.x->batch < static_cast<std::size_t>(tile_acts)) {
+    matmul_q8_avx2(a);
+    return;
+  }
+  switch (a.w->type) {
+    case GgmlType::q4_k: matmul<GgmlType::q4_k>(a); return;
+    case GgmlType::q5_k: matmul<GgmlType::q5_k>(a); return;
+    case GgmlType::q6_k: matmul<GgmlType::q6_k>(a); return;
+    default: return;  // matmul_rows_q8 asserted q8_supported()
+  }
+}
+
+}  // namespace activekv::engine::detail
