@@ -32,6 +32,92 @@ constexpr int tile_acts = 4;           // activation rows per pass over an inter
 
 static inline __m512i load512(const void* p) { return _mm512_load_si512(p); }
 
+// Decode's scale controls: chunks 2h and 2h + 1 of a super-block in the two 256-bit halves, every int16 of
+// 32-bit lane j the scale of bytes 4j..4j+3 of its chunk (matmul_q8_avx2.cpp's single-chunk controls, paired).
+// Q4_K/Q5_K: element c of the 8 per-32 scales; Q6_K: of the 8 per-16 scales 8 (c / 4) .. 8 (c / 4) + 7,
+// element 2c mod 8 for lanes 0..3 of a half and 2c + 1 mod 8 for lanes 4..7.
+struct PairMasks {
+  alignas(64) std::uint8_t k4[4][64];
+  alignas(64) std::uint8_t k6[4][64];
+  constexpr PairMasks() : k4{}, k6{} {
+    for (int h = 0; h < 4; ++h)
+      for (int l = 0; l < 64; ++l) {
+        const int c = 2 * h + l / 32, lh = l % 32;
+        const int e6 = (2 * c + (lh < 16 ? 0 : 1)) % 8;
+        k4[h][l] = static_cast<std::uint8_t>(2 * c + lh % 2);
+        k6[h][l] = static_cast<std::uint8_t>(2 * e6 + lh % 2);
+      }
+  }
+};
+constexpr PairMasks pair_masks{};
+
+// Chunks 2h and 2h + 1 of super-block sb as unsigned bytes, one per 256-bit half.
+template <GgmlType T>
+static inline __m512i unpack_pair(const std::uint8_t* sb, int h) {
+  if constexpr (T == GgmlType::q6_k) {
+    __m256i w[4];
+    unpack<T>(sb, h / 2, w);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(w[2 * (h % 2)]), w[2 * (h % 2) + 1], 1);
+  } else {
+    using Block = std::conditional_t<T == GgmlType::q4_k, blocks::BlockQ4_K, blocks::BlockQ5_K>;
+    const auto& b = *reinterpret_cast<const Block*>(sb);
+    const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // 0 | 4
+    const __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h)));
+    __m512i u = _mm512_and_si512(_mm512_srlv_epi16(qs, half_shift), _mm512_set1_epi8(0x0F));
+    if constexpr (T == GgmlType::q5_k) {
+      // Chunk c's fifth bit is bit c of qh[l]: bits 2h and 2h + 1 to bit 4 of each byte.
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+      const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(2 * h)),
+                                               _mm256_set1_epi16(static_cast<short>(2 * h + 1)), 1);
+      const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(0x01));
+      u = _mm512_or_si512(u, _mm512_slli_epi16(bit, 4));
+    }
+    return u;
+  }
+}
+
+// Decode: weight row r against activation row b, the stored layout read in place; two chunks per register,
+// each pair one vpmaddubsw and one vpdpwssd with its scales; P the 16 lanes' sum.
+template <GgmlType T>
+static inline float dot_one(const MatrixView& w, const Q8Rows& x, std::uint32_t r, std::size_t b) {
+  constexpr int groups = static_cast<int>(q8_block / q8_group);
+  const std::size_t nb = w.cols / q8_block;
+  const std::uint8_t* row = w.data + r * w.row_bytes;
+  float acc = 0.0f, mins = 0.0f;
+  for (std::size_t i = 0; i < nb; ++i) {
+    const std::uint8_t* sb = row + i * super_bytes<T>();
+    Prep s;
+    prep<T>(sb, &s);
+    const std::int8_t* xq = x.q + b * x.cols + i * q8_block;
+    __m512i isum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      const __m512i u = unpack_pair<T>(sb, h);
+      const __m512i xv = _mm512_loadu_si512(xq + 2 * h * q8_chunk);
+      const std::int16_t* scales = T == GgmlType::q6_k ? s.sc + 8 * (h / 2) : s.sc;
+      const __m512i src = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
+      const __m512i sc =
+          _mm512_shuffle_epi8(src, load512(T == GgmlType::q6_k ? pair_masks.k6[h] : pair_masks.k4[h]));
+      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u, xv), sc);
+    }
+    const float dx = x.d[b * nb + i];
+    const std::int16_t* bsum = x.bsum + (b * nb + i) * groups;
+    if constexpr (T == GgmlType::q6_k) {
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum));
+      const __m256i m = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(s.mk)));
+      const __m512i pm = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(m));  // P − M in one sum
+      acc = std::fma(static_cast<float>(_mm512_reduce_add_epi32(pm)), s.d * dx, acc);
+    } else {
+      const __m128i m4 = _mm_madd_epi16(sums_per_32(bsum), _mm_load_si128(reinterpret_cast<const __m128i*>(s.sc + 8)));
+      __m128i t = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+      acc = std::fma(static_cast<float>(_mm512_reduce_add_epi32(isum)), s.d * dx, acc);
+      mins = std::fma(static_cast<float>(_mm_cvtsi128_si32(t)), -(s.dmin * dx), mins);
+    }
+  }
+  return T == GgmlType::q6_k ? acc : acc + mins;
+}
+
 // The interleaved rows of `t` (n super-blocks from i0) against activation rows b..b+V: acc and mins (16 lanes,
 // one per row) carried over the super-blocks in order.
 template <GgmlType T, int V>
@@ -139,6 +225,11 @@ static void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std
 template <GgmlType T>
 static void matmul(const Q8Args& a) {
   const Q8Rows& x = *a.x;
+  if (x.batch < static_cast<std::size_t>(tile_acts)) {
+    for (std::size_t b = 0; b < x.batch; ++b)
+      for (std::uint32_t r = a.row_begin; r < a.row_end; ++r) a.y[b * a.y_stride + r] = dot_one<T>(*a.w, x, r, b);
+    return;
+  }
   for (std::size_t b0 = 0; b0 < x.batch; b0 += vec_block) {
     const std::size_t b1 = b0 + vec_block < x.batch ? b0 + vec_block : x.batch;
     for (std::uint32_t r = a.row_begin; r < a.row_end; r += tile_rows)
@@ -148,12 +239,8 @@ static void matmul(const Q8Args& a) {
 
 }  // namespace
 
-// Batches of 4 or more; decode (1 to 3 rows, memory-bound) takes the AVX2 kernel, which reads the stored layout.
+// Batches of 4 or more: 16 interleaved rows per tile; decode (1 to 3 rows): a row at a time, as stored.
 void matmul_q8_avx512(const Q8Args& a) noexcept {
-  if (a.x->batch < static_cast<std::size_t>(tile_acts)) {
-    matmul_q8_avx2(a);
-    return;
-  }
   switch (a.w->type) {
     case GgmlType::q4_k: matmul<GgmlType::q4_k>(a); return;
     case GgmlType::q5_k: matmul<GgmlType::q5_k>(a); return;
