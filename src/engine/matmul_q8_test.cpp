@@ -244,7 +244,8 @@ TEST(MatmulQ8, ExtremeBlocksAreExact) {
 // activation: ≤ 4 × 2 × 32 × 127 = 32,512, the int16 limit's neighbourhood): at the largest values each format
 // holds the sums must not wrap. Every stored bit set (Q6_K: u = 63, u − 32 = 31) and, for Q6_K, every bit clear
 // (u − 32 = −32, the largest magnitude); rows of +127 and −127 alternate in a batch of 9 (two tiles of 4 and a
-// remainder), against 17 weight rows (two tiles of 8 interleaved rows and one of a single row).
+// remainder), against 17 weight rows (AVX2: two tiles of 8 interleaved rows and one of a single row;
+// AVX-512: one of 16 and one of a single row, its int32 vpdpbusd sums far from any limit).
 TEST(MatmulQ8, ExtremeBlocksAreExactInPrefillTiles) {
   const std::uint32_t cols = 512, rows = 17;
   const std::size_t batch = 9;
