@@ -160,6 +160,8 @@ BENCHMARK_CAPTURE(BM_matmul_q16, q4_k_portable, GgmlType::q4_k, Isa::portable)->
 BENCHMARK_CAPTURE(BM_matmul_q16, q2_k_avx2, GgmlType::q2_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q8, q4_k_avx2, GgmlType::q4_k, Isa::avx2)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_matmul_q8, q6_k_avx2, GgmlType::q6_k, Isa::avx2)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q8, q4_k_avx512, GgmlType::q4_k, Isa::avx512)->Arg(1)->Arg(64);
+BENCHMARK_CAPTURE(BM_matmul_q8, q6_k_avx512, GgmlType::q6_k, Isa::avx512)->Arg(1)->Arg(64);
 BENCHMARK_CAPTURE(BM_quantize_q16, avx2, Isa::avx2);
 BENCHMARK_CAPTURE(BM_quantize_q16, portable, Isa::portable);
 BENCHMARK_CAPTURE(BM_matmul, q4_1_avx512, GgmlType::q4_1, Isa::avx512)->Arg(1)->Arg(64);

@@ -11,12 +11,6 @@
 namespace activekv::engine {
 namespace {
 
-// ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)): the AVX2 horizontal sum's order.
-float sum8(const float* a) noexcept {
-  const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-  return (s0 + s2) + (s1 + s3);
-}
-
 void quantize_portable(const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                        std::size_t row_end) noexcept {
   const std::size_t nb = out.cols / q8_block;
@@ -49,10 +43,8 @@ void quantize_portable(const float* x, std::size_t x_stride, const Q8Rows& out, 
 // One output: weight row `row` (nb super-blocks of `type`) · activation row b of x, in the order of matmul_q8.hpp.
 float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std::size_t b) noexcept {
   const std::size_t nb = x.cols / q8_block;
-  const bool has_min = type != GgmlType::q6_k;
-  float acc[8] = {};
-  float mins4[4] = {};    // Q4_K: the minimums' 4 lanes
-  float mins = 0.0f;      // Q5_K: their scalar sum
+  float acc = 0.0f;
+  float mins = 0.0f;  // Q4_K, Q5_K
   for (std::size_t i = 0; i < nb; ++i) {
     formats::KScales s;
     formats::k_scales(type, row, i, &s);
@@ -61,32 +53,21 @@ float dot_portable(GgmlType type, const std::uint8_t* row, const Q8Rows& x, std:
     const std::int8_t* q = x.q + b * x.cols + i * q8_block;
     const float dx = x.d[b * nb + i];
     const std::int16_t* bsum = x.bsum + (b * nb + i) * (q8_block / q8_group);
-    const float scale = s.d * dx;
-    const float scale_min = -(s.dmin * dx);
-    int m_lane[8];
-    for (int j = 0; j < 8; ++j) {
-      int p = 0;
-      for (int c = 0; c < 8; ++c) {
-        int part = 0;
-        for (int e = 4 * j; e < 4 * j + 4; ++e) part += u[32 * c + e] * q[32 * c + e];
-        p += s.sc[2 * c + j / 4] * part;
-      }
-      m_lane[j] = s.mk[2 * j] * bsum[2 * j] + s.mk[2 * j + 1] * bsum[2 * j + 1];
-      if (has_min) acc[j] = std::fma(static_cast<float>(p), scale, acc[j]);
-      else acc[j] = std::fma(static_cast<float>(p - m_lane[j]), scale, acc[j]);
+    std::int32_t p = 0, m = 0;
+    for (std::uint32_t g = 0; g < q8_block / q8_group; ++g) {
+      std::int32_t part = 0;
+      for (std::uint32_t e = q8_group * g; e < q8_group * (g + 1); ++e) part += u[e] * q[e];
+      p += s.sc[g] * part;
+      m += s.mk[g] * bsum[g];
     }
-    if (type == GgmlType::q4_k) {
-      for (int k = 0; k < 4; ++k)
-        mins4[k] = std::fma(static_cast<float>(m_lane[2 * k] + m_lane[2 * k + 1]), scale_min, mins4[k]);
-    } else if (type == GgmlType::q5_k) {
-      int m = 0;
-      for (int j = 0; j < 8; ++j) m += m_lane[j];
-      mins = std::fma(scale_min, static_cast<float>(m), mins);
+    if (type == GgmlType::q6_k) {
+      acc = std::fma(static_cast<float>(p - m), s.d * dx, acc);
+    } else {
+      acc = std::fma(static_cast<float>(p), s.d * dx, acc);
+      mins = std::fma(static_cast<float>(m), -(s.dmin * dx), mins);
     }
   }
-  if (type == GgmlType::q4_k) return sum8(acc) + ((mins4[0] + mins4[2]) + (mins4[1] + mins4[3]));
-  if (type == GgmlType::q5_k) return sum8(acc) + mins;
-  return sum8(acc);
+  return type == GgmlType::q6_k ? acc : acc + mins;
 }
 
 void matmul_portable(const detail::Q8Args& a) noexcept {
@@ -127,7 +108,16 @@ bool q8_supported(GgmlType type, std::uint32_t cols) noexcept {
   return on_path && cols > 0 && cols % q8_block == 0 && cols / q8_block <= q8_super_blocks_max;
 }
 
-// AVX-512 CPUs run the AVX2 kernels of this path (the bits are the same).
+bool vnni_available() noexcept {
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  return __builtin_cpu_supports("avx512vnni") != 0;
+#else
+  return false;
+#endif
+}
+
+// AVX-512 CPUs quantise with the AVX2 kernel and, with VNNI, take the AVX-512 prefill kernel (the bits are the
+// same on every path).
 void quantize_rows_q8(Isa isa, const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept {
   AK_ASSERT(out.cols % q8_block == 0, "quantize_rows_q8: width not a multiple of 256");
@@ -151,7 +141,8 @@ void matmul_rows_q8(Isa isa, const MatrixView& w, const Q8Rows& x, float* y, std
   const detail::Q8Args args{&w, &x, y, y_stride, row_begin, row_end};
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
   if (x86_kernels(isa)) {
-    detail::matmul_q8_avx2(args);
+    if (isa == Isa::avx512 && vnni_available()) detail::matmul_q8_avx512(args);
+    else detail::matmul_q8_avx2(args);
     return;
   }
 #endif

@@ -23,25 +23,21 @@
 // per 16 elements for the activation's block sums:
 //   Q4_K: u = nibble, Q5_K: u = nibble | fifth bit << 4, mk = m (per 32, repeated), w = dw × sc × u − dmin × m
 //   Q6_K: u = 6-bit value (0..63), mk = 32 × sc,                                      w = dw × sc × (u − 32)
-// For weight row r, activation row b, super-block i with activation scale dx:
-//   P_j = Σ_{c<8} sc[2c + j/4] × Σ_{e=4j..4j+3} u[32c+e] × q[32c+e]    (lane j = 0..7)
-//   M_j = mk[2j] × bsum[2j] + mk[2j+1] × bsum[2j+1]
-//   Q4_K, Q5_K: acc_j = fma(float(P_j), dw × dx, acc_j), and the minimums apart, with mn = −(dmin × dx):
-//     Q4_K: m_k = fma(float(M_2k + M_2k+1), mn, m_k)   (4 lanes, k = 0..3)
-//     Q5_K: m = fma(mn, float(Σ_j M_j), m)               (one scalar)
-//   Q6_K:       acc_j = fma(float(P_j − M_j), dw × dx, acc_j)   (the −32 offset through the block sums)
-// over i in order, and y = ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus ((m0+m2)+(m1+m3)) (Q4_K) or m (Q5_K)
-// — llama.cpp's AVX2 ggml_vec_dot_q{4,5,6}_K_q8_K, bit for bit (scripts/peer-dots.sh).
-// Lane j is what vpmaddubsw + vpmaddwd leave in 32-bit lane j when a chunk of
-// 32 elements sits in one register (bytes 4j..4j+3, the scale of their 16-group),
-// and M_j what vpmaddwd leaves from the 16 block sums. Every integer is exact in
-// int32; for Q4_K and Q5_K |P_j| ≤ 8 × 4 × 31 × 127 × 63 < 2^24, so its conversion
-// to fp32 is exact too; Q6_K's P_j − M_j (up to 2^25.6) rounds to nearest on
-// conversion, identically on every path. The other roundings
-// are dw × dx, the FMAs and the final sum, in the order above on every
-// instruction set, for every batch size, tile and thread split. So the portable
-// path and the AVX2 path give the same bits (tested), and every output depends
-// only on its weight row and its activation row.
+// For weight row r, activation row b, super-block i with activation scale dx, two integers
+//   P = Σ_{g<16} sc[g] × Σ_{e=16g..16g+15} u[e] × q[e],    M = Σ_{g<16} mk[g] × bsum[g]
+// and, over i in order, from acc = m = 0:
+//   Q4_K, Q5_K: acc = fma(float(P), dw × dx, acc),  m = fma(float(M), −(dmin × dx), m);  y = acc + m
+//   Q6_K:       acc = fma(float(P − M), dw × dx, acc);                                 y = acc
+// (Q6_K's P − M = Σ sc[g] × (u[e] − 32) × q[e]: the −32 offset). P, M and P − M are exact in int32
+// (|P| ≤ 256 × 128 × 63 × 127 < 2^28), so any grouping of the integer sums gives them: the decode kernel
+// sums a row's 8 lanes of bytes 4j..4j+3 per 32 chunk, the prefill kernel keeps 8 rows interleaved one per
+// lane (the layout of llama.cpp's repack.cpp) and sums 8 or 4 steps in int16 before the scales apply;
+// float(P) rounds to nearest where |P| > 2^24, identically on every path. The other roundings are dw × dx,
+// dmin × dx, the FMAs and the final sum, in the order above on every instruction set, for every batch
+// size, tile and thread split. So the portable path and the AVX2 path give the same bits (tested), and
+// every output depends only on its weight row and its activation row. This is llama.cpp's arithmetic (the
+// same Q8_K activations, the same integers) up to the grouping of the fp32 sums: its AVX2 vec_dot keeps 8
+// partial lanes per row and super-block, this order one (scripts/peer-dots.sh measures the difference).
 #pragma once
 
 #include <cstddef>
@@ -70,8 +66,8 @@ constexpr std::uint32_t q8_block = 256;  // values per activation block
 constexpr std::uint32_t q8_chunk = 32;   // values per register chunk of the kernel
 constexpr std::uint32_t q8_group = 16;   // values per block sum
 constexpr float q8_max = 127.0f;         // the largest |q|
-// The widest row the path reads, in super-blocks (32,768 values): the AVX2 kernel decodes a row's scales
-// once into a buffer on its stack of this many entries per row.
+// The widest row the path takes, in super-blocks (32,768 values; wider than any matrix of the supported
+// models, and the width the tests cover). The kernels' stack use does not depend on it.
 constexpr std::uint32_t q8_super_blocks_max = 128;
 
 // A batch of activation rows quantised as above. The caller owns the arrays.
@@ -92,6 +88,9 @@ bool q8_supported(GgmlType type, std::uint32_t cols) noexcept;
 void quantize_rows_q8(Isa isa, const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept;
 
+// Whether the CPU has AVX512-VNNI: Isa::avx512 then takes the VNNI prefill kernel (the same bits).
+bool vnni_available() noexcept;
+
 // y[b × y_stride + r] = the product above, for every b < x.batch and row_begin ≤ r < row_end.
 // w.cols == x.cols; q8_supported(w.type, w.cols). Allocates nothing.
 void matmul_rows_q8(Isa isa, const MatrixView& w, const Q8Rows& x, float* y, std::size_t y_stride,
@@ -109,6 +108,7 @@ struct Q8Args {
 void quantize_q8_avx2(const float* x, std::size_t x_stride, const Q8Rows& out, std::size_t row_begin,
                       std::size_t row_end) noexcept;
 void matmul_q8_avx2(const Q8Args& args) noexcept;
+void matmul_q8_avx512(const Q8Args& args) noexcept;  // AVX-512 with VNNI (vnni_available())
 }  // namespace detail
 
 }  // namespace activekv::engine

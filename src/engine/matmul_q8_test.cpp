@@ -131,7 +131,8 @@ TEST(MatmulQ8, EveryPathGivesThePortableBitsForEveryBatchSize) {
       for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
         if (!isa_available(isa)) continue;
         SCOPED_TRACE(::testing::Message() << isa_name(isa) << " " << gguf::ggml_type_traits(type).name << " cols " << cols);
-        // Whole batch, split row ranges (an odd one first, so the row pairs shift).
+        // Whole batch, split row ranges (an odd one first, so the prefill kernel's tiles of 8 interleaved rows
+        // shift and end in partial tiles: a wrong interleaved layout moves products between rows and fails here).
         std::vector<float> got(batch * rows, -7.0f);
         matmul_rows_q8(isa, w, xq.rows, got.data(), rows, 0, 17);
         matmul_rows_q8(isa, w, xq.rows, got.data(), rows, 17, rows);
@@ -238,12 +239,15 @@ TEST(MatmulQ8, ExtremeBlocksAreExact) {
   }
 }
 
-// The prefill tiles (several activation rows) pack two chunks' 4-product sums into the int16 halves of one lane
-// before the scales apply: at the largest values each format holds (Q6_K: 6-bit 63 against ±127, a sum of
-// 4 × 63 × 127 = 32,004, the int16 limit's neighbourhood) the packed sums must not wrap. Rows of +127 and −127
-// alternate in a batch of 9 (one tile of 8 and one of 4 with a remainder, whichever the format takes).
+// The prefill kernel (several activation rows) adds vpmaddubsw pair sums in int16 before the scales apply, 8
+// steps for Q4_K (≤ 8 × 2 × 15 × 127), 4 for Q5_K (≤ 4 × 2 × 31 × 127) and Q6_K (u − 32 with its sign on the
+// activation: ≤ 4 × 2 × 32 × 127 = 32,512, the int16 limit's neighbourhood): at the largest values each format
+// holds the sums must not wrap. Every stored bit set (Q6_K: u = 63, u − 32 = 31) and, for Q6_K, every bit clear
+// (u − 32 = −32, the largest magnitude); rows of +127 and −127 alternate in a batch of 9 (two tiles of 4 and a
+// remainder), against 17 weight rows (AVX2: two tiles of 8 interleaved rows and one of a single row;
+// AVX-512: one of 16 and one of a single row, its int32 vpdpbusd sums far from any limit).
 TEST(MatmulQ8, ExtremeBlocksAreExactInPrefillTiles) {
-  const std::uint32_t cols = 512;
+  const std::uint32_t cols = 512, rows = 17;
   const std::size_t batch = 9;
   std::vector<float> x(batch * cols);
   for (std::size_t b = 0; b < batch; ++b)
@@ -254,34 +258,38 @@ TEST(MatmulQ8, ExtremeBlocksAreExactInPrefillTiles) {
   ASSERT_EQ(xq.q[cols], -127);
   const std::uint16_t one = 0x3C00;  // 1.0 as a half
   for (GgmlType type : kQ8Types) {
-    SCOPED_TRACE(gguf::ggml_type_traits(type).name);
-    const std::size_t row_bytes = quant_row_bytes(type, cols);
-    std::vector<std::uint8_t> bytes(2 * row_bytes, 0xFF);  // two rows, every stored bit set
-    double per_element = 0.0;                              // w for every element
-    for (std::size_t k = 0; k < bytes.size(); k += gguf::ggml_type_traits(type).block_bytes) {
-      if (type == GgmlType::q6_k) {
-        auto& b = *reinterpret_cast<blocks::BlockQ6_K*>(bytes.data() + k);
-        for (auto& s : b.scales) s = -128;  // u = 63 everywhere: w = −128 × (63 − 32)
-        b.d = one;
-        per_element = -128.0 * 31.0;
-      } else {
-        auto& b = *reinterpret_cast<blocks::BlockQ4_K*>(bytes.data() + k);  // Q5_K shares the leading fields
-        b.d = one;
-        b.dmin = 0;  // every 6-bit scale 63, u = 15 (Q4_K) or 31 (Q5_K)
-        per_element = 63.0 * (type == GgmlType::q4_k ? 15.0 : 31.0);
+    for (std::uint8_t fill : {std::uint8_t{0xFF}, std::uint8_t{0x00}}) {
+      if (fill == 0x00 && type != GgmlType::q6_k) continue;  // Q4_K/Q5_K: zero scales, nothing to wrap
+      SCOPED_TRACE(::testing::Message() << gguf::ggml_type_traits(type).name << " fill " << int{fill});
+      const std::size_t row_bytes = quant_row_bytes(type, cols);
+      std::vector<std::uint8_t> bytes(rows * row_bytes, fill);
+      double per_element = 0.0;  // w for every element
+      for (std::size_t k = 0; k < bytes.size(); k += gguf::ggml_type_traits(type).block_bytes) {
+        if (type == GgmlType::q6_k) {
+          auto& b = *reinterpret_cast<blocks::BlockQ6_K*>(bytes.data() + k);
+          for (auto& s : b.scales) s = -128;  // u = 63 (fill 0xFF) or 0 (0x00): w = −128 × (u − 32)
+          b.d = one;
+          per_element = -128.0 * (fill == 0xFF ? 31.0 : -32.0);
+        } else {
+          auto& b = *reinterpret_cast<blocks::BlockQ4_K*>(bytes.data() + k);  // Q5_K shares the leading fields
+          b.d = one;
+          b.dmin = 0;  // every 6-bit scale 63, u = 15 (Q4_K) or 31 (Q5_K)
+          per_element = 63.0 * (type == GgmlType::q4_k ? 15.0 : 31.0);
+        }
       }
-    }
-    const MatrixView w{type, bytes.data(), cols, 2, row_bytes};
-    std::vector<float> want(batch * 2), got(batch * 2);
-    matmul_rows_q8(Isa::portable, w, xq.rows, want.data(), 2, 0, 2);
-    for (std::size_t b = 0; b < batch; ++b) {
-      const double expected = per_element * (b % 2 == 0 ? 127.0 : -127.0) * cols * static_cast<double>(xq.d[b * 2]);
-      for (int r = 0; r < 2; ++r) EXPECT_NEAR(want[b * 2 + r], expected, 1e-6 * std::fabs(expected)) << b;
-    }
-    for (Isa isa : {Isa::avx2, Isa::avx512}) {
-      if (!isa_available(isa)) continue;
-      matmul_rows_q8(isa, w, xq.rows, got.data(), 2, 0, 2);
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << isa_name(isa);
+      const MatrixView w{type, bytes.data(), cols, rows, row_bytes};
+      std::vector<float> want(batch * rows), got(batch * rows);
+      matmul_rows_q8(Isa::portable, w, xq.rows, want.data(), rows, 0, rows);
+      for (std::size_t b = 0; b < batch; ++b) {
+        const double expected = per_element * (b % 2 == 0 ? 127.0 : -127.0) * cols * static_cast<double>(xq.d[b * 2]);
+        for (std::uint32_t r = 0; r < rows; ++r)
+          EXPECT_NEAR(want[b * rows + r], expected, 1e-6 * std::fabs(expected)) << b;
+      }
+      for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        if (!isa_available(isa)) continue;
+        matmul_rows_q8(isa, w, xq.rows, got.data(), rows, 0, rows);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << isa_name(isa);
+      }
     }
   }
 }
@@ -302,7 +310,7 @@ TEST(MatmulQ8, SupportedTypesAndNames) {
   for (GgmlType type : kQ8Types) EXPECT_TRUE(q8_supported(type, 512)) << gguf::ggml_type_traits(type).name;
   EXPECT_FALSE(q8_supported(GgmlType::q4_k, 576));  // not a whole number of super-blocks
   EXPECT_TRUE(q8_supported(GgmlType::q6_k, q8_block * q8_super_blocks_max));
-  EXPECT_FALSE(q8_supported(GgmlType::q6_k, q8_block * (q8_super_blocks_max + 1)));  // past the kernel's scale buffer
+  EXPECT_FALSE(q8_supported(GgmlType::q6_k, q8_block * (q8_super_blocks_max + 1)));  // past the path's bound
   EXPECT_FALSE(q8_supported(GgmlType::q4_0, 512));  // the legacy formats take matmul_q8_0.hpp's 32-value blocks
   EXPECT_FALSE(q8_supported(GgmlType::q8_0, 512));
   EXPECT_FALSE(q8_supported(GgmlType::f16, 512));
