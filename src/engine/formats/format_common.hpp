@@ -102,8 +102,15 @@ static inline void legacy_scales(const std::uint8_t* row, std::size_t nb, float*
       if (special(d) || special(m)) break;
       _mm256_storeu_ps(mw + k, _mm256_cvtph_ps(m));
     } else {
+      // The lane index of _mm_insert_epi16 must be a constant at every optimisation level: written out.
       d = _mm_cvtsi32_si128(field16(k) & 0xffff);
-      for (int i = 1; i < 8; ++i) d = _mm_insert_epi16(d, field16(k + static_cast<std::size_t>(i)), i);
+      d = _mm_insert_epi16(d, field16(k + 1), 1);
+      d = _mm_insert_epi16(d, field16(k + 2), 2);
+      d = _mm_insert_epi16(d, field16(k + 3), 3);
+      d = _mm_insert_epi16(d, field16(k + 4), 4);
+      d = _mm_insert_epi16(d, field16(k + 5), 5);
+      d = _mm_insert_epi16(d, field16(k + 6), 6);
+      d = _mm_insert_epi16(d, field16(k + 7), 7);
       if (special(d)) break;
     }
     _mm256_storeu_ps(dw + k, _mm256_cvtph_ps(d));
