@@ -21,16 +21,10 @@
 
 #include "engine/matmul_isa.hpp"
 #include "engine/formats/all.hpp"
+#include "engine/matmul_q16_x86.hpp"
 
 namespace activekv::engine::detail {
 namespace {
-
-
-static inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
 
 // Rows r0..r0+R of w against activation rows b0..b0+V. dw, mw: R × nb scales and minimums of the rows.
 template <class T, int R, int V>
@@ -71,37 +65,13 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, std::uint32_t r0,
       }
     }
   }
-  const std::size_t whole = nb / 8 * 8;
   for (int r = 0; r < R; ++r) {
     for (int v = 0; v < V; ++v) {
       float sum = hsum(acc[r][v]);
-      if constexpr (T::has_min) {
-        const float* m = mw + r * nb;
-        const float* sx = x.s + (b0 + v) * nb;
-        __m256 lanes = _mm256_setzero_ps();
-        for (std::size_t k = 0; k < whole; k += 8)
-          lanes = _mm256_fmadd_ps(_mm256_loadu_ps(m + k), _mm256_loadu_ps(sx + k), lanes);
-        float mins = hsum(lanes);
-        for (std::size_t k = whole; k < nb; ++k) mins = std::fma(m[k], sx[k], mins);
-        sum += mins;
-      }
+      if constexpr (T::has_min) sum += minimums(mw + r * nb, x.s + (b0 + v) * nb, nb);
       y[(b0 + v) * y_stride + r0 + r] = sum;
     }
   }
-}
-
-// Asks for the bytes prefetch_bytes past weight rows r0..r0+rows (those the tiles after this one read) to be
-// brought into the cache. At batch 1–4 a tile's arithmetic is too short for the core to reach the next rows'
-// cache misses by itself: without this, the scales pass of row_tile stalls on every row's first loads.
-// Loads asked for this far ahead overlap their latency with the current tile's work. A hint only: nothing
-// computed depends on it, and nothing past the matrix's last byte is asked for.
-constexpr std::size_t prefetch_bytes = 2048;
-
-static inline void prefetch_ahead(const MatrixView& w, std::uint32_t r0, int rows) {
-  const std::size_t end = std::size_t{w.rows} * w.row_bytes;
-  const std::size_t from = std::size_t{r0} * w.row_bytes + prefetch_bytes;
-  const std::size_t to = std::min(end, from + static_cast<std::size_t>(rows) * w.row_bytes);
-  for (std::size_t at = from; at < to; at += 64) _mm_prefetch(reinterpret_cast<const char*>(w.data + at), _MM_HINT_T0);
 }
 
 template <class T, int R, int V>

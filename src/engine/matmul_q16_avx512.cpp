@@ -34,16 +34,11 @@
 
 #include "engine/matmul_isa.hpp"
 #include "engine/formats/all.hpp"
+#include "engine/matmul_q16_x86.hpp"
 
 namespace activekv::engine::detail {
 namespace {
 
-// ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) of 8 lanes, as the AVX2 kernel adds them.
-static inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
 
 static inline __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1);
@@ -149,7 +144,6 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, const std::uint8_
       }
     }
   }
-  const std::size_t whole = nb / 8 * 8;
   for (int p = 0; p < P; ++p) {
     for (int v = 0; v < V; ++v) {
       const __m256 halves[2] = {_mm512_castps512_ps256(acc[p][v]),
@@ -158,31 +152,11 @@ static inline void tile(const MatrixView& w, const Q16Rows& x, const std::uint8_
         const int i = 2 * p + h;
         if (i >= live) break;
         float sum = hsum(halves[h]);
-        if constexpr (T::has_min) {
-          const float* m = mw + i * nb;
-          const float* sx = x.s + (b0 + v) * nb;
-          __m256 lanes = _mm256_setzero_ps();
-          for (std::size_t k = 0; k < whole; k += 8)
-            lanes = _mm256_fmadd_ps(_mm256_loadu_ps(m + k), _mm256_loadu_ps(sx + k), lanes);
-          float mins = hsum(lanes);
-          for (std::size_t k = whole; k < nb; ++k) mins = std::fma(m[k], sx[k], mins);
-          sum += mins;
-        }
+        if constexpr (T::has_min) sum += minimums(mw + i * nb, x.s + (b0 + v) * nb, nb);
         y[(b0 + v) * y_stride + r0 + i] = sum;
       }
     }
   }
-}
-
-// As matmul_q16_avx2.cpp: the bytes prefetch_bytes past the tile's rows, asked for ahead of the tiles that
-// read them (a hint only; nothing past the matrix's last byte).
-constexpr std::size_t prefetch_bytes = 2048;
-
-static inline void prefetch_ahead(const MatrixView& w, std::uint32_t r0, int rows) {
-  const std::size_t end = std::size_t{w.rows} * w.row_bytes;
-  const std::size_t from = std::size_t{r0} * w.row_bytes + prefetch_bytes;
-  const std::size_t to = std::min(end, from + static_cast<std::size_t>(rows) * w.row_bytes);
-  for (std::size_t at = from; at < to; at += 64) _mm_prefetch(reinterpret_cast<const char*>(w.data + at), _MM_HINT_T0);
 }
 
 // Weight rows r0..r0+live (1 ≤ live ≤ 2P) against activation rows [b_begin, b_end). scratch: 4P × nb floats.
