@@ -199,10 +199,7 @@ static void row_tile(const MatrixView& w, const Q8Rows& x, std::uint32_t r0, std
                      std::size_t b_begin, std::size_t b_end, float* y, std::size_t y_stride) {
   const std::size_t nb = w.cols / q8_block;
   const std::uint8_t* rows[tile_rows];
-  for (int r = 0; r < tile_rows; ++r) {
-    const std::uint32_t rr = r0 + r < row_end ? r0 + r : row_end - 1;
-    rows[r] = w.data + rr * w.row_bytes;
-  }
+  tile_row_pointers(w, r0, row_end, rows);
   __m512 acc[vec_block], mins[vec_block];
   const std::size_t nv = b_end - b_begin;
   for (std::size_t v = 0; v < nv; ++v) acc[v] = mins[v] = _mm512_setzero_ps();

@@ -154,6 +154,17 @@ static inline void transpose8(const __m256i* in, __m256i* out) {
   }
 }
 
+// The first bytes of weight rows r0..r0+N−1 for an interleaved tile; rows at or past row_end repeat the last
+// row (their lanes are computed and not stored).
+template <int N>
+static inline void tile_row_pointers(const MatrixView& w, std::uint32_t r0, std::uint32_t row_end,
+                                     const std::uint8_t* (&rows)[N]) {
+  for (int r = 0; r < N; ++r) {
+    const std::uint32_t rr = r0 + static_cast<std::uint32_t>(r) < row_end ? r0 + static_cast<std::uint32_t>(r) : row_end - 1;
+    rows[r] = w.data + std::size_t{rr} * w.row_bytes;
+  }
+}
+
 // Super-block i of rows rows[0..N−1] into `out`; offset: Q6_K's values as u − 32.
 template <GgmlType T, int N, bool offset>
 static inline void interleave(const std::uint8_t* const* rows, std::size_t i, Interleaved<N>* out) {
