@@ -33,8 +33,9 @@ run_one() {
   echo "$rc" >build/fuzz/logs/"$target".rc
 }
 rm -f build/fuzz/logs/*.rc
+at_once=$(( JOBS > 0 ? JOBS : 1 ))  # JOBS 0 (ninja's "no limit") still runs them, one at a time
 for target in "${TARGETS[@]}"; do
-  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
+  while (( $(jobs -rp | wc -l) >= at_once )); do wait -n || true; done
   run_one "$target" &
 done
 wait
