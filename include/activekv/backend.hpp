@@ -44,6 +44,7 @@
 
 #include "activekv/fence.hpp"
 #include "activekv/geometry.hpp"
+#include "activekv/parallel_chunks.hpp"
 #include "activekv/result.hpp"
 
 namespace activekv {
@@ -247,6 +248,15 @@ class Backend {
   // Validates shapes, page tables (bounds, ascending, within the batch limits)
   // and spans; tasks/pages/positions are read during the call only.
   Result<Fence> attention(const AttentionBatch& batch, std::span<const Fence> waits = {});
+
+  // Threads the caller lends the kernel (ParallelChunks; {} takes them back), from the thread that
+  // will call attention(): a backend that computes on the host may run a kernel that call starts
+  // at once on them instead of waking threads of its own. Answers whether it will use them. The
+  // output is the same bits either way. None by default.
+  virtual bool set_parallel(const ParallelChunks& parallel) {
+    (void)parallel;
+    return false;
+  }
 
   // ---- fences ------------------------------------------------------------------
   // A marker: resolves when all work enqueued on `queue` before it resolved

@@ -63,6 +63,7 @@
 #include "activekv/geometry.hpp"
 #include "activekv/kv_tier.hpp"
 #include "activekv/memory_plan.hpp"
+#include "activekv/parallel_chunks.hpp"
 #include "activekv/result.hpp"
 
 namespace activekv {
@@ -270,19 +271,6 @@ struct KvRuntimeSettings {
 
 using ContextId = ContextHandle;
 
-// Threads the runtime may borrow for work it cuts into independent chunks (today the sparse
-// selection's page bounds: each page's bound depends only on its summary and the query, so the
-// result does not depend on the cut). run(pool, task, context, chunks) calls task(context, c)
-// once for every c in [0, chunks), on whichever of its threads, and returns when all are done; it
-// must not allocate. The engine hands its thread pool (RuntimeKv); none (run == nullptr): one thread.
-struct ParallelChunks {
-  using Task = void (*)(void* context, std::uint32_t chunk) noexcept;
-  void (*run)(void* pool, Task task, void* context, std::uint32_t chunks) noexcept = nullptr;
-  void* pool = nullptr;
-  std::uint32_t threads = 1;  // threads run() may use (the caller included)
-  std::uint32_t least = 128;  // fewer items (pages) than this run on the caller alone: a wake-up costs more
-};
-
 struct StepEntry {
   ContextId context;
   std::uint32_t tokens_new = 0;  // 1 for decode, a chunk (≤ chunk_tokens) for prefill
@@ -479,9 +467,14 @@ class KvRuntime {
   // Between steps: another sparse setting (budget, mode, measure). Refused when the runtime was
   // created exact (no summaries were kept) and `sparse` is enabled; exact is always accepted.
   virtual Status set_sparse(const SparseSettings& sparse) = 0;
-  // Threads to borrow (ParallelChunks; {} stops borrowing), from the thread that runs the steps.
-  // They must outlive their use: whoever hands them takes them back before they go.
+  // Threads to borrow (ParallelChunks; {} stops borrowing), from the thread that runs the steps:
+  // the sparse selection's bound, and the backend's attention kernel where it takes them
+  // (Backend::set_parallel). They must outlive their use: whoever hands them takes them back
+  // before they go.
   virtual void set_parallel(const ParallelChunks& parallel) { (void)parallel; }
+  // The backend's attention kernel runs on the lent threads (set_parallel): a lender need not
+  // free its cores for the kernel's own threads while attend() runs.
+  virtual bool attention_borrows_threads() const { return false; }
   virtual Explanation explain(ContextId context) const = 0;
   // Every decision held in the log (a fixed ring): what explain() draws on, including decisions
   // about no running context (a history stored in the prefix cache, its evictions).

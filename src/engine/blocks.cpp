@@ -258,7 +258,8 @@ Status Blocks::attention(std::uint32_t layer) {
     if (Status written = kv_.write_kv(hp_.layer[layer].kv_layer, k_.data(), v_.data()); !written) return written;
   }
   Timed timed(times_.attention_ns);
-  pool_.park();  // attention runs on the KV backend's threads: the pool's workers sleep meanwhile
+  // Attention on the KV backend's own threads: the pool's workers sleep meanwhile.
+  if (!kv_.attention_borrows_threads()) pool_.park();
   return kv_.attend(hp_.layer[layer].kv_layer, q_.data(), attn_.data());
 }
 

@@ -85,6 +85,7 @@ class StateProbe final : public KvAccess {
   }
   Result<std::span<std::byte>> recurrent_state(ContextId c) override { return kv_.recurrent_state(c); }
   void share_threads(ThreadPool* pool) override { kv_.share_threads(pool); }
+  bool attention_borrows_threads() const override { return kv_.attention_borrows_threads(); }
 
   void watch(ContextId c) { watched_ = c; }
   const std::vector<std::byte>& last_state() const { return last_; }

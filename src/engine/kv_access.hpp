@@ -61,6 +61,8 @@ class KvAccess {
   // The engine's threads, for the KV's own parallel work between the forward pass's regions (the
   // sparse selection's bound); null takes them back. Between steps only; nothing by default.
   virtual void share_threads(ThreadPool* pool) { (void)pool; }
+  // attend() runs its kernel on the shared threads: the forward pass keeps its workers awake.
+  virtual bool attention_borrows_threads() const { return false; }
 };
 
 }  // namespace activekv::engine

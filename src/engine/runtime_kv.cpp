@@ -25,32 +25,35 @@ void choose_history_reads(KvRuntimeSettings& settings, const Backend& backend) {
 }
 
 namespace {
-// ParallelChunks::run over the engine's pool: the chunks on its threads (the caller's included),
-// then the workers sleep at once, leaving the cores to the attention kernel's threads.
-void run_on_pool(void* pool, ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
+// ParallelChunks::run over the engine's pool: the chunks on its threads (the caller's included).
+// Then, unless the backend's attention runs on the pool too, the workers sleep at once, leaving
+// the cores to the attention kernel's own threads.
+void run_on_pool(void* lent, ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
   struct Region {
     ParallelChunks::Task task;
     void* context;
   } region{task, context};
-  auto& threads = *static_cast<ThreadPool*>(pool);
-  threads.run_chunks(
+  const auto& pool = *static_cast<const RuntimeKv::LentPool*>(lent);
+  pool.threads->run_chunks(
       [](void* r, std::uint32_t chunk, std::uint32_t, std::uint32_t) {
         const Region& x = *static_cast<const Region*>(r);
         x.task(x.context, chunk);
       },
       &region, chunks);
-  threads.park();
+  if (pool.park_after) pool.threads->park();
 }
 }  // namespace
 
 void RuntimeKv::share_threads(ThreadPool* pool) {
   ParallelChunks parallel;
+  lent_ = LentPool{pool, true};
   if (pool != nullptr) {
     parallel.run = &run_on_pool;
-    parallel.pool = pool;
+    parallel.pool = &lent_;
     parallel.threads = pool->threads();
   }
   runtime_.set_parallel(parallel);
+  lent_.park_after = !runtime_.attention_borrows_threads();
 }
 
 }  // namespace activekv::engine

@@ -48,11 +48,20 @@ class RuntimeKv final : public KvAccess {
   std::uint32_t tokens_to_checkpoint(ContextId context) const override {
     return runtime_.tokens_to_checkpoint(context);
   }
-  // The runtime borrows the pool for the sparse selection's bound (KvRuntime::set_parallel).
+  // The runtime borrows the pool for the sparse selection's bound and, where the backend takes
+  // it, for the attention kernel (KvRuntime::set_parallel).
   void share_threads(ThreadPool* pool) override;
+  bool attention_borrows_threads() const override { return runtime_.attention_borrows_threads(); }
+
+  // What ParallelChunks::pool points at: the pool, and whether its workers sleep after a region.
+  struct LentPool {
+    ThreadPool* threads = nullptr;
+    bool park_after = true;
+  };
 
  private:
   KvRuntime& runtime_;
+  LentPool lent_;
 };
 
 }  // namespace activekv::engine

@@ -202,6 +202,7 @@ class KvRuntimeImpl final : public KvRuntime {
   }
   Status set_sparse(const SparseSettings& sparse) override;
   void set_parallel(const ParallelChunks& parallel) override;
+  bool attention_borrows_threads() const override { return attention_borrows_; }
   Explanation explain(ContextId context) const override;
   const DecisionLog& decision_log() const override { return log_; }
   std::uint32_t sparse_rank(ContextId context, std::uint32_t layer, std::uint32_t group,
@@ -437,6 +438,7 @@ class KvRuntimeImpl final : public KvRuntime {
   void add_key(std::uint32_t slot, std::uint32_t layer, std::uint32_t logical, const std::byte* row) noexcept;
   void upload_summaries(std::uint32_t layer, std::uint64_t offset, std::uint64_t bytes);
   ParallelChunks parallel_;  // threads the selection's bound may borrow (set_parallel)
+  bool attention_borrows_ = false;  // the backend's kernel runs on parallel_ too
   // The bound of `n` pages of one entry and layer, all KV heads, cut into chunks of pages over
   // parallel_'s threads (one thread without them, or for few pages): the same bits either way.
   // When the setting uses the moments, the same chunks also give each query head's moments'

@@ -149,6 +149,7 @@ std::uint32_t KvRuntimeImpl::sparse_budget(std::uint32_t slot, std::uint32_t lay
 
 void KvRuntimeImpl::set_parallel(const ParallelChunks& parallel) {
   parallel_ = parallel.run != nullptr && parallel.threads > 1 ? parallel : ParallelChunks{};
+  attention_borrows_ = backend_.set_parallel(parallel_);
 }
 
 namespace {

@@ -276,7 +276,7 @@ Fence HostBackend::run_here(std::unique_lock<std::mutex>& lock, Queue& q, Comman
   const std::uint64_t position = q.dispatched++;
   Command taken = command;
   lock.unlock();
-  const FenceOutcome outcome = execute(q, taken, true);
+  const FenceOutcome outcome = execute(q, taken, true, true);
   fences().resolve(fence, outcome);
   lock.lock();
   Command& slot = q.ring[position % q.ring.size()];
@@ -465,15 +465,31 @@ void HostBackend::apply_copy(Queue& q, const Command& command, std::uint64_t per
   }
 }
 
-void HostBackend::apply_attention(const Command& command, bool threaded) {
+bool HostBackend::set_parallel(const ParallelChunks& parallel) {
+  if (options_.deterministic || parallel.run == nullptr || parallel.threads < 2) {
+    lent_ = {};
+    return false;
+  }
+  lent_ = parallel;
+  return true;
+}
+
+void HostBackend::apply_attention(const Command& command, bool threaded, bool here) {
   AttentionJob& job = jobs_[command.job];
-  std::uint32_t threads = threaded && pool_ ? capabilities_.compute_threads : 1;
+  // On the caller's thread its lent threads (awake: they just ran its last region) serve as the
+  // helpers; on the compute worker, the backend's own.
+  const bool lent = threaded && here && lent_.run != nullptr;
+  std::uint32_t threads = lent ? std::min<std::uint32_t>(lent_.threads, static_cast<std::uint32_t>(scratch_.size()))
+                          : threaded && pool_ ? capabilities_.compute_threads
+                                              : 1;
   // Enough units for the threads: when queries are fewer than threads, cut
   // each query's page list into parts (merged in page order afterwards) —
-  // when the pages are enough to pay for waking a helper: below
-  // split_pages_min pages per query the call runs on this thread alone.
-  // Outputs are the same bits either way (attention_cpu.hpp).
-  constexpr std::size_t split_pages_min = 64;
+  // when the pages are enough to pay for a helper's part: below
+  // split_pages_min pages per query the call runs on this thread alone
+  // (a decode step over 512 tokens, 32 pages, splits; measured in
+  // docs/ENGINE.md "Attention"). Outputs are the same bits either way
+  // (attention_cpu.hpp).
+  constexpr std::size_t split_pages_min = 16;
   const auto queries = static_cast<std::uint32_t>(job.positions.size());
   job.page_parts = 1;
   if (queries < threads && queries > 0 && job.pages.size() >= split_pages_min * queries) {
@@ -494,7 +510,7 @@ void HostBackend::apply_attention(const Command& command, bool threaded) {
     std::size_t pages;
     bool mass;
   } split{this, &job, units, threads, pages, mass};
-  auto work = [](void* context, std::uint32_t index) {
+  auto work = [](void* context, std::uint32_t index) noexcept {
     const Split& sp = *static_cast<const Split*>(context);
     AttentionScratch& scratch = sp.self->scratch_[index];
     if (sp.mass) std::fill(scratch.mass.begin(), scratch.mass.begin() + static_cast<std::ptrdiff_t>(sp.pages), 0.0f);
@@ -502,7 +518,9 @@ void HostBackend::apply_attention(const Command& command, bool threaded) {
     for (std::uint32_t unit = index; unit < sp.units; unit += sp.threads)
       run_attention_units(sp.self->arena_.get(), *sp.job, unit, unit + 1, scratch, parts);
   };
-  if (threads > 1) {
+  if (threads > 1 && lent) {
+    lent_.run(lent_.pool, work, &split, threads);  // chunk i: thread i's share and scratch
+  } else if (threads > 1) {
     pool_->run(work, &split);
   } else {
     work(&split, 0);

@@ -50,6 +50,8 @@ class HostBackend final : public Backend {
   std::string_view name() const noexcept override { return "host"; }
   const Capabilities& capabilities() const noexcept override { return capabilities_; }
   std::string describe() const override;
+  // Threaded mode: a kernel run on the caller's thread (an idle compute queue) runs on these.
+  bool set_parallel(const ParallelChunks& parallel) override;
   std::span<std::byte> host_pool() noexcept override;
   std::span<std::byte> arena_host_view() noexcept override;
 
@@ -151,8 +153,9 @@ class HostBackend final : public Backend {
 
   // Executing a command's effect (both modes).
   void apply_copy(Queue& q, const Command& command, std::uint64_t permille);
-  void apply_attention(const Command& command, bool threaded);
-  FenceOutcome execute(Queue& q, Command& command, bool threaded);
+  // here: the command runs on the thread that enqueued it (run_here), which may use the lent threads.
+  void apply_attention(const Command& command, bool threaded, bool here);
+  FenceOutcome execute(Queue& q, Command& command, bool threaded, bool here = false);
   void retire(Queue& q);  // under mutex_: frees done commands at the head
   // under mutex_: a wait saw `awaited`; a failure poisons the next command.
   void propagate(Queue& q, std::uint64_t wait_position, FenceOutcome awaited);
@@ -193,6 +196,7 @@ class HostBackend final : public Backend {
   std::vector<AttentionScratch> scratch_;     // one per compute thread
   AttentionSplit split_;                      // decode: a query's pages cut over the threads
   std::unique_ptr<ComputePool> pool_;
+  ParallelChunks lent_;                       // the caller's threads (set_parallel), for run_here
 
   // deterministic mode
   std::uint64_t now_ = 0;

@@ -16,7 +16,7 @@
 
 namespace activekv::host {
 
-FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded) {
+FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded, bool here) {
   if (command.kind == Kind::wait) {
     // The awaited outcome; the caller passes a failure on to the next command.
     return threaded ? fences().wait(command.awaited, std::chrono::nanoseconds::max()) : fences().outcome(command.awaited);
@@ -36,7 +36,7 @@ FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded) {
       if (is_copy) {
         apply_copy(q, command, 1000);
       } else {
-        apply_attention(command, threaded);
+        apply_attention(command, threaded, here);
       }
       return command.fault == Fault::none ? FenceOutcome::signalled : FenceOutcome::failed;
     case Fault::unknown_fence:
@@ -44,7 +44,7 @@ FenceOutcome HostBackend::execute(Queue& q, Command& command, bool threaded) {
         if (is_copy) {
           apply_copy(q, command, 1000);
         } else {
-          apply_attention(command, threaded);
+          apply_attention(command, threaded, here);
         }
       }
       return FenceOutcome::unknown;

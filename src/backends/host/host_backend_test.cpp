@@ -224,13 +224,30 @@ TEST(HostThreaded, DeviceLossReleasesWaitersAndRefusesWork) {
   EXPECT_FALSE(backend->record(QueueKind::h2d).ok());
 }
 
+// Lent threads for a test: every chunk on the caller, last first (the contract allows any thread
+// and any order), counting the chunks so a test sees the kernel took them.
+struct ReversedChunks {
+  std::uint32_t chunks_run = 0;
+  static void run(void* self, ParallelChunks::Task task, void* context, std::uint32_t chunks) noexcept {
+    for (std::uint32_t c = chunks; c-- > 0;) task(context, c);
+    static_cast<ReversedChunks*>(self)->chunks_run += chunks;
+  }
+};
+
 // A decode call (one query) with 1 or 2 compute threads, below and above the
 // page count from which the backend splits a query's pages over its threads
-// (64): the same output bits either way.
-std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages) {
+// (16), on its own helpers or on lent threads: the same output bits either way.
+std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages, ReversedChunks* lend = nullptr) {
   BackendOptions options;
   options.compute_threads = threads;
   auto backend = make(options);
+  if (lend != nullptr) {
+    ParallelChunks parallel;
+    parallel.run = &ReversedChunks::run;
+    parallel.pool = lend;
+    parallel.threads = threads;
+    EXPECT_TRUE(backend->set_parallel(parallel));
+  }
   const AttentionShape shape{8, 2, 32, DType::f16, 0.17677669f};
   constexpr std::uint32_t page_tokens = 16;
   const std::uint64_t page_bytes = page_tokens * shape.row_bytes();
@@ -263,12 +280,29 @@ std::vector<float> decode_attention(std::uint32_t threads, std::uint32_t pages) 
 }
 
 TEST(HostThreaded, ADecodeCallIsTheSameBitsOnOneOrTwoThreadsEitherSideOfTheSplitThreshold) {
-  for (const std::uint32_t pages : {40u, 100u}) {
+  for (const std::uint32_t pages : {8u, 40u, 100u}) {
     const std::vector<float> one = decode_attention(1, pages);
     const std::vector<float> two = decode_attention(2, pages);
+    ReversedChunks lent;
+    const std::vector<float> borrowed = decode_attention(2, pages, &lent);
     EXPECT_NE(one[0], -1.0f) << pages << " pages: no output written";
     EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0) << pages << " pages";
+    EXPECT_EQ(std::memcmp(one.data(), borrowed.data(), one.size() * sizeof(float)), 0) << pages << " pages, lent";
+    // An idle queue runs the call on the caller: split (16 pages or more) over the lent threads.
+    EXPECT_EQ(lent.chunks_run, pages >= 16 ? 2u : 0u) << pages << " pages";
   }
+}
+
+TEST(HostDeterministic, RefusesLentThreads) {
+  BackendOptions options;
+  options.deterministic = true;
+  auto backend = make(options);
+  ReversedChunks lent;
+  ParallelChunks parallel;
+  parallel.run = &ReversedChunks::run;
+  parallel.pool = &lent;
+  parallel.threads = 2;
+  EXPECT_FALSE(backend->set_parallel(parallel));
 }
 
 // The arena and the pool begin on a 4 KiB boundary, pinned or not, and start zeroed (a large new[]
