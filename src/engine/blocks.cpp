@@ -104,8 +104,8 @@ void Blocks::set_rows(std::uint32_t rows) noexcept {
   rows_ = rows;
 }
 
-Blocks::Path Blocks::path_of(const MatrixView& w, bool quantised) const noexcept {
-  if (!quantised) return Path::f32;
+Blocks::Path Blocks::path_of(const MatrixView& w) const noexcept {
+  if (!q16_supported(w.type, w.cols)) return Path::f32;
   if (activations_ == Activations::q8 && q8_supported(w.type, w.cols)) return Path::q8_k;
   if (activations_ == Activations::q8 && q8_0_supported(w.type, w.cols)) return Path::q8_0;
   return Path::q16;
@@ -147,14 +147,14 @@ void Blocks::quantize(const float* x, std::uint32_t cols, std::uint32_t n, Path 
 
 void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
   Timed timed(times_.matmul_ns);
-  bool quantised = true;
-  for (const Product& p : products) {
-    const bool shared = p.x == products[0].x && p.w->cols == products[0].w->cols;
-    quantised = quantised && q16_supported(p.w->type, p.w->cols) && shared;
-  }
+  // A product's path depends on its own matrix alone (an fp32 matrix beside quantised ones, as a
+  // DeltaNet's ssm_alpha beside its attn_qkv, leaves theirs quantised), so its bits do not depend
+  // on which products share the call. All read products[0].x (asserted): one quantised copy.
+  for (const Product& p : products)
+    AK_ASSERT(p.x == products[0].x && p.w->cols == products[0].w->cols, "blocks: a matmul call's products share x");
   // Each form of x the call's products read, quantised once (in a fixed order: the bytes do not depend on it).
   bool needed[4] = {};
-  for (const Product& p : products) needed[static_cast<int>(path_of(*p.w, quantised))] = true;
+  for (const Product& p : products) needed[static_cast<int>(path_of(*p.w))] = true;
   for (Path form : {Path::q16, Path::q8_k, Path::q8_0})
     if (needed[static_cast<int>(form)]) quantize(products[0].x, products[0].w->cols, n, form);
   struct Ctx {
@@ -162,8 +162,7 @@ void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
     std::span<const Product> products;
     std::uint32_t n;
     std::uint32_t rows_total;
-    bool quantised;
-  } ctx{this, products, n, 0, quantised};
+  } ctx{this, products, n, 0};
   for (const Product& p : products) ctx.rows_total += p.w->rows;
   // Chunks of rows claimed by whichever thread is free (a descheduled thread
   // holds up one chunk, not half the product). A row's arithmetic does not
@@ -180,7 +179,7 @@ void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
           const std::uint32_t lo = std::max(begin, offset);
           const std::uint32_t hi = std::min(end, offset + p.w->rows);
           if (lo < hi) {
-            switch (x.self->path_of(*p.w, x.quantised)) {
+            switch (x.self->path_of(*p.w)) {
               case Path::q8_k:
                 matmul_rows_q8(x.self->isa_, *p.w, x.self->xq8_, p.y, p.w->rows, lo - offset, hi - offset);
                 break;

@@ -80,8 +80,9 @@ class Blocks {
   // (matmul_q16.hpp: x quantised once per row, integer dots); with Activations::q8, each product
   // whose format has an 8-bit path takes it: Q4_K, Q5_K and Q6_K matmul_q8.hpp's 256-value blocks,
   // Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 matmul_q8_0.hpp's 32-value blocks, the rest the 16-bit path.
-  // x is quantised once per form the call needs. When one product's weights are not quantised
-  // (F32, F16, BF16) or the products do not share x, the whole call takes the fp32 path.
+  // x is quantised once per form the call needs. Weights that are not quantised (F32, F16, BF16)
+  // take the fp32 path. A product's path depends on its own weights alone, never on the others of
+  // its call, so the call's grouping does not change its bits.
   void matmul(std::uint32_t rows, std::span<const Product> products);
   void matmul(std::span<const Product> products) { matmul(rows_, products); }
   void add_bias(float* y, const float* bias, std::uint32_t width);
@@ -105,7 +106,7 @@ class Blocks {
 
   // Which kernel a product of a call computes with (matmul()).
   enum class Path : std::uint8_t { f32, q16, q8_k, q8_0 };
-  Path path_of(const MatrixView& w, bool quantised) const noexcept;
+  Path path_of(const MatrixView& w) const noexcept;
   // xq_ (xq8_ for q8_k, xq80_ for q8_0) = x (n rows of `cols`) quantised; split over the pool when n is large.
   void quantize(const float* x, std::uint32_t cols, std::uint32_t n, Path form);
   void build_rope_table(const RopeSpec& spec, std::uint32_t table);

@@ -3,7 +3,9 @@
 //   - greedy next token after "The capital of France is" is " Paris";
 //   - how a prompt is split (one prefill, chunks, token by token) and whether
 //     contexts share a step cannot change a single bit of the logits;
-//   - bad steps are refused before anything changes.
+//   - bad steps are refused before anything changes;
+//   - a product's bits do not depend on the products it shares a call with (an fp32 matrix beside
+//     a quantised one leaves the quantised one on its own path).
 #include "engine/forward.hpp"
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/blocks.hpp"
 #include "engine/default_model_fixture.hpp"
 #include "engine/reference_kv_access.hpp"
 #include "engine/sampler.hpp"
@@ -78,6 +81,33 @@ TEST_F(ForwardTest, BatchingContextsNeverChangesABit) {
   ASSERT_TRUE(f.step(both).ok());
   EXPECT_EQ(std::memcmp(f.logits(0).data(), alone_a.data(), alone_a.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(f.logits(1).data(), alone_b.data(), alone_b.size() * sizeof(float)), 0);
+}
+
+TEST_F(ForwardTest, AProductsBitsDoNotDependOnTheProductsSharingItsCall) {
+  const LayerWeights& w = g_model->layer(0);
+  const std::uint32_t cols = w.q.cols, rows = 3;
+  // An fp32 matrix of 5 outputs, as a DeltaNet's ssm_alpha beside its attn_qkv.
+  std::vector<float> f32(std::size_t{5} * cols);
+  for (std::size_t i = 0; i < f32.size(); ++i) f32[i] = 0.01f * static_cast<float>(i % 37) - 0.15f;
+  const MatrixView small{GgmlType::f32, reinterpret_cast<const std::uint8_t*>(f32.data()), cols, 5, cols * 4u};
+  std::vector<float> x(std::size_t{rows} * cols);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.02f * static_cast<float>(i % 29) - 0.25f;
+  for (const Activations width : {Activations::q16, Activations::q8}) {
+    auto kv = make_kv();
+    PhaseTimes times;
+    Blocks b(*g_model, *kv, *g_pool, best_isa(), width, rows, 64, times);
+    std::vector<float> alone(std::size_t{rows} * w.q.rows), grouped(alone.size()), side(std::size_t{rows} * 5);
+    const Blocks::Product one[] = {{&w.q, x.data(), alone.data()}};
+    b.matmul(rows, one);
+    const Blocks::Product two[] = {{&w.q, x.data(), grouped.data()}, {&small, x.data(), side.data()}};
+    b.matmul(rows, two);
+    EXPECT_EQ(std::memcmp(alone.data(), grouped.data(), alone.size() * sizeof(float)), 0)
+        << "activations " << static_cast<int>(width);
+    std::vector<float> side_alone(side.size());
+    const Blocks::Product three[] = {{&small, x.data(), side_alone.data()}};
+    b.matmul(rows, three);
+    EXPECT_EQ(std::memcmp(side.data(), side_alone.data(), side.size() * sizeof(float)), 0);
+  }
 }
 
 TEST_F(ForwardTest, BadStepsAreRefusedAndChangeNothing) {

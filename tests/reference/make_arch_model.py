@@ -90,6 +90,22 @@ def random_kquant(rng, rows, cols, qtype, spread):
     return raw.reshape(rows, cols // block_elements * block_bytes)
 
 
+def add_matrix(w, rng, mix, name, rows, cols, qtype, scale):
+    """A random rows × cols weight of qtype (a K-quant mix's wider type on attn_v and ffn_down)."""
+    if "wide" in mix and name.endswith(("attn_v.weight", "ffn_down.weight")):
+        qtype = mix["wide"]  # the K-quant mix's wider type, where llama.cpp's Q4_K_M puts it
+    if qtype in K_SCALES:
+        w.add_tensor(name, random_kquant(rng, rows, cols, qtype, scale), raw_dtype=qtype)
+        return
+    data = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    if qtype == T.F32:
+        w.add_tensor(name, data)
+    elif qtype == T.F16:
+        w.add_tensor(name, data.astype(np.float16))
+    else:
+        w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+
 def tokenizer_fields(path, cache_dir=None):
     """The tokenizer.* keys of `path` as (key, value, type, sub_type). GGUFReader takes a minute on
     a 150K-token vocabulary, so with `cache_dir` they are kept there as a pickle, by file name and size."""
@@ -194,20 +210,9 @@ def main():
             w.add_array(p + "attention.sliding_window_pattern", [True, False, True, True, False, True])
 
     def matrix(name, rows, cols, qtype, scale):
-        if "wide" in mix and name.endswith(("attn_v.weight", "ffn_down.weight")):
-            qtype = mix["wide"]  # the K-quant mix's wider type, where llama.cpp's Q4_K_M puts it
         if "wide" in mix and tied and name == "token_embd.weight":
             qtype = mix["out"]  # tied: the embeddings are the output matrix too
-        if qtype in K_SCALES:
-            w.add_tensor(name, random_kquant(rng, rows, cols, qtype, scale), raw_dtype=qtype)
-            return
-        data = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-        if qtype == T.F32:
-            w.add_tensor(name, data)
-        elif qtype == T.F16:
-            w.add_tensor(name, data.astype(np.float16))
-        else:
-            w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        add_matrix(w, rng, mix, name, rows, cols, qtype, scale)
 
     def vector(name, n, mean, spread):
         w.add_tensor(name, (mean + spread * rng.standard_normal(n)).astype(np.float32))
@@ -327,13 +332,7 @@ def write_qwen35(args, mix):
         vocab = copy_vocabulary(w, args.vocab_from)
 
     def matrix(name, rows, cols, qtype, scale):
-        data = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-        if qtype == T.F32:
-            w.add_tensor(name, data)
-        elif qtype == T.F16:
-            w.add_tensor(name, data.astype(np.float16))
-        else:
-            w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        add_matrix(w, rng, mix, name, rows, cols, qtype, scale)
 
     def vector(name, n, mean, spread):
         w.add_tensor(name, (mean + spread * rng.standard_normal(n)).astype(np.float32))
