@@ -27,6 +27,7 @@
 #include "activekv/memory_plan.hpp"
 #include "activekv/size.hpp"
 #include "cli/command.hpp"
+#include "engine/arch.hpp"
 #include "engine/model.hpp"
 #include "engine/quant.hpp"
 #include "gguf/gguf.hpp"
@@ -61,6 +62,8 @@ struct Inspection {
   std::string plan_text, plan_json_text, plan_problem;
 };
 
+std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+
 std::optional<std::uint32_t> u32_of(const gguf::File& f, const std::string& key) {
   Result<std::uint32_t> v = f.get_u32(key);
   if (!v) return std::nullopt;
@@ -79,7 +82,35 @@ std::string chat_family(const gguf::File& f) {
   return "unrecognised";
 }
 
+// The geometry as the engine reads it (every architecture it runs: window layers, recurrent state);
+// false when it cannot (an unknown architecture, malformed metadata), for read_geometry's own reading.
+bool engine_geometry(const gguf::File& f, Inspection& in) {
+  Result<engine::HParams> hp = engine::read_hparams(f);
+  if (!hp) return false;
+  const Geometry g = engine::kv_geometry(*hp);
+  if (!g.validate()) return false;
+  in.geometry = g;
+  in.context_tokens = hp->context_tokens;
+  in.window_tokens = g.kinds.window_tokens;
+  in.window_layers = g.window_layers();
+  std::string kinds;
+  if (in.window_layers == 0) {
+    kinds = g.recurrent_layers == 0 ? fmt::format("{} layers, all full attention", hp->layers)
+                                    : fmt::format("{} layers: {} full attention", hp->layers, g.full_layers());
+  } else if (g.full_layers() == 0) {
+    kinds = fmt::format("{} layers, all with a sliding window of {}", g.dense_layers, in.window_tokens);
+  } else {
+    kinds = fmt::format("{} layers: {} global (full history), {} local (sliding window of {})", g.dense_layers,
+                        g.full_layers(), in.window_layers, in.window_tokens);
+  }
+  if (g.recurrent_layers != 0)
+    kinds += fmt::format(", {} recurrent ({} of state per context)", g.recurrent_layers, mib(g.recurrent_state_bytes));
+  in.layer_kinds = kinds;
+  return true;
+}
+
 void read_geometry(const gguf::File& f, Inspection& in) {
+  if (engine_geometry(f, in)) return;
   const std::string p = in.architecture + ".";
   const std::optional<std::uint32_t> layers = u32_of(f, p + "block_count");
   const std::optional<std::uint32_t> heads = u32_of(f, p + "attention.head_count");
@@ -138,8 +169,9 @@ void read_mix(const gguf::File& f, Inspection& in) {
 void check_runs(const Options& o, Inspection& in) {
   const bool types_ok = in.missing.empty();
   std::unique_ptr<engine::Model> model;
-  if (in.architecture != "llama") {
-    in.missing.insert(in.missing.begin(), fmt::format("architecture '{}' (the engine runs 'llama')", in.architecture));
+  if (engine::find_arch(in.architecture) == nullptr) {
+    in.missing.insert(in.missing.begin(),
+                      fmt::format("architecture '{}' (the engine runs {})", in.architecture, engine::arch_names()));
   } else if (types_ok) {
     if (Result<gguf::File> again = gguf::File::open(o.path); again) {
       Result<std::unique_ptr<engine::Model>> loaded = engine::Model::from_file(std::move(again).value());
@@ -218,16 +250,15 @@ void make_plan(const Options& o, const PlanFlags& flags, Inspection& in) {
   in.plan_json_text = memory_plan_json(*plan);
 }
 
-std::string mib(std::uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
-
 std::uint64_t kv_token_bytes(const Inspection& in) { return in.geometry->row_bytes() * in.geometry->dense_layers; }
 
-// Per history: full layers hold the context; window layers a ring of window + one page.
+// Per history: full layers hold the context; window layers a ring of window + one page; recurrent
+// layers their state.
 std::uint64_t kv_history_bytes(const Inspection& in) {
   const Geometry& g = *in.geometry;
   const std::uint64_t full = g.dense_layers - in.window_layers;
   const std::uint64_t ring = std::min<std::uint64_t>(in.context_tokens, std::uint64_t{in.window_tokens} + page_tokens_default);
-  return g.row_bytes() * (full * in.context_tokens + in.window_layers * ring);
+  return g.row_bytes() * (full * in.context_tokens + in.window_layers * ring) + g.recurrent_state_bytes;
 }
 
 void print_text(const Options& o, const gguf::File& f, const Inspection& in) {
@@ -241,11 +272,12 @@ void print_text(const Options& o, const gguf::File& f, const Inspection& in) {
   }
   if (in.geometry) {
     const Geometry& g = *in.geometry;
-    out += fmt::format("kv            f16 rows of {} bytes ({} KV heads × {}); {} bytes per token over {} layers\n",
+    out += fmt::format("kv            f16 rows of {} bytes ({} KV heads × {}); {} bytes per token over {} attention layers\n",
                        g.row_bytes(), g.kv_heads, g.head_dim, kv_token_bytes(in), g.dense_layers);
     if (in.context_tokens != 0) {
-      out += fmt::format("              {} per {}-token history (full layers × context{})\n", mib(kv_history_bytes(in)),
-                         in.context_tokens, in.window_layers != 0 ? " + window layers × (window + 16)" : "");
+      out += fmt::format("              {} per {}-token history (full layers × context{}{})\n", mib(kv_history_bytes(in)),
+                         in.context_tokens, in.window_layers != 0 ? " + window layers × (window + 16)" : "",
+                         g.recurrent_layers != 0 ? " + the recurrent state" : "");
     }
   } else {
     out += fmt::format("kv            unknown: {}\n", in.geometry_problem);
@@ -281,6 +313,8 @@ void print_json(const Options& o, const gguf::File& f, const Inspection& in) {
                {"window_tokens", in.window_tokens},     {"kv_heads", in.geometry->kv_heads},
                {"head_dim", in.geometry->head_dim},     {"row_bytes", in.geometry->row_bytes()},
                {"bytes_per_token", kv_token_bytes(in)}, {"context_tokens", in.context_tokens},
+               {"recurrent_layers", in.geometry->recurrent_layers},
+               {"recurrent_state_bytes", in.geometry->recurrent_state_bytes},
                {"bytes_per_history", in.context_tokens != 0 ? kv_history_bytes(in) : 0}};
   } else {
     j["kv"] = {{"problem", in.geometry_problem}};

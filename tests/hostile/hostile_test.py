@@ -155,6 +155,11 @@ def make_inputs(tmp):
     text("config_sparse_layers_adaptive", cfg % ', "sparse": {"mode": "adaptive", "layer_budget": true}')
     p["dir"] = tmp
     here = os.path.dirname(os.path.abspath(__file__))
+    # Other architectures, small random weights (tests/reference/make_arch_model.py): what inspect says of them.
+    for arch in ("gemma3", "qwen35"):
+        p["arch_" + arch] = os.path.join(tmp, arch + ".gguf")
+        subprocess.run([sys.executable, os.path.join(here, "..", "reference", "make_arch_model.py"), "--arch", arch,
+                        "--mix", "q8", "--out", p["arch_" + arch]], check=True, capture_output=True)
     found = subprocess.run([os.path.join(here, "..", "..", "scripts", "find-model.sh")], capture_output=True, text=True)
     p["real_model"] = found.stdout.strip() if found.returncode == 0 and os.path.isfile(found.stdout.strip()) else None
     if not p["real_model"]:
@@ -522,6 +527,13 @@ def cases(p):
            "histories"),
         ok("tiny model, a plan the pools refuse", ins + [tiny, "--host-pool", "1KiB", "--device-pool", "8MiB"],
            "plan refused", "--host-pool"),
+        ok("gemma3: window layers", ins + [p["arch_gemma3"]],
+           "gemma3: 6 layers: 1 global (full history), 5 local (sliding window of 64)", "window layers × (window + 16)",
+           "runs here     no", "tokenizer"),
+        ok("qwen35: recurrent layers, --json", ins + [p["arch_qwen35"], "--json"], '"recurrent_layers": 4',
+           '"recurrent_state_bytes"'),
+        ok("qwen35: recurrent layers", ins + [p["arch_qwen35"]], "qwen35: 6 layers: 2 full attention, 4 recurrent",
+           "+ the recurrent state"),
         ok("a type the engine does not read", ins + [p["type_iq4_nl"]], "runs here     no",
            "IQ4_NL, which ActiveKV does not read"),
         ok("block_count 2^32-1", ins + [p["layers_huge"]], "runs here     no", "llama.block_count"),
