@@ -81,7 +81,9 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
 // `next` (may be null) is the page after this one: the bytes of it that the
 // heads in `next_mask` read (their K and V of each row) are prefetched while
 // this one is computed (pages are scattered through the arena, so the hardware
-// prefetcher cannot follow), spread over this page's kv-head passes.
+// prefetcher cannot follow), spread over this page's kv-head passes, into L2 (prefetcht1): a
+// share is hundreds of lines, and prefetches into L1 wait for its few fill buffers, stalling the
+// loads behind them (a decode over 8K tokens ran at less than half the speed with prefetcht0).
 // Prefetching changes no arithmetic.
 // `mask` (page_heads): only the KV heads whose bit is set are computed; the
 // others' partials stay empty (pm = −inf, ps = 0) and merge_partials skips them.
@@ -161,8 +163,8 @@ inline std::uint32_t split_point(std::uint32_t count, std::uint32_t parts, std::
         for (const std::uint64_t stop = std::min(units, prefetched + prefetch_share); prefetched < stop; ++prefetched) {
           const std::byte* at = next + (prefetched / next_count) * row_bytes + next_heads[prefetched % next_count] * page_head_bytes;
           for (std::uint64_t b = 0; b < page_head_bytes; b += 64) {
-            __builtin_prefetch(at + b, 0, 3);
-            __builtin_prefetch(at + v_offset + b, 0, 3);
+            __builtin_prefetch(at + b, 0, 2);
+            __builtin_prefetch(at + v_offset + b, 0, 2);
           }
         }
         const std::size_t h0 = std::size_t{i} * shape.q_heads + std::size_t{k} * group;
