@@ -114,28 +114,43 @@ namespace {
 #if defined(__x86_64__) && defined(__GNUC__)
 // delta_rule_body written with 8-lane AVX registers: register lane l is the body's lane l, every
 // operation the body's own (a rounded multiply, then a rounded add; a + b and b + a are the same
-// float), so the bits are the body's. S not a multiple of 8 takes the body.
+// float), so the bits are the body's. Rows are independent (row j reads and writes m's row j and
+// o[j] only), so 4 run side by side: each row's sums are chains of S / 8 dependent adds, and four
+// chains keep the adder busy where one waited on its latency. S not a multiple of 8 takes the body.
 [[gnu::target("avx2")]] void delta_rule_avx2(float* m, const float* q, const float* k, const float* v, float decay,
                                              float beta, float* o, std::uint32_t S) noexcept {
   if (S % kLanes != 0) return delta_rule_body(m, q, k, v, decay, beta, o, S);
+  constexpr std::uint32_t R = 4;  // rows side by side (S is a multiple of 8)
   const __m256 decay8 = _mm256_set1_ps(decay);
   alignas(32) float lanes[kLanes];
-  for (std::uint32_t j = 0; j < S; ++j) {
-    float* mj = m + std::size_t{j} * S;
-    __m256 mk = _mm256_setzero_ps();
-    for (std::uint32_t i = 0; i < S; i += kLanes)
-      mk = _mm256_add_ps(mk, _mm256_mul_ps(_mm256_loadu_ps(mj + i), _mm256_loadu_ps(k + i)));
-    _mm256_store_ps(lanes, mk);
-    const __m256 d8 = _mm256_set1_ps(beta * (v[j] - decay * lane_sum(lanes)));
-    __m256 mq = _mm256_setzero_ps();
-    for (std::uint32_t i = 0; i < S; i += kLanes) {
-      const __m256 row = _mm256_add_ps(_mm256_mul_ps(decay8, _mm256_loadu_ps(mj + i)),
-                                       _mm256_mul_ps(d8, _mm256_loadu_ps(k + i)));
-      _mm256_storeu_ps(mj + i, row);
-      mq = _mm256_add_ps(mq, _mm256_mul_ps(row, _mm256_loadu_ps(q + i)));
+  for (std::uint32_t j0 = 0; j0 < S; j0 += R) {
+    float* mj[R];
+    __m256 mk[R], d8[R], mq[R];
+    for (std::uint32_t r = 0; r < R; ++r) {
+      mj[r] = m + std::size_t{j0 + r} * S;
+      mk[r] = _mm256_setzero_ps();
+      mq[r] = _mm256_setzero_ps();
     }
-    _mm256_store_ps(lanes, mq);
-    o[j] = lane_sum(lanes);
+    for (std::uint32_t i = 0; i < S; i += kLanes) {
+      const __m256 ki = _mm256_loadu_ps(k + i);
+      for (std::uint32_t r = 0; r < R; ++r) mk[r] = _mm256_add_ps(mk[r], _mm256_mul_ps(_mm256_loadu_ps(mj[r] + i), ki));
+    }
+    for (std::uint32_t r = 0; r < R; ++r) {
+      _mm256_store_ps(lanes, mk[r]);
+      d8[r] = _mm256_set1_ps(beta * (v[j0 + r] - decay * lane_sum(lanes)));
+    }
+    for (std::uint32_t i = 0; i < S; i += kLanes) {
+      const __m256 ki = _mm256_loadu_ps(k + i), qi = _mm256_loadu_ps(q + i);
+      for (std::uint32_t r = 0; r < R; ++r) {
+        const __m256 row = _mm256_add_ps(_mm256_mul_ps(decay8, _mm256_loadu_ps(mj[r] + i)), _mm256_mul_ps(d8[r], ki));
+        _mm256_storeu_ps(mj[r] + i, row);
+        mq[r] = _mm256_add_ps(mq[r], _mm256_mul_ps(row, qi));
+      }
+    }
+    for (std::uint32_t r = 0; r < R; ++r) {
+      _mm256_store_ps(lanes, mq[r]);
+      o[j0 + r] = lane_sum(lanes);
+    }
   }
 }
 

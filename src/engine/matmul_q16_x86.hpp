@@ -1,5 +1,6 @@
 // matmul_q16_x86.hpp — what the x86 kernels of the 16-bit-activation path share
-// (matmul_q16_avx2.cpp, matmul_q16_avx512.cpp): the fixed sum of 8 lanes, the
+// (matmul_q16_avx2.cpp, matmul_q16_avx512.cpp; the legacy 8-bit path's AVX-512
+// kernel takes the sum and the prefetch too): the fixed sum of 8 lanes, the
 // minimums' term in matmul_q16.hpp's order, and the weight-row prefetch. Needs
 // AVX2 and FMA; internal linkage: each instruction-set file compiles its own copy.
 #pragma once

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "activekv/assert.hpp"
+#include "core/cpu_features.hpp"
 #include "engine/formats/all.hpp"
 
 namespace activekv::engine {
@@ -100,7 +101,8 @@ bool q8_0_supported(GgmlType type, std::uint32_t cols) noexcept {
   return on_path && cols > 0 && cols % q8_0_block == 0;
 }
 
-// AVX-512 CPUs run the AVX2 kernels of this path (the bits are the same).
+// The quantisation has no AVX-512 version: AVX-512 CPUs run the AVX2 one (the bytes are the same);
+// the product has one where the CPU has AVX512-VNNI.
 void quantize_rows_q8_0(Isa isa, const float* x, std::size_t x_stride, const Q8_0Rows& out, std::size_t row_begin,
                         std::size_t row_end) noexcept {
   AK_ASSERT(out.cols % q8_0_block == 0, "quantize_rows_q8_0: width not a multiple of 32");
@@ -124,7 +126,9 @@ void matmul_rows_q8_0(Isa isa, const MatrixView& w, const Q8_0Rows& x, float* y,
   const detail::Q8_0Args args{&w, &x, y, y_stride, row_begin, row_end};
 #if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
   if (x86_kernels(isa)) {
-    detail::matmul_q8_0_avx2(args);
+    static const bool vnni = activekv::cpu_has_avx512_vnni();
+    if (isa == Isa::avx512 && vnni) detail::matmul_q8_0_avx512(args);
+    else detail::matmul_q8_0_avx2(args);
     return;
   }
 #endif

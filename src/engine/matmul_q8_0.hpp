@@ -35,7 +35,8 @@
 // hsum_float_8. |P_j| ≤ 4 × 128 × 127 < 2^24, so its conversion is exact; the
 // roundings are dw × dx, the FMAs, mw × sx, the sums of mins and the final sum,
 // in the order above on every instruction set, for every batch size, tile and
-// thread split. So the portable path and the AVX2 path give the same bits
+// thread split. So the portable path, the AVX2 path and the AVX-512 VNNI path
+// (two rows per register, one vpdpbusd for the lanes) give the same bits
 // (tested), and every output depends only on its weight row and its
 // activation row.
 //
@@ -87,6 +88,7 @@ struct Q8_0Args {
 void quantize_q8_0_avx2(const float* x, std::size_t x_stride, const Q8_0Rows& out, std::size_t row_begin,
                         std::size_t row_end) noexcept;
 void matmul_q8_0_avx2(const Q8_0Args& args) noexcept;
+void matmul_q8_0_avx512(const Q8_0Args& args) noexcept;  // needs AVX512-VNNI
 }  // namespace detail
 
 }  // namespace activekv::engine

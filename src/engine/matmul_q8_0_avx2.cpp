@@ -10,22 +10,18 @@
 // int16: at most 2 × 128 × 127, no saturation; a signed weight goes in as its
 // magnitude with its sign moved onto the activation, vpsignb), vpmaddwd with
 // ones (pairs into the 8 int32 lanes), one conversion and one FMA per block.
-// Internal linkage only.
+// The rows ahead are prefetched and the 8 lanes summed as the 16-bit path's
+// kernels do (matmul_q16_x86.hpp). Internal linkage only.
 #include <immintrin.h>
 
 #include <cmath>
 
 #include "engine/formats/all.hpp"
+#include "engine/matmul_q16_x86.hpp"
 #include "engine/matmul_q8_0.hpp"
 
 namespace activekv::engine::detail {
 namespace {
-
-static inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
 
 // Rows r0..r0+R of w against activation rows b0..b0+V.
 template <class F, int R, int V>
@@ -86,6 +82,7 @@ static void run_tiles(const Q8_0Args& a) {
     const std::size_t b1 = b0 + vec_block < x.batch ? b0 + vec_block : x.batch;
     std::uint32_t r = a.row_begin;
     for (; r + TR <= a.row_end; r += TR) {
+      prefetch_ahead(*a.w, r, TR);  // short rows: the next tiles' first lines before the prefetcher finds them
       std::size_t b = b0;
       for (; b + TV <= b1; b += TV) tile<F, TR, TV>(*a.w, x, r, b, a.y, a.y_stride);
       for (; b < b1; ++b) tile<F, TR, 1>(*a.w, x, r, b, a.y, a.y_stride);
