@@ -3,10 +3,11 @@
 # against llama.cpp's llama-bench on the same file, alternating the two programs in one session.
 #
 #   scripts/gemma3-bench.sh [--contexts 2048,8192] [--decode 32] [--rounds 2] [--threads 2]
-#                           [--build-dir build/release]
+#                           [--activations q8|q16] [--build-dir build/release]
 #
 # Per round and context P:
-#   ours: ACTIVEKV_MODEL=G engine_bench --context P --decode N --chunk 512 --threads T
+#   ours: ACTIVEKV_MODEL=G engine_bench --context P --decode N --chunk 512 --threads T --activations A
+#         (A: q8 by default, llama.cpp's 8-bit activation arithmetic; q16 the engine's default)
 #         (prefill: P prompt tokens from an empty context in chunks of 512; decode: N steps after it)
 #   peer: llama-bench -m G -t T -fa 1 -p P -n 0 -r 1 --no-warmup          (prefill, ubatch 512)
 #         llama-bench -m G -t T -fa 1 -p 0 -n N -d P -r 1 --no-warmup     (decode at depth P)
@@ -14,13 +15,14 @@
 # the table gives medians over rounds and ActiveKV ÷ llama.cpp (> 1: ActiveKV faster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-contexts=2048,8192 decode=32 rounds=2 threads=2 build_dir=build/release
+contexts=2048,8192 decode=32 rounds=2 threads=2 activations=q8 build_dir=build/release
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --contexts) contexts=$2; shift 2 ;;
     --decode) decode=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --activations) activations=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     *) echo "gemma3-bench.sh: unknown option '$1' (see the header of scripts/gemma3-bench.sh)" >&2; exit 2 ;;
   esac
@@ -40,13 +42,13 @@ peer_rate() {  # llama-bench's CSV: the last row's avg_ts
   "$tree/build/bin/llama-bench" "$@" -o csv 2>/dev/null | tail -n 1 |
     python3 -c 'import csv,sys; r=next(csv.reader(sys.stdin)); print(r[-2])' 2>/dev/null || echo nan
 }
-echo "model $model; threads $threads; decode $decode steps; rounds $rounds"
+echo "model $model; activations $activations; threads $threads; decode $decode steps; rounds $rounds"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 IFS=, read -r -a clist <<<"$contexts"
 for round in $(seq 1 "$rounds"); do
   for p in "${clist[@]}"; do
     l=$(load)
-    out=$(ACTIVEKV_MODEL=$model "$build_dir/src/engine/engine_bench" --context "$p" --decode "$decode" --chunk 512 --threads "$threads" 2>&1)
+    out=$(ACTIVEKV_MODEL=$model "$build_dir/src/engine/engine_bench" --context "$p" --decode "$decode" --chunk 512 --threads "$threads" --activations "$activations" 2>&1)
     pre=$(sed -n 's/^prefill .*s, \([0-9.]*\) tokens\/s;.*/\1/p' <<<"$out")
     dec=$(sed -n 's/^decode .*s, \([0-9.]*\) tokens\/s (.*/\1/p' <<<"$out")
     [[ -n $pre ]] || echo "engine_bench at $p: $(tail -n 2 <<<"$out")"
