@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "activekv/assert.hpp"
+#include "engine/activation.hpp"
 #include "engine/forward.hpp"
 
 namespace activekv::engine {
@@ -202,6 +203,31 @@ void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
       &ctx, chunks);
 }
 
+// Below this many values per chunk a region's wake-up costs about what the split saves.
+constexpr std::size_t elementwise_chunk_values_min = 8192;
+
+template <typename Fn>
+void Blocks::for_items(std::uint32_t n, std::size_t width, const Fn& fn) {
+  const std::size_t by_size = std::size_t{n} * width / elementwise_chunk_values_min;
+  const auto chunks = static_cast<std::uint32_t>(std::min<std::size_t>({n, by_size, 4 * pool_.threads()}));
+  if (chunks < 2 || pool_.threads() == 1) {
+    fn(0, n);
+    return;
+  }
+  struct Ctx {
+    const Fn* fn;
+    std::uint32_t n;
+  } ctx{&fn, n};
+  pool_.run_chunks(
+      [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
+        const Ctx& x = *static_cast<const Ctx*>(c);
+        const auto begin = static_cast<std::uint32_t>(std::uint64_t{x.n} * index / count);
+        const auto end = static_cast<std::uint32_t>(std::uint64_t{x.n} * (index + 1) / count);
+        if (begin < end) (*x.fn)(begin, end);
+      },
+      &ctx, chunks);
+}
+
 void Blocks::norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count) {
   Timed timed(times_.other_ns);
   for (std::uint32_t r = 0; r < count; ++r) {
@@ -262,25 +288,14 @@ Status Blocks::attention(std::uint32_t layer) {
   return kv_.attend(hp_.layer[layer].kv_layer, q_.data(), attn_.data());
 }
 
+// Each value's bits depend on its gate and up values alone (activation.hpp), on every instruction set.
 void Blocks::activate(FfnKind kind) {
   Timed timed(times_.other_ns);
-  const std::size_t count = std::size_t{rows_} * hp_.ffn;
-  switch (kind) {
-    case FfnKind::swiglu:
-      for (std::size_t i = 0; i < count; ++i) {
-        const float g = gate_[i];
-        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-      }
-      return;
-    case FfnKind::geglu_tanh: {
-      constexpr float sqrt_2_over_pi = 0.7978845608028654f;
-      for (std::size_t i = 0; i < count; ++i) {
-        const float g = gate_[i];
-        gate_[i] = 0.5f * g * (1.0f + std::tanh(sqrt_2_over_pi * g * (1.0f + 0.044715f * g * g))) * up_[i];
-      }
-      return;
-    }
-  }
+  const std::size_t width = hp_.ffn;
+  for_items(rows_, width, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t offset = std::size_t{begin} * width;
+    activate_values(isa_, kind, gate_.data() + offset, up_.data() + offset, std::size_t{end - begin} * width);
+  });
 }
 
 void Blocks::add(float* x, const float* y, std::uint32_t width) {

@@ -109,6 +109,11 @@ class Blocks {
   // xq_ (xq8_ for q8_k, xq80_ for q8_0) = x (n rows of `cols`) quantised; split over the pool when n is large.
   void quantize(const float* x, std::uint32_t cols, std::uint32_t n, Path form);
   void build_rope_table(const RopeSpec& spec, std::uint32_t table);
+  // fn(begin, end) over items [0, n) of `width` values each: on this thread when the work is small
+  // (a decode step), else in chunks over the pool (blocks.cpp). An item's arithmetic never depends
+  // on its chunk or thread, so neither does any bit.
+  template <typename Fn>
+  void for_items(std::uint32_t n, std::size_t width, const Fn& fn);
 
   const Model& model_;
   const HParams& hp_;
