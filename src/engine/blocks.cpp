@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "activekv/assert.hpp"
-#include "engine/activation.hpp"
+#include "engine/elementwise.hpp"
 #include "engine/forward.hpp"
 
 namespace activekv::engine {
@@ -228,24 +228,23 @@ void Blocks::for_items(std::uint32_t n, std::size_t width, const Fn& fn) {
       &ctx, chunks);
 }
 
+// Each row's bits depend on that row alone (elementwise.hpp: the sum of squares' fixed order).
 void Blocks::norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count) {
   Timed timed(times_.other_ns);
-  for (std::uint32_t r = 0; r < count; ++r) {
-    const float* xr = in + std::size_t{r} * width;
-    float* o = out + std::size_t{r} * width;
-    float sum = 0.0f;
-    for (std::uint32_t i = 0; i < width; ++i) sum += xr[i] * xr[i];
-    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + hp_.rms_epsilon);
-    for (std::uint32_t i = 0; i < width; ++i) o[i] = xr[i] * scale * weight[i];
-  }
+  for_items(count, width, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t offset = std::size_t{begin} * width;
+    rms_norm_rows(isa_, in + offset, weight, out + offset, width, end - begin, hp_.rms_epsilon);
+  });
 }
 
 void Blocks::add_bias(float* y, const float* bias, std::uint32_t width) {
   Timed timed(times_.other_ns);
-  for (std::uint32_t r = 0; r < rows_; ++r) {
-    float* yr = y + std::size_t{r} * width;
-    for (std::uint32_t i = 0; i < width; ++i) yr[i] += bias[i];
-  }
+  for_items(rows_, width, [&](std::uint32_t begin, std::uint32_t end) {
+    for (std::uint32_t r = begin; r < end; ++r) {
+      float* yr = y + std::size_t{r} * width;
+      for (std::uint32_t i = 0; i < width; ++i) yr[i] += bias[i];
+    }
+  });
 }
 
 void Blocks::rope(float* vectors, std::uint32_t heads, std::uint32_t layer) {
@@ -256,20 +255,22 @@ void Blocks::rope(float* vectors, std::uint32_t heads, std::uint32_t layer) {
   const bool neox = hp_.arch->rope_order == RopeOrder::neox;
   const std::uint32_t step = neox ? 1 : 2;
   const std::uint32_t other = neox ? pairs : 1;
-  for (std::uint32_t r = 0; r < rows_; ++r) {
-    AK_ASSERT(positions_[r] < rope_positions_, "blocks: a position past the RoPE tables");
-    const float* c = rope_cos_[table].data() + std::size_t{positions_[r]} * pairs;
-    const float* s = rope_sin_[table].data() + std::size_t{positions_[r]} * pairs;
-    for (std::uint32_t h = 0; h < heads; ++h) {
-      float* v = vectors + (std::size_t{r} * heads + h) * hp_.head_dim;
-      for (std::uint32_t i = 0; i < pairs; ++i) {
-        const float x0 = v[step * i];
-        const float x1 = v[step * i + other];
-        v[step * i] = x0 * c[i] - x1 * s[i];
-        v[step * i + other] = x0 * s[i] + x1 * c[i];
+  for_items(rows_, std::size_t{heads} * hp_.head_dim, [&](std::uint32_t begin, std::uint32_t end) {
+    for (std::uint32_t r = begin; r < end; ++r) {
+      AK_ASSERT(positions_[r] < rope_positions_, "blocks: a position past the RoPE tables");
+      const float* c = rope_cos_[table].data() + std::size_t{positions_[r]} * pairs;
+      const float* s = rope_sin_[table].data() + std::size_t{positions_[r]} * pairs;
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        float* v = vectors + (std::size_t{r} * heads + h) * hp_.head_dim;
+        for (std::uint32_t i = 0; i < pairs; ++i) {
+          const float x0 = v[step * i];
+          const float x1 = v[step * i + other];
+          v[step * i] = x0 * c[i] - x1 * s[i];
+          v[step * i + other] = x0 * s[i] + x1 * c[i];
+        }
       }
     }
-  }
+  });
 }
 
 void Blocks::scale(float* values, std::size_t count, float s) {
@@ -288,7 +289,7 @@ Status Blocks::attention(std::uint32_t layer) {
   return kv_.attend(hp_.layer[layer].kv_layer, q_.data(), attn_.data());
 }
 
-// Each value's bits depend on its gate and up values alone (activation.hpp), on every instruction set.
+// Each value's bits depend on its gate and up values alone (elementwise.hpp), on every instruction set.
 void Blocks::activate(FfnKind kind) {
   Timed timed(times_.other_ns);
   const std::size_t width = hp_.ffn;
@@ -300,8 +301,11 @@ void Blocks::activate(FfnKind kind) {
 
 void Blocks::add(float* x, const float* y, std::uint32_t width) {
   Timed timed(times_.other_ns);
-  const std::size_t count = std::size_t{rows_} * width;
-  for (std::size_t i = 0; i < count; ++i) x[i] += y[i];
+  for_items(rows_, width, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t offset = std::size_t{begin} * width;
+    const std::size_t count = std::size_t{end - begin} * width;
+    for (std::size_t i = 0; i < count; ++i) x[offset + i] += y[offset + i];
+  });
 }
 
 }  // namespace activekv::engine

@@ -1,10 +1,10 @@
-// activation_test.cpp — exp, SwiGLU and GELU(tanh) (activation.hpp): the same bits on every
-// instruction set and for every split of an array, and their accuracy against libm in double.
+// elementwise_test.cpp — exp, SwiGLU, GELU(tanh) and RMS norm (elementwise.hpp): the same bits
+// on every instruction set and for every split of an array, and their accuracy against libm in double.
 //
 // Inputs: a sweep over the float bit patterns of both signs (every 4099th, ~2M values, zeros,
 // subnormals, infinities and NaNs among them), the edges of exp's range and their neighbours,
 // and normal random values at the scales an FFN's gate sees.
-#include "engine/activation.hpp"
+#include "engine/elementwise.hpp"
 
 #include <gtest/gtest.h>
 
@@ -56,7 +56,7 @@ double gelu_tanh_reference(double g, double u) {
   return 0.5 * g * one_plus_tanh * u;
 }
 
-TEST(Activation, ExpSameBitsOnEveryIsa) {
+TEST(Elementwise, ExpSameBitsOnEveryIsa) {
   const std::vector<float> x = test_inputs();
   std::vector<float> expected(x.size());
   exp_values(Isa::portable, x.data(), expected.data(), x.size());
@@ -72,7 +72,7 @@ TEST(Activation, ExpSameBitsOnEveryIsa) {
 
 // Within 1 ulp of the correctly rounded e^x where e^x ≥ FLT_MIN; within one subnormal step
 // (2⁻¹⁴⁹) below; +inf exactly where e^x rounds past FLT_MAX; NaN for NaN.
-TEST(Activation, ExpAccuracy) {
+TEST(Elementwise, ExpAccuracy) {
   const std::vector<float> x = test_inputs();
   std::vector<float> y(x.size());
   exp_values(best_isa(), x.data(), y.data(), x.size());
@@ -145,8 +145,8 @@ void expect_same_activation_bits(FfnKind kind) {
   }
 }
 
-TEST(Activation, SwigluSameBitsOnEveryIsaAndSplit) { expect_same_activation_bits(FfnKind::swiglu); }
-TEST(Activation, GeluTanhSameBitsOnEveryIsaAndSplit) { expect_same_activation_bits(FfnKind::geglu_tanh); }
+TEST(Elementwise, SwigluSameBitsOnEveryIsaAndSplit) { expect_same_activation_bits(FfnKind::swiglu); }
+TEST(Elementwise, GeluTanhSameBitsOnEveryIsaAndSplit) { expect_same_activation_bits(FfnKind::geglu_tanh); }
 
 // Against double-precision libm (std::exp, std::tanh) for finite gates with |g| ≤ 64 and up = 1:
 // |error| ≤ rel × |ref| + abs. SwiGLU: rel 2⁻²¹ (a few roundings). GELU(tanh): its exponent
@@ -172,8 +172,67 @@ void expect_activation_accuracy(FfnKind kind) {
   std::printf("%s: max relative error %.3f of the bound\n", kind == FfnKind::swiglu ? "swiglu" : "gelu_tanh", rel_max);
 }
 
-TEST(Activation, SwigluAccuracy) { expect_activation_accuracy(FfnKind::swiglu); }
-TEST(Activation, GeluTanhAccuracy) { expect_activation_accuracy(FfnKind::geglu_tanh); }
+TEST(Elementwise, SwigluAccuracy) { expect_activation_accuracy(FfnKind::swiglu); }
+TEST(Elementwise, GeluTanhAccuracy) { expect_activation_accuracy(FfnKind::geglu_tanh); }
+
+// RMS norm in the order elementwise_lanes.hpp documents, written out here with std::fma.
+std::vector<float> norm_in_documented_order(const std::vector<float>& x, const std::vector<float>& w, std::size_t width,
+                                            std::size_t rows, float eps) {
+  std::vector<float> out(x.size());
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * width;
+    float sums[16] = {};
+    for (std::size_t i = 0; i < width; ++i) sums[i % 16] = std::fma(xr[i], xr[i], sums[i % 16]);
+    for (std::size_t half = 8; half >= 1; half /= 2)
+      for (std::size_t j = 0; j < half; ++j) sums[j] = sums[j] + sums[j + half];
+    const float k = 1.0f / std::sqrt(sums[0] / static_cast<float>(width) + eps);
+    for (std::size_t i = 0; i < width; ++i) out[r * width + i] = (xr[i] * k) * w[i];
+  }
+  return out;
+}
+
+// Every width from 1 to 70 (each tail of 8 and 16 lanes) and the models' (256, 640, 2048, 2560),
+// rows of values from 1e-20 to 1e15 in magnitude: the documented order's bits on every set, in
+// one call or row by row, in place or not; within 2⁻²⁰ of the norm in double.
+TEST(Elementwise, RmsNormSameBitsOnEveryIsa) {
+  std::vector<std::size_t> widths;
+  for (std::size_t w = 1; w <= 70; ++w) widths.push_back(w);
+  for (std::size_t w : {256u, 640u, 2048u, 2560u}) widths.push_back(w);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 15);
+  constexpr float eps = 1e-6f;
+  for (std::size_t width : widths) {
+    constexpr std::size_t rows = 5;
+    std::vector<float> x(rows * width), w(width);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float magnitude = std::pow(10.0f, static_cast<float>(exponent(rng)));
+      for (std::size_t i = 0; i < width; ++i) x[r * width + i] = normal(rng) * magnitude;
+    }
+    for (float& v : w) v = 1.0f + 0.5f * normal(rng);
+    const std::vector<float> expected = norm_in_documented_order(x, w, width, rows, eps);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const std::size_t r = i / width;
+      double sum = 0.0;
+      for (std::size_t j = 0; j < width; ++j) sum += static_cast<double>(x[r * width + j]) * x[r * width + j];
+      const double ref = x[i] / std::sqrt(sum / static_cast<double>(width) + eps) * w[i % width];
+      ASSERT_LE(std::fabs(expected[i] - ref), std::ldexp(std::fabs(ref), -20) + 1e-30) << "width " << width;
+    }
+    for (Isa isa : kIsas) {
+      if (!isa_available(isa)) continue;
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " width " << width);
+      std::vector<float> got(x.size(), -1.0f);
+      rms_norm_rows(isa, x.data(), w.data(), got.data(), width, rows, eps);
+      std::vector<float> in_place = x;
+      for (std::size_t r = 0; r < rows; ++r)
+        rms_norm_rows(isa, in_place.data() + r * width, w.data(), in_place.data() + r * width, width, 1, eps);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        ASSERT_TRUE(same_bits(got[i], expected[i])) << "value " << i << ": " << got[i] << " vs " << expected[i];
+        ASSERT_TRUE(same_bits(in_place[i], expected[i])) << "value " << i << " (in place, row by row)";
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace activekv::engine

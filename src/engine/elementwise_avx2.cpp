@@ -1,9 +1,9 @@
-// activation_avx2.cpp — exp and the gated activations, 8 lanes (compiled with -mavx2 -mfma
+// elementwise_avx2.cpp — exp, the gated activations and RMS norm, 8 lanes (compiled with -mavx2 -mfma
 // -ffp-contract=off; called only where isa_available(Isa::avx2)). Each operation is the one
-// activation_lanes.hpp names, so every lane matches the portable path bit for bit.
+// elementwise_lanes.hpp names, so every lane matches the portable path bit for bit.
 #include <immintrin.h>
 
-#include "engine/activation_lanes.hpp"
+#include "engine/elementwise_lanes.hpp"
 
 namespace activekv::engine::detail {
 namespace {
@@ -35,5 +35,6 @@ struct Avx2Lanes {
 }  // namespace
 
 void activation_avx2(const ActivationArgs& args) noexcept { activation_run<Avx2Lanes>(args); }
+void norm_avx2(const NormArgs& args) noexcept { norm_run<Avx2Lanes>(args); }
 
 }  // namespace activekv::engine::detail

@@ -1,9 +1,9 @@
-// activation_lanes.hpp — exp and the gated activations, written once as a fixed sequence of
-// lane operations that every instruction set replays (activation.hpp).
+// elementwise_lanes.hpp — exp, the gated activations and RMS norm, written once as a fixed
+// sequence of lane operations that every instruction set replays (elementwise.hpp).
 //
 // The templates below take `L`, an instruction set's lane operations: one float in the
-// portable path (activation.cpp, fma is std::fma), 8 lanes in activation_avx2.cpp, 16 in
-// activation_avx512.cpp. Each operation of L is one IEEE-754 operation rounded once to
+// portable path (elementwise.cpp, fma is std::fma), 8 lanes in elementwise_avx2.cpp, 16 in
+// elementwise_avx512.cpp. Each operation of L is one IEEE-754 operation rounded once to
 // nearest (fma included, rounded once), and min/max/keep_nan/scale_pow2 are defined bit for
 // bit below, so a lane's result depends on its input alone: the same bits on every path,
 // for any split of the values between calls or threads. The files are compiled with
@@ -19,7 +19,7 @@
 //                                      rounds once, so results reach the subnormals and overflow to +inf
 //   exp(x) = x where x is NaN, else y
 // Below −104 the result is +0 (e^−104 is under half the smallest subnormal); above 89, +inf.
-// Accuracy against the correctly rounded e^x: activation_test.cpp states and checks the bound.
+// Accuracy against the correctly rounded e^x: elementwise_test.cpp states and checks the bound.
 //
 // The gated activations, g the gate, u the up value (blocks.hpp, activate):
 //   SwiGLU       g / (1 + exp(−g)) × u                         silu(g) u
@@ -27,8 +27,17 @@
 //                                                                since 0.5 (1 + tanh t) = 1 / (1 + e^(−2t)):
 //                                                                k0 = −2√(2/π), k1 = −2√(2/π) × 0.044715
 // Each is evaluated left to right as written (the division, then the product with u).
+//
+// RMS norm of a row x of n values with weights w:
+//   s_j = Σ fma(x_i, x_i, ·) over i ≡ j (mod 16), i ascending, from +0   16 partial sums, j < 16
+//   s   = the 16 folded in halves: s_j += s_(j+8), then s_j += s_(j+4), s_j += s_(j+2), s_0 += s_1
+//   k   = 1 / sqrt(s / n + eps)
+//   y_i = (x_i × k) × w_i
+// The partial sums are lanes (16 scalars, two 8-lane or one 16-lane register); a row's tail is
+// padded with zeros, which leave a sum unchanged. The fold and k are scalar code.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 
 namespace activekv::engine::detail {
@@ -85,7 +94,7 @@ inline typename L::V gelu_tanh_lanes(typename L::V g, typename L::V u) noexcept 
   return L::mul(L::div(g, L::add(L::splat(1.0f), exp_lanes<L>(z))), u);
 }
 
-// The kinds of activations.cpp's entry points, as plain data for the per-set files.
+// The kinds of elementwise.cpp's activation entry points, as plain data for the per-set files.
 enum class ActivationOp : unsigned char { exp, swiglu, gelu_tanh };
 
 // out[i] = op(a[i], b[i]) for i < count (exp reads a only; b may be null). out may be a.
@@ -138,8 +147,66 @@ inline void activation_run(const ActivationArgs& args) noexcept {
   }
 }
 
+// The 16 partial sums of squares' lanes: how many registers of L hold them.
+constexpr std::size_t norm_lanes = 16;
+
+template <typename L>
+inline float sum_squares(const float* x, std::size_t n) noexcept {
+  constexpr std::size_t w = L::width;
+  constexpr std::size_t k = norm_lanes / w;
+  static_assert(k * w == norm_lanes, "a lane width divides 16");
+  typename L::V acc[k];
+  for (std::size_t j = 0; j < k; ++j) acc[j] = L::splat(0.0f);
+  std::size_t i = 0;
+  for (; i + norm_lanes <= n; i += norm_lanes) {
+    for (std::size_t j = 0; j < k; ++j) {
+      const typename L::V v = L::load(x + i + j * w);
+      acc[j] = L::fma(v, v, acc[j]);
+    }
+  }
+  float sums[norm_lanes] = {};
+  if (i < n) {
+    for (std::size_t j = 0; i + j < n; ++j) sums[j] = x[i + j];
+    for (std::size_t j = 0; j < k; ++j) {
+      const typename L::V v = L::load(sums + j * w);
+      acc[j] = L::fma(v, v, acc[j]);
+    }
+  }
+  for (std::size_t j = 0; j < k; ++j) L::store(sums + j * w, acc[j]);
+  for (std::size_t half = norm_lanes / 2; half >= 1; half /= 2)
+    for (std::size_t j = 0; j < half; ++j) sums[j] = sums[j] + sums[j + half];
+  return sums[0];
+}
+
+// out = x × k × weight, rows × n values; out may be x.
+struct NormArgs {
+  const float* x;
+  const float* weight;
+  float* out;
+  std::size_t n;     // values per row
+  std::size_t rows;
+  float epsilon;
+};
+
+template <typename L>
+inline void norm_run(const NormArgs& args) noexcept {
+  constexpr std::size_t w = L::width;
+  for (std::size_t r = 0; r < args.rows; ++r) {
+    const float* x = args.x + r * args.n;
+    float* out = args.out + r * args.n;
+    const float k = 1.0f / std::sqrt(sum_squares<L>(x, args.n) / static_cast<float>(args.n) + args.epsilon);
+    const typename L::V vk = L::splat(k);
+    std::size_t i = 0;
+    for (; i + w <= args.n; i += w) L::store(out + i, L::mul(L::mul(L::load(x + i), vk), L::load(args.weight + i)));
+    for (; i < args.n; ++i) out[i] = (x[i] * k) * args.weight[i];
+  }
+}
+
 void activation_portable(const ActivationArgs& args) noexcept;
 void activation_avx2(const ActivationArgs& args) noexcept;
 void activation_avx512(const ActivationArgs& args) noexcept;
+void norm_portable(const NormArgs& args) noexcept;
+void norm_avx2(const NormArgs& args) noexcept;
+void norm_avx512(const NormArgs& args) noexcept;
 
 }  // namespace activekv::engine::detail

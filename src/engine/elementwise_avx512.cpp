@@ -1,9 +1,9 @@
-// activation_avx512.cpp — exp and the gated activations, 16 lanes (compiled with -mavx512f
+// elementwise_avx512.cpp — exp, the gated activations and RMS norm, 16 lanes (compiled with -mavx512f
 // -ffp-contract=off; called only where isa_available(Isa::avx512)). Each operation is the one
-// activation_lanes.hpp names, so every lane matches the portable path bit for bit.
+// elementwise_lanes.hpp names, so every lane matches the portable path bit for bit.
 #include <immintrin.h>
 
-#include "engine/activation_lanes.hpp"
+#include "engine/elementwise_lanes.hpp"
 
 namespace activekv::engine::detail {
 namespace {
@@ -35,5 +35,6 @@ struct Avx512Lanes {
 }  // namespace
 
 void activation_avx512(const ActivationArgs& args) noexcept { activation_run<Avx512Lanes>(args); }
+void norm_avx512(const NormArgs& args) noexcept { norm_run<Avx512Lanes>(args); }
 
 }  // namespace activekv::engine::detail

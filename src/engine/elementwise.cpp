@@ -1,20 +1,20 @@
-// activation.cpp — the activation kernels' choice and the portable path (see activation.hpp).
-// Compiled with -ffp-contract=off: the lane sequence (activation_lanes.hpp) keeps every
+// elementwise.cpp — the elementwise kernels' choice and the portable path (see elementwise.hpp).
+// Compiled with -ffp-contract=off: the lane sequence (elementwise_lanes.hpp) keeps every
 // product apart from the sum after it unless it names an fma.
-#include "engine/activation.hpp"
+#include "engine/elementwise.hpp"
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
 #include "activekv/assert.hpp"
-#include "engine/activation_lanes.hpp"
+#include "engine/elementwise_lanes.hpp"
 
 namespace activekv::engine {
 namespace detail {
 namespace {
 
-// One lane: each operation as activation_lanes.hpp defines it.
+// One lane: each operation as elementwise_lanes.hpp defines it.
 struct ScalarLanes {
   using V = float;
   static constexpr std::size_t width = 1;
@@ -41,24 +41,30 @@ struct ScalarLanes {
 }  // namespace
 
 void activation_portable(const ActivationArgs& args) noexcept { activation_run<ScalarLanes>(args); }
+void norm_portable(const NormArgs& args) noexcept { norm_run<ScalarLanes>(args); }
 
 }  // namespace detail
 
 namespace {
 
-void run(Isa isa, const detail::ActivationArgs& args) noexcept {
-  AK_ASSERT(isa_available(isa), "activation: instruction set not available on this CPU");
+// fn(portable, avx2, avx512): the call for `isa`.
+template <typename Args>
+void run(Isa isa, const Args& args, void (*portable)(const Args&) noexcept, void (*avx2)(const Args&) noexcept,
+         void (*avx512)(const Args&) noexcept) noexcept {
+  AK_ASSERT(isa_available(isa), "elementwise: instruction set not available on this CPU");
   switch (isa) {
-    case Isa::portable: detail::activation_portable(args); return;
-#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
-    case Isa::avx2: detail::activation_avx2(args); return;
-    case Isa::avx512: detail::activation_avx512(args); return;
-#else
-    case Isa::avx2:
-    case Isa::avx512:
-      return;
-#endif
+    case Isa::portable: portable(args); return;
+    case Isa::avx2: avx2(args); return;
+    case Isa::avx512: avx512(args); return;
   }
+}
+
+void run(Isa isa, const detail::ActivationArgs& args) noexcept {
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  run(isa, args, detail::activation_portable, detail::activation_avx2, detail::activation_avx512);
+#else
+  run(isa, args, detail::activation_portable, detail::activation_portable, detail::activation_portable);
+#endif
 }
 
 detail::ActivationOp op_of(FfnKind kind) noexcept {
@@ -77,6 +83,16 @@ void exp_values(Isa isa, const float* x, float* y, std::size_t count) noexcept {
 
 void activate_values(Isa isa, FfnKind kind, float* gate, const float* up, std::size_t count) noexcept {
   run(isa, detail::ActivationArgs{op_of(kind), gate, up, gate, count});
+}
+
+void rms_norm_rows(Isa isa, const float* x, const float* weight, float* out, std::size_t width, std::size_t rows,
+                   float epsilon) noexcept {
+  const detail::NormArgs args{x, weight, out, width, rows, epsilon};
+#if defined(__x86_64__) && defined(ACTIVEKV_ENGINE_X86_KERNELS)
+  run(isa, args, detail::norm_portable, detail::norm_avx2, detail::norm_avx512);
+#else
+  run(isa, args, detail::norm_portable, detail::norm_portable, detail::norm_portable);
+#endif
 }
 
 }  // namespace activekv::engine
