@@ -17,6 +17,8 @@
 #include <random>
 #include <vector>
 
+#include "testing/alloc_counter.hpp"
+
 namespace activekv::engine {
 namespace {
 
@@ -232,6 +234,19 @@ TEST(Elementwise, RmsNormSameBitsOnEveryIsa) {
       }
     }
   }
+}
+
+TEST(Elementwise, NoHeapAllocation) {
+  std::vector<float> x(1000, 0.5f), y(1000), w(1000, 1.0f);
+  const auto before = activekv::testing::heap_allocations();
+  for (Isa isa : kIsas) {
+    if (!isa_available(isa)) continue;
+    exp_values(isa, x.data(), y.data(), 999);
+    activate_values(isa, FfnKind::swiglu, y.data(), x.data(), 999);
+    activate_values(isa, FfnKind::geglu_tanh, y.data(), x.data(), 999);
+    rms_norm_rows(isa, x.data(), w.data(), y.data(), 333, 3, 1e-6f);
+  }
+  EXPECT_EQ(activekv::testing::heap_allocations(), before);
 }
 
 }  // namespace
