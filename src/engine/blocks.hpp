@@ -18,7 +18,10 @@
 // construction for step_tokens_max rows (forward.hpp), so no block allocates
 // (invariant 7). Each block times itself into the forward pass's PhaseTimes.
 // The arithmetic of a row never depends on the other rows of the step or on
-// the thread that computes it, so neither does any output bit.
+// the thread that computes it, so neither does any output bit. Norms and
+// activations compute through elementwise.hpp (the same bits on every
+// instruction set); in a prefill step they, RoPE, biases and the residual are
+// split by rows over the pool, a decode step's single row stays on one thread.
 #pragma once
 
 #include <cstdint>
