@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "activekv/assert.hpp"
+#include "engine/elementwise.hpp"
 #include "engine/forward.hpp"
 
 namespace activekv::engine {
@@ -201,24 +202,48 @@ void Blocks::matmul(std::uint32_t n, std::span<const Product> products) {
       &ctx, chunks);
 }
 
+// Below this many values per chunk a region's wake-up costs about what the split saves.
+constexpr std::size_t elementwise_chunk_values_min = 8192;
+
+template <typename Fn>
+void Blocks::for_items(std::uint32_t n, std::size_t width, const Fn& fn) {
+  const std::size_t by_size = std::size_t{n} * width / elementwise_chunk_values_min;
+  const auto chunks = static_cast<std::uint32_t>(std::min<std::size_t>({n, by_size, 4 * pool_.threads()}));
+  if (chunks < 2 || pool_.threads() == 1) {
+    fn(0, n);
+    return;
+  }
+  struct Ctx {
+    const Fn* fn;
+    std::uint32_t n;
+  } ctx{&fn, n};
+  pool_.run_chunks(
+      [](void* c, std::uint32_t index, std::uint32_t count, std::uint32_t) {
+        const Ctx& x = *static_cast<const Ctx*>(c);
+        const auto begin = static_cast<std::uint32_t>(std::uint64_t{x.n} * index / count);
+        const auto end = static_cast<std::uint32_t>(std::uint64_t{x.n} * (index + 1) / count);
+        if (begin < end) (*x.fn)(begin, end);
+      },
+      &ctx, chunks);
+}
+
+// Each row's bits depend on that row alone (elementwise.hpp: the sum of squares' fixed order).
 void Blocks::norm(const float* in, const float* weight, float* out, std::uint32_t width, std::uint32_t count) {
   Timed timed(times_.other_ns);
-  for (std::uint32_t r = 0; r < count; ++r) {
-    const float* xr = in + std::size_t{r} * width;
-    float* o = out + std::size_t{r} * width;
-    float sum = 0.0f;
-    for (std::uint32_t i = 0; i < width; ++i) sum += xr[i] * xr[i];
-    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + hp_.rms_epsilon);
-    for (std::uint32_t i = 0; i < width; ++i) o[i] = xr[i] * scale * weight[i];
-  }
+  for_items(count, width, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t offset = std::size_t{begin} * width;
+    rms_norm_rows(isa_, in + offset, weight, out + offset, width, end - begin, hp_.rms_epsilon);
+  });
 }
 
 void Blocks::add_bias(float* y, const float* bias, std::uint32_t width) {
   Timed timed(times_.other_ns);
-  for (std::uint32_t r = 0; r < rows_; ++r) {
-    float* yr = y + std::size_t{r} * width;
-    for (std::uint32_t i = 0; i < width; ++i) yr[i] += bias[i];
-  }
+  for_items(rows_, width, [&](std::uint32_t begin, std::uint32_t end) {
+    for (std::uint32_t r = begin; r < end; ++r) {
+      float* yr = y + std::size_t{r} * width;
+      for (std::uint32_t i = 0; i < width; ++i) yr[i] += bias[i];
+    }
+  });
 }
 
 void Blocks::rope(float* vectors, std::uint32_t heads, std::uint32_t layer) {
@@ -229,20 +254,22 @@ void Blocks::rope(float* vectors, std::uint32_t heads, std::uint32_t layer) {
   const bool neox = hp_.arch->rope_order == RopeOrder::neox;
   const std::uint32_t step = neox ? 1 : 2;
   const std::uint32_t other = neox ? pairs : 1;
-  for (std::uint32_t r = 0; r < rows_; ++r) {
-    AK_ASSERT(positions_[r] < rope_positions_, "blocks: a position past the RoPE tables");
-    const float* c = rope_cos_[table].data() + std::size_t{positions_[r]} * pairs;
-    const float* s = rope_sin_[table].data() + std::size_t{positions_[r]} * pairs;
-    for (std::uint32_t h = 0; h < heads; ++h) {
-      float* v = vectors + (std::size_t{r} * heads + h) * hp_.head_dim;
-      for (std::uint32_t i = 0; i < pairs; ++i) {
-        const float x0 = v[step * i];
-        const float x1 = v[step * i + other];
-        v[step * i] = x0 * c[i] - x1 * s[i];
-        v[step * i + other] = x0 * s[i] + x1 * c[i];
+  for_items(rows_, std::size_t{heads} * hp_.head_dim, [&](std::uint32_t begin, std::uint32_t end) {
+    for (std::uint32_t r = begin; r < end; ++r) {
+      AK_ASSERT(positions_[r] < rope_positions_, "blocks: a position past the RoPE tables");
+      const float* c = rope_cos_[table].data() + std::size_t{positions_[r]} * pairs;
+      const float* s = rope_sin_[table].data() + std::size_t{positions_[r]} * pairs;
+      for (std::uint32_t h = 0; h < heads; ++h) {
+        float* v = vectors + (std::size_t{r} * heads + h) * hp_.head_dim;
+        for (std::uint32_t i = 0; i < pairs; ++i) {
+          const float x0 = v[step * i];
+          const float x1 = v[step * i + other];
+          v[step * i] = x0 * c[i] - x1 * s[i];
+          v[step * i + other] = x0 * s[i] + x1 * c[i];
+        }
       }
     }
-  }
+  });
 }
 
 void Blocks::scale(float* values, std::size_t count, float s) {
@@ -262,31 +289,23 @@ Status Blocks::attention(std::uint32_t layer) {
   return kv_.attend(hp_.layer[layer].kv_layer, q_.data(), attn_.data());
 }
 
+// Each value's bits depend on its gate and up values alone (elementwise.hpp), on every instruction set.
 void Blocks::activate(FfnKind kind) {
   Timed timed(times_.other_ns);
-  const std::size_t count = std::size_t{rows_} * hp_.ffn;
-  switch (kind) {
-    case FfnKind::swiglu:
-      for (std::size_t i = 0; i < count; ++i) {
-        const float g = gate_[i];
-        gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-      }
-      return;
-    case FfnKind::geglu_tanh: {
-      constexpr float sqrt_2_over_pi = 0.7978845608028654f;
-      for (std::size_t i = 0; i < count; ++i) {
-        const float g = gate_[i];
-        gate_[i] = 0.5f * g * (1.0f + std::tanh(sqrt_2_over_pi * g * (1.0f + 0.044715f * g * g))) * up_[i];
-      }
-      return;
-    }
-  }
+  const std::size_t width = hp_.ffn;
+  for_items(rows_, width, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t offset = std::size_t{begin} * width;
+    activate_values(isa_, kind, gate_.data() + offset, up_.data() + offset, std::size_t{end - begin} * width);
+  });
 }
 
 void Blocks::add(float* x, const float* y, std::uint32_t width) {
   Timed timed(times_.other_ns);
-  const std::size_t count = std::size_t{rows_} * width;
-  for (std::size_t i = 0; i < count; ++i) x[i] += y[i];
+  for_items(rows_, width, [&](std::uint32_t begin, std::uint32_t end) {
+    const std::size_t offset = std::size_t{begin} * width;
+    const std::size_t count = std::size_t{end - begin} * width;
+    for (std::size_t i = 0; i < count; ++i) x[offset + i] += y[offset + i];
+  });
 }
 
 }  // namespace activekv::engine

@@ -18,7 +18,10 @@
 // construction for step_tokens_max rows (forward.hpp), so no block allocates
 // (invariant 7). Each block times itself into the forward pass's PhaseTimes.
 // The arithmetic of a row never depends on the other rows of the step or on
-// the thread that computes it, so neither does any output bit.
+// the thread that computes it, so neither does any output bit. Norms and
+// activations compute through elementwise.hpp (the same bits on every
+// instruction set); in a prefill step they, RoPE, biases and the residual are
+// split by rows over the pool, a decode step's single row stays on one thread.
 #pragma once
 
 #include <cstdint>
@@ -110,6 +113,11 @@ class Blocks {
   // xq_ (xq8_ for q8_k, xq80_ for q8_0) = x (n rows of `cols`) quantised; split over the pool when n is large.
   void quantize(const float* x, std::uint32_t cols, std::uint32_t n, Path form);
   void build_rope_table(const RopeSpec& spec, std::uint32_t table);
+  // fn(begin, end) over items [0, n) of `width` values each: on this thread when the work is small
+  // (a decode step), else in chunks over the pool (blocks.cpp). An item's arithmetic never depends
+  // on its chunk or thread, so neither does any bit.
+  template <typename Fn>
+  void for_items(std::uint32_t n, std::size_t width, const Fn& fn);
 
   const Model& model_;
   const HParams& hp_;
