@@ -11,6 +11,7 @@
 #         (prefill: P prompt tokens from an empty context in chunks of 512; decode: N steps after it)
 #   peer: llama-bench -m G -t T -fa 1 -p P -n 0 -r 1 --no-warmup          (prefill, ubatch 512)
 #         llama-bench -m G -t T -fa 1 -p 0 -n N -d P -r 1 --no-warmup     (decode at depth P)
+# P + N must fit the model's 32,768-token context: the 32K point is --contexts 32735 with --decode 32.
 # The load average is printed beside every run (the machine is shared: read the ratios with it);
 # the table gives medians over rounds and ActiveKV ÷ llama.cpp (> 1: ActiveKV faster).
 set -euo pipefail
@@ -48,7 +49,7 @@ IFS=, read -r -a clist <<<"$contexts"
 for round in $(seq 1 "$rounds"); do
   for p in "${clist[@]}"; do
     l=$(load)
-    out=$(ACTIVEKV_MODEL=$model "$build_dir/src/engine/engine_bench" --context "$p" --decode "$decode" --chunk 512 --threads "$threads" --activations "$activations" 2>&1)
+    out=$(ACTIVEKV_MODEL=$model "$build_dir/src/engine/engine_bench" --context "$p" --decode "$decode" --chunk 512 --threads "$threads" --activations "$activations" 2>&1) || true  # a refusal is printed below, the peer still runs
     pre=$(sed -n 's/^prefill .*s, \([0-9.]*\) tokens\/s;.*/\1/p' <<<"$out")
     dec=$(sed -n 's/^decode .*s, \([0-9.]*\) tokens\/s (.*/\1/p' <<<"$out")
     [[ -n $pre ]] || echo "engine_bench at $p: $(tail -n 2 <<<"$out")"
