@@ -18,7 +18,11 @@
 #      engine_logits --prefill (the window's unscored part, then one decode step per scored token,
 #      as eval scores) and peer_logits (libllama, batches of 512); the 8 highest logits of each
 #      scored position from both: next-token (argmax) agreement, and at each disagreement each
-#      side's gap between the two candidates (a near-tie: < 0.05 logits on llama.cpp's side).
+#      side's gap between the two candidates (a near-tie: < 0.05 logits on llama.cpp's side);
+#   5. llama.cpp against itself: peer_logits again with the window's unscored part in one batch and
+#      then one token per step (the shape in which ActiveKV's step 4 feeds them), the top-1 agreement
+#      of its two runs, and ActiveKV's against this second run (llama.cpp's logits move with the batch
+#      shape; ActiveKV's do not, so its figure is the same against any feeding of its own).
 # --activations: ActiveKV's activation width in steps 1 and 4 (default q16; q8 follows llama.cpp's 8-bit
 # arithmetic, docs/ENGINE.md).
 # --peer-model FILE runs the llama.cpp side on FILE instead (e.g. an F16 copy made by
@@ -88,6 +92,7 @@ EOF
 )
     echo "$pre" >"$work/pre-$c-$w.txt"
     "$peer_logits" "$peer_model" "$work/ids-$c-$w.i32" "$work/peer-$c-$w.top" "$threads" 512 8 >/dev/null
+    "$peer_logits" "$peer_model" "$work/ids-$c-$w.i32" "$work/step-$c-$w.top" "$threads" 1 8 "$pre" >/dev/null
     "$build_dir/src/engine/engine_logits" --model "$model" --ids "$work/ids-$c-$w.i32" --out "$work/ours-$c-$w.top" \
       --threads "$threads" --activations "$activations" --prefill "$pre" --top 8 >/dev/null
   done
@@ -99,14 +104,17 @@ pair = np.dtype([("id", "<i4"), ("logit", "<f4")])
 def gap(r, a, b):  # row r's logit of a minus its logit of b (b outside its top 8: the 8th's logit stands in)
     la, lb = r["logit"][r["id"] == a], r["logit"][r["id"] == b]
     return float(la[0] - (lb[0] if len(lb) else r["logit"][-1])) if len(la) else float("nan")
-agree = total = 0
+agree = total = self_agree = step_agree = 0
 gaps = []
 for w in range(nw):
     pre = int(open(f"{work}/pre-{c}-{w}.txt").read())
     n = np.fromfile(f"{work}/ids-{c}-{w}.i32", dtype=np.int32).size
     p = np.fromfile(f"{work}/peer-{c}-{w}.top", dtype=pair).reshape(-1, 8)[pre:n - 1]  # rows that predict scored tokens
     o = np.fromfile(f"{work}/ours-{c}-{w}.top", dtype=pair).reshape(-1, 8)[:n - 1 - pre]
-    assert len(p) == len(o) == n - 1 - pre, (len(p), len(o), n, pre)
+    q = np.fromfile(f"{work}/step-{c}-{w}.top", dtype=pair).reshape(-1, 8)[pre:n - 1]
+    assert len(p) == len(o) == len(q) == n - 1 - pre, (len(p), len(o), len(q), n, pre)
+    self_agree += int(np.sum(p[:, 0]["id"] == q[:, 0]["id"]))
+    step_agree += int(np.sum(o[:, 0]["id"] == q[:, 0]["id"]))
     for i in range(len(o)):
         total += 1
         if o[i, 0]["id"] == p[i, 0]["id"]:
@@ -120,6 +128,9 @@ if len(g):
     print(f"  at the disagreements, llama.cpp's logit gap between its top and ActiveKV's top: median {np.median(g[:, 0]):.3f}, "
           f"max {g[:, 0].max():.3f}; ActiveKV's the other way: median {np.median(g[:, 1]):.3f}, max {g[:, 1].max():.3f}; "
           f"both under 0.25: {int(np.sum((g[:, 0] < 0.25) & (g[:, 1] < 0.25)))} of {len(g)}")
+print(f"llama.cpp against itself (batches of 512 / the unscored part in one batch, then one token per step): "
+      f"top-1 agreement {self_agree / total:.4f} ({total - self_agree} differ); "
+      f"ActiveKV against the second: {step_agree / total:.4f} ({total - step_agree} differ)")
 EOF
-  rm -f "$work"/peer-"$c"-*.top "$work"/ours-"$c"-*.top
+  rm -f "$work"/peer-"$c"-*.top "$work"/step-"$c"-*.top "$work"/ours-"$c"-*.top
 done
