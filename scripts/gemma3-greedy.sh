@@ -3,7 +3,10 @@
 # (scripts/find-gemma3.sh): ActiveKV's `activekv generate --temperature 0` beside llama.cpp's
 # `llama-completion --temp 0` on the same file, and where they part, whether it was a near-tie.
 #
-#   scripts/gemma3-greedy.sh [--threads 2] [--tokens 64] [--build-dir build/release]
+#   scripts/gemma3-greedy.sh [--threads 2] [--tokens 64] [--activations q16|q8] [--build-dir build/release]
+#
+# --activations: ActiveKV's activation width in generate and engine_logits (default q16, the engine's;
+# q8 follows llama.cpp's 8-bit arithmetic, docs/ENGINE.md).
 #
 # Per prompt: both texts; equal or not. Then the ids of prompt + ActiveKV's continuation (BOS, the
 # prompt and the continuation re-tokenized as the text paths tokenize) go through engine_logits
@@ -16,11 +19,12 @@
 # ActiveKV's (a near-tie: < 0.05 logits) and ActiveKV's gap the other way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 tokens=64 build_dir=build/release
+threads=2 tokens=64 activations=q16 build_dir=build/release
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
     --tokens) tokens=$2; shift 2 ;;
+    --activations) activations=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     *) echo "gemma3-greedy.sh: unknown option '$1' (see the header of scripts/gemma3-greedy.sh)" >&2; exit 2 ;;
   esac
@@ -46,11 +50,11 @@ prompts=(
   "The three most important inventions of the twentieth century were"
   "Photosynthesis is the process by which"
 )
-echo "model $model; threads $threads; $tokens tokens, greedy; load $(cut -d' ' -f1 /proc/loadavg)"
+echo "model $model; threads $threads; $tokens tokens, greedy; ActiveKV --activations $activations; load $(cut -d' ' -f1 /proc/loadavg)"
 for i in "${!prompts[@]}"; do
   p=${prompts[$i]}
   "$build_dir/src/cli/activekv" generate --model "$model" --prompt "$p" --max-tokens "$tokens" --temperature 0 \
-    --threads "$threads" --max-context 512 >"$work/ours-$i.txt"
+    --threads "$threads" --activations "$activations" --max-context 512 >"$work/ours-$i.txt"
   "$tree/build/bin/llama-completion" -m "$model" -p "$p" -n "$tokens" --temp 0 -no-cnv --no-display-prompt --simple-io \
     -t "$threads" -c 512 </dev/null >"$work/peer-$i.txt" 2>/dev/null
   python3 - "$model" "$p" "$work/ours-$i.txt" "$work/peer-$i.txt" "$work/ids-$i.i32" "$build_dir" <<'EOF'
@@ -86,7 +90,7 @@ EOF
   if [[ $pre -ge $((n - 1)) ]]; then echo "  (no continuation to check)"; continue; fi
   "$peer_logits" "$model" "$work/ids-$i.i32" "$work/peer-$i.top" "$threads" 1 8 "$((pre + 1))" >/dev/null 2>&1
   "$build_dir/src/engine/engine_logits" --model "$model" --ids "$work/ids-$i.i32" --out "$work/ours-$i.top" \
-    --threads "$threads" --prefill "$pre" --top 8 >/dev/null
+    --threads "$threads" --activations "$activations" --prefill "$pre" --top 8 >/dev/null
   python3 - "$work/ids-$i.i32" "$pre" "$work/peer-$i.top" "$work/ours-$i.top" <<'EOF'
 import sys
 import numpy as np
