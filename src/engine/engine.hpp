@@ -35,7 +35,7 @@ struct EngineSettings {
   std::uint32_t threads = 2;  // --threads: the caller plus threads − 1 workers
   bool isa_auto = true;       // choose best_isa(); otherwise `isa`
   Isa isa = Isa::portable;
-  // --activations: the quantised products' activation width (matmul_q8.hpp; docs/ENGINE.md, "Activation width").
+  // --activations: the quantised products' activation width (matmul_q8.hpp; docs/ENGINE-ARITHMETIC.md, "Activation width").
   Activations activations = Activations::q16;
   ForwardLimits limits;       // tokens and entries per step
 };

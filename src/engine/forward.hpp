@@ -99,7 +99,7 @@ Status check_runnable(const Model& model, const ForwardLimits& limits);
 
 class Forward {
  public:
-  // activations: the width of the quantised products' activations (matmul_q8.hpp, docs/ENGINE.md).
+  // activations: the width of the quantised products' activations (matmul_q8.hpp, docs/ENGINE-ARITHMETIC.md).
   Forward(const Model& model, KvAccess& kv, ThreadPool& pool, Isa isa, ForwardLimits limits,
           Activations activations = Activations::q16);
 

@@ -2,7 +2,7 @@
 // quantised to 8-bit integers in 256-element blocks: the arithmetic llama.cpp's
 // CPU backend uses for these formats, with integer dot products on bytes. The
 // engine takes it where EngineSettings::activations is Activations::q8; the
-// 16-bit path (matmul_q16.hpp) stays the default (docs/ENGINE.md, "Activation
+// 16-bit path (matmul_q16.hpp) stays the default (docs/ENGINE-ARITHMETIC.md, "Activation
 // width", says why and what each costs).
 //
 // Activations. Each row of x (one token) is cut into blocks of 256 values, the

@@ -4,7 +4,7 @@
 // blocks and the AVX2 block dot products), with integer dot products on bytes.
 // The engine takes it where EngineSettings::activations is Activations::q8;
 // the K-quants take matmul_q8.hpp's 256-value blocks, everything else the
-// 16-bit path (docs/ENGINE.md, "Activation width").
+// 16-bit path (docs/ENGINE-ARITHMETIC.md, "Activation width").
 //
 // Activations. Each row of x (one token) is cut into blocks of 32 values, the
 // weight block. A block is stored as 32 int8 q (|q| ≤ 127), its scale d and
