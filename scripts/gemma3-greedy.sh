@@ -3,10 +3,14 @@
 # (scripts/find-gemma3.sh): ActiveKV's `activekv generate --temperature 0` beside llama.cpp's
 # `llama-completion --temp 0` on the same file, and where they part, whether it was a near-tie.
 #
-#   scripts/gemma3-greedy.sh [--threads 2] [--tokens 64] [--activations q16|q8] [--build-dir build/release]
+#   scripts/gemma3-greedy.sh [--threads 2] [--tokens 64] [--activations q16|q8] [--peer-batches 1,4]
+#                            [--build-dir build/release]
 #
 # --activations: ActiveKV's activation width in generate and engine_logits (default q16, the engine's;
-# q8 follows llama.cpp's 8-bit arithmetic, docs/ENGINE.md).
+# q8 follows llama.cpp's 8-bit arithmetic, docs/ENGINE-ARITHMETIC.md).
+# --peer-batches B1,B2…: llama.cpp against itself: llama-completion again with -b B -ub B for each B
+# (its logits move with the batch shape), each text compared with llama.cpp's default and with
+# ActiveKV's, and where it parts from llama.cpp's default. Empty: none.
 #
 # Per prompt: both texts; equal or not. Then the ids of prompt + ActiveKV's continuation (BOS, the
 # prompt and the continuation re-tokenized as the text paths tokenize) go through engine_logits
@@ -19,12 +23,13 @@
 # ActiveKV's (a near-tie: < 0.05 logits) and ActiveKV's gap the other way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-threads=2 tokens=64 activations=q16 build_dir=build/release
+threads=2 tokens=64 activations=q16 peer_batches=1,4 build_dir=build/release
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
     --tokens) tokens=$2; shift 2 ;;
     --activations) activations=$2; shift 2 ;;
+    --peer-batches) peer_batches=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     *) echo "gemma3-greedy.sh: unknown option '$1' (see the header of scripts/gemma3-greedy.sh)" >&2; exit 2 ;;
   esac
@@ -116,4 +121,21 @@ else:
 print(line)
 EOF
   rm -f "$work/peer-$i.top" "$work/ours-$i.top"
+  IFS=, read -r -a blist <<<"$peer_batches"
+  for b in "${blist[@]}"; do
+    "$tree/build/bin/llama-completion" -m "$model" -p "$p" -n "$tokens" --temp 0 -no-cnv --no-display-prompt --simple-io \
+      -t "$threads" -c 512 -b "$b" -ub "$b" </dev/null >"$work/peer-$i-b$b.txt" 2>/dev/null
+    python3 - "$work/ours-$i.txt" "$work/peer-$i.txt" "$work/peer-$i-b$b.txt" "$b" <<'EOF'
+import sys
+def text(f, ours=False):
+    t = open(f, encoding="utf-8", errors="replace").read()
+    if ours:
+        return t[:-1] if t.endswith("\n") else t
+    return t.replace(" [end of text]", "").rstrip("\n") if t.endswith("\n") else t
+ours, peer, other, b = text(sys.argv[1], True), text(sys.argv[2]), text(sys.argv[3]), sys.argv[4]
+k = next((j for j in range(min(len(peer), len(other))) if peer[j] != other[j]), min(len(peer), len(other)))
+print(f"  llama.cpp with -b {b} -ub {b}: " + ("equal to its default text" if other == peer else f"parts from its default text at character {k}")
+      + ("; equal to ActiveKV's" if other == ours else "; not ActiveKV's"))
+EOF
+  done
 done
