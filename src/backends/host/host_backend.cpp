@@ -487,7 +487,7 @@ void HostBackend::apply_attention(const Command& command, bool threaded, bool he
   // when the pages are enough to pay for a helper's part: below
   // split_pages_min pages per query the call runs on this thread alone
   // (a decode step over 512 tokens, 32 pages, splits; measured in
-  // docs/ENGINE.md "Attention"). Outputs are the same bits either way
+  // docs/BACKENDS.md, "Decode split"). Outputs are the same bits either way
   // (attention_cpu.hpp).
   constexpr std::size_t split_pages_min = 16;
   const auto queries = static_cast<std::uint32_t>(job.positions.size());
