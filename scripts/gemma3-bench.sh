@@ -11,7 +11,8 @@
 #         (prefill: P prompt tokens from an empty context in chunks of 512; decode: N steps after it)
 #   peer: llama-bench -m G -t T -fa 1 -p P -n 0 -r 1 --no-warmup          (prefill, ubatch 512)
 #         llama-bench -m G -t T -fa 1 -p 0 -n N -d P -r 1 --no-warmup     (decode at depth P)
-# P + N must fit the model's 32,768-token context: the 32K point is --contexts 32735 with --decode 32.
+# P + N + 1 must fit the model's 32,768-token context (engine_bench says so): the 32K point is
+# --contexts 32735 with --decode 32.
 # The load average is printed beside every run (the machine is shared: read the ratios with it);
 # the table gives medians over rounds and ActiveKV ÷ llama.cpp (> 1: ActiveKV faster).
 set -euo pipefail
